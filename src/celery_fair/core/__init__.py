@@ -1,0 +1,82 @@
+"""The scheduling core: pure rules, no I/O, time from an injected clock.
+
+Theory of operation
+-------------------
+Jobs are ``(type, job_id)`` pairs submitted on behalf of a *fairness key* (who asked; ``""``
+for background work). Each job type has a *priority*; all types of one priority form a *tier*.
+The scheduler repeatedly admits the first *admissible* pending job in the order::
+
+    (-priority, accumulated_cost[fairness_key], arrival, submission order)
+
+A job is admissible when (1) fewer jobs run than the global capacity, (2) its tier runs fewer
+jobs than the tier's cap (by default the priority value itself), (3) its type runs fewer than
+its ``max_concurrency``, and (4) no running job has the same ``job_id`` in the same non-empty
+conflict group. A blocked job never blocks the jobs behind it, including later jobs of its own
+fairness key. Admitting a job charges its *estimate* to its key's accumulated cost, so the key
+that has consumed the least goes next within a tier.
+
+Estimates are learned per ``(type, job_id)`` as an exponential moving average of observed wall
+time, ``alpha * elapsed + (1 - alpha) * previous``, starting from the type's ``default_cost``.
+Idle keys' costs and unused estimates are forgotten after a TTL (``CostLifecycle``).
+
+Structures and what they index
+------------------------------
+- ``Tier`` (one per priority, highest first) lists its ``Lane`` objects (one per type) and
+  counts its running and pending jobs. A full tier or type is skipped as a whole in O(1).
+- A lane's ``KeyedQueue`` is a lazy heap of *key queues* ordered by (accumulated cost, head
+  arrival, head seq); each key queue is a heap of that key's jobs by (arrival, seq).
+- A ``Conflict`` (group, job_id) knows its running holder. A job whose conflict is held is
+  *parked* in the conflict's keyed queue for its lane when it first reaches the front; when the
+  conflict is released, only the best waiter of each lane is *lent* back to the lane, and the
+  loan is re-checked if its key is charged past the next waiter's cost.
+- ``Accounts`` holds each key's accumulated cost and counts; ``Estimates`` the learned costs.
+
+Complexity
+----------
+submit O(log n); cancel O(1) (O(log n) for a lent job); an admission O(T + L + log n)
+amortised, where T is the number of tiers and L the lanes of the chosen tier, independent of
+how many jobs are blocked; completion O(log n) plus one loan per lane of a released conflict;
+snapshot O(n log n); status of one job O(n).
+
+Rules for this package
+----------------------
+1. Every rule that decides admission lives in ``policy.py``; the structures in
+   ``fairqueue.py`` only keep the order and the wait lists.
+2. Nothing here imports outside the standard library or reads time except through ``Clock``
+   (``clock.py`` is the one module that touches ``time``).
+3. Expected outcomes are return values; exceptions mean the caller broke the contract.
+"""
+
+from __future__ import annotations
+
+from .clock import Clock, SimClock, WallClock
+from .scheduler import Scheduler
+from .types import (
+    Admission,
+    BlockReason,
+    CancelOutcome,
+    CostLifecycle,
+    JobState,
+    JobType,
+    JobView,
+    Release,
+    SchedulerConfig,
+    Snapshot,
+)
+
+__all__ = [
+    "Admission",
+    "BlockReason",
+    "CancelOutcome",
+    "Clock",
+    "CostLifecycle",
+    "JobState",
+    "JobType",
+    "JobView",
+    "Release",
+    "Scheduler",
+    "SchedulerConfig",
+    "SimClock",
+    "Snapshot",
+    "WallClock",
+]

@@ -1,0 +1,227 @@
+"""Learned estimates and accumulated costs, and how both are forgotten.
+
+Estimates: one exponential moving average of observed wall time per ``(type, job_id)``,
+``alpha * elapsed + (1 - alpha) * previous``, computed in exactly that form so that every
+implementation of the rule rounds the same way. Before any observation the estimate is the
+type's ``default_cost``.
+
+Accumulated cost: one number per fairness key, the sum of the estimates charged to it at
+admission. Three lifecycle options keep the map bounded and fair over time (``CostLifecycle``):
+eviction of idle keys after a TTL, a periodic reset of every key to zero, and advancing a key
+that becomes active to the minimum of the active keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from itertools import count
+from typing import TYPE_CHECKING, Any
+
+from .types import CostLifecycle
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["Accounts", "Estimates", "KeyState"]
+
+EstimateKey = tuple[str, "str | None"]
+
+
+class Estimates:
+    """Learned cost per ``(type, job_id)``, with optional eviction of stale entries.
+
+    ``_values`` is ordered by last use (oldest first) whenever ``ttl`` is set, because every
+    use moves its entry to the end and the clock never goes back.
+    """
+
+    __slots__ = ("_values", "alpha", "ttl")
+
+    def __init__(self, alpha: float, ttl: float | None) -> None:
+        self.alpha = alpha
+        self.ttl = ttl
+        # (type, job_id) -> [estimate, last used]
+        self._values: OrderedDict[EstimateKey, list[float]] = OrderedDict()
+
+    def get(self, key: EstimateKey, default: float, now: float) -> float:
+        """The estimate for ``key`` (``default`` if never observed); marks it used. O(1)."""
+        entry = self._values.get(key)
+        if entry is None:
+            return default
+        if self.ttl is not None:
+            entry[1] = now
+            self._values.move_to_end(key)
+        return entry[0]
+
+    def peek(self, key: EstimateKey, default: float) -> float:
+        """The estimate for ``key`` without marking it used. O(1)."""
+        entry = self._values.get(key)
+        return default if entry is None else entry[0]
+
+    def observe(self, key: EstimateKey, elapsed: float, default: float, now: float) -> float:
+        """Fold one observed wall time into the estimate and return the new value. O(1)."""
+        alpha = self.alpha
+        entry = self._values.get(key)
+        if entry is None:
+            value = alpha * elapsed + (1 - alpha) * default
+            self._values[key] = [value, now]
+            return value
+        value = alpha * elapsed + (1 - alpha) * entry[0]
+        entry[0] = value
+        entry[1] = now
+        if self.ttl is not None:
+            self._values.move_to_end(key)
+        return value
+
+    def expire(self, now: float) -> int:
+        """Drop estimates unused for ``ttl`` seconds; return how many. O(1 + evicted)."""
+        ttl = self.ttl
+        values = self._values
+        if ttl is None or not values:
+            return 0
+        dropped = 0
+        while values:
+            key = next(iter(values))
+            if values[key][1] + ttl > now:
+                break
+            del values[key]
+            dropped += 1
+        return dropped
+
+    def items(self) -> Iterator[tuple[EstimateKey, float]]:
+        for key, entry in self._values.items():
+            yield key, entry[0]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class KeyState:
+    """The scheduler's record of one fairness key.
+
+    Invariants (checked by the property tests):
+      - ``acc`` is the sum of the estimates charged at each admission of this key's jobs since
+        it was created, last reset, or advanced;
+      - ``pending`` / ``running`` count this key's jobs in each state;
+      - ``lent`` is a heap of ``(bound, id, conflict_lane)``: the conflict lanes that lent one
+        of this key's jobs (see ``fairqueue.ConflictLane``), each with the accumulated cost at
+        or above which the loan must be checked again.
+    """
+
+    __slots__ = ("acc", "lent", "name", "pending", "running")
+
+    def __init__(self, name: str, acc: float = 0.0) -> None:
+        self.name = name
+        self.acc = acc
+        self.pending = 0
+        self.running = 0
+        self.lent: list[tuple[float, int, Any]] = []
+
+    @property
+    def is_active(self) -> bool:
+        return self.pending + self.running > 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<KeyState {self.name!r} acc={self.acc} pending={self.pending} running={self.running}>"
+        )
+
+
+class Accounts:
+    """Fairness keys and their accumulated costs, with the configured lifecycle.
+
+    ``_idle`` holds exactly the keys that are neither pending nor running, ordered by the time
+    they became idle (oldest first); ``_active`` (only with ``advance_idle``) is a lazy min-heap
+    over active keys whose recorded cost is never above the key's current cost.
+    """
+
+    __slots__ = ("_active", "_idle", "_ids", "_next_reset", "keys", "lifecycle")
+
+    def __init__(self, lifecycle: CostLifecycle, now: float) -> None:
+        self.lifecycle = lifecycle
+        self.keys: dict[str, KeyState] = {}
+        self._idle: OrderedDict[str, float] = OrderedDict()
+        self._active: list[tuple[float, int, KeyState]] = []
+        self._ids = count()
+        interval = lifecycle.reset_interval
+        self._next_reset = float("inf") if interval is None else now + interval
+
+    def get(self, name: str) -> KeyState:
+        """The state of key ``name``, created at zero if unknown; ``activate`` it next. O(1)."""
+        ks = self.keys.get(name)
+        if ks is None:
+            ks = self.keys[name] = KeyState(name)
+        return ks
+
+    def activate(self, ks: KeyState) -> None:
+        """Called when ``ks`` gets its first pending job while idle. O(log active keys)."""
+        self._idle.pop(ks.name, None)
+        if self.lifecycle.advance_idle:
+            floor = self.min_active()
+            if floor is not None and floor > ks.acc:
+                ks.acc = floor
+            heapq.heappush(self._active, (ks.acc, next(self._ids), ks))
+            if len(self._active) > 64 and len(self._active) > 4 * (
+                len(self.keys) - len(self._idle)
+            ):
+                self._rebuild_active()
+
+    def deactivate(self, ks: KeyState, now: float) -> None:
+        """Called when ``ks`` has no pending and no running job any more. O(1)."""
+        self._idle[ks.name] = now
+        self._idle.move_to_end(ks.name)
+
+    def min_active(self) -> float | None:
+        """The smallest accumulated cost among active keys, or ``None``. Amortised O(log n)."""
+        heap = self._active
+        keys = self.keys
+        while heap:
+            acc, _, ks = heap[0]
+            if not ks.is_active or keys.get(ks.name) is not ks:
+                heapq.heappop(heap)
+            elif acc != ks.acc:
+                heapq.heapreplace(heap, (ks.acc, next(self._ids), ks))
+            else:
+                return acc
+        return None
+
+    def _rebuild_active(self) -> None:
+        seen: set[int] = set()
+        fresh = []
+        for _, _, ks in self._active:
+            if ks.is_active and id(ks) not in seen and self.keys.get(ks.name) is ks:
+                seen.add(id(ks))
+                fresh.append((ks.acc, next(self._ids), ks))
+        heapq.heapify(fresh)
+        self._active = fresh
+
+    def expire(self, now: float) -> bool:
+        """Apply TTL eviction and periodic reset due at ``now``.
+
+        Returns ``True`` when a reset lowered accumulated costs, so that the caller must
+        re-order everything it sorted by them. O(1 + evicted), O(keys) on a reset.
+        """
+        ttl = self.lifecycle.cost_ttl
+        idle = self._idle
+        if ttl is not None and idle:
+            keys = self.keys
+            while idle:
+                name = next(iter(idle))
+                if idle[name] + ttl > now:
+                    break
+                del idle[name]
+                del keys[name]
+        if now < self._next_reset:
+            return False
+        interval = self.lifecycle.reset_interval
+        assert interval is not None
+        while self._next_reset <= now:
+            self._next_reset += interval
+        for ks in self.keys.values():
+            ks.acc = 0.0
+        if self.lifecycle.advance_idle:
+            self._rebuild_active()
+        return True
+
+    def costs(self) -> dict[str, float]:
+        return {name: ks.acc for name, ks in self.keys.items()}

@@ -1,0 +1,447 @@
+"""The pending index: fair order within a lane, conflict parking and lending.
+
+A *lane* holds the pending jobs of one job type. Inside a lane the order is
+``(accumulated_cost[key], arrival, seq)``; since every job of one fairness key shares the first
+component, a lane is a heap of *key queues* (one per fairness key, each a heap of its jobs by
+``(arrival, seq)``), and the lane's best job is the head of its best key queue.
+
+Accumulated costs only grow between resets, so the lane heap is *lazy*: an entry records the
+key's cost and head at the time it was pushed, which is never more than the truth. When the
+top entry turns out stale it is pushed again with the true values. Anything that makes a key
+queue's true position *earlier* (a new head, a lower cost) pushes a fresh entry at once; older
+entries of that queue are recognised by their id and skipped.
+
+A job whose conflict (group, job_id) is held is *parked* the first time it reaches the head of
+its key queue: it moves into the conflict's own keyed queue for that lane, where it costs
+nothing until the conflict is released. On release the conflict does not wake every waiter:
+within one lane all its waiters are equally admissible, so only the best of them can be the
+lane's next admission. The conflict *lends* that one job back to its lane and records a
+bound: the accumulated cost of the next waiter. While the borrower's cost stays below the
+bound the loan is right; when the borrower's key is charged past it, the loan is checked again
+and possibly moved to the new best waiter (``KeyState.lent`` indexes loans by bound).
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush, heapreplace
+from itertools import count
+from typing import TYPE_CHECKING
+
+from .types import JobState
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable, Iterator
+
+    from .costs import KeyState
+    from .types import JobType
+
+__all__ = ["Conflict", "ConflictLane", "KeyQueue", "KeyedQueue", "Lane", "PendingJob", "Tier"]
+
+_next_id = count(1).__next__
+"""Unique ids for heap entries: the last tie-breaker, so entries never compare their objects."""
+
+UNLIMITED = 1 << 62
+"""A cap that is never reached; kept as an int so the hot path compares ints only."""
+
+
+class PendingJob:
+    """The core's record of one submitted job (pending or running).
+
+    ``gen`` changes every time the job moves or leaves a queue; a queue entry is valid only if
+    it carries the job's current ``gen``. ``home`` is the key queue holding it (``None`` once
+    admitted); ``lent_from`` is the conflict lane that lent it to its lane, if any.
+    """
+
+    __slots__ = (
+        "admitted_at",
+        "arrival",
+        "conflict",
+        "cost",
+        "estimate",
+        "gen",
+        "home",
+        "job_id",
+        "key",
+        "lane",
+        "lent_from",
+        "ref",
+        "seq",
+        "state",
+        "token",
+    )
+
+    def __init__(
+        self,
+        ref: Hashable,
+        lane: Lane,
+        job_id: str | None,
+        key: KeyState,
+        arrival: float,
+        seq: int,
+        cost: float | None,
+        conflict: Conflict | None,
+    ) -> None:
+        self.ref = ref
+        self.lane = lane
+        self.job_id = job_id
+        self.key = key
+        self.arrival = arrival
+        self.seq = seq
+        self.cost = cost
+        self.conflict = conflict
+        self.gen = 0
+        self.home: KeyQueue | None = None
+        self.lent_from: ConflictLane | None = None
+        self.state = JobState.PENDING
+        self.estimate = 0.0
+        self.token = 0
+        self.admitted_at = 0.0
+
+    def order(self) -> tuple[int, float, float, int]:
+        """The job's place in the dispatch order, smallest first."""
+        return (-self.lane.tier.priority, self.key.acc, self.arrival, self.seq)
+
+    def __repr__(self) -> str:
+        return (
+            f"<PendingJob {self.ref!r} {self.lane.type.name}:{self.job_id} "
+            f"key={self.key.name!r} {self.state.value}>"
+        )
+
+
+class KeyQueue:
+    """One fairness key's jobs inside one keyed queue, by ``(arrival, seq)``.
+
+    ``live`` is the number of jobs whose ``home`` is this queue. ``ver`` is the id of this
+    queue's one current entry in its owner's heap (or -1 when it has none); ``rec_*`` are the
+    head that entry recorded, never later than the true head.
+    """
+
+    __slots__ = ("heap", "key", "live", "owner", "rec_arrival", "rec_seq", "ver")
+
+    def __init__(self, key: KeyState, owner: KeyedQueue) -> None:
+        self.key = key
+        self.owner = owner
+        self.heap: list[tuple[float, int, int, PendingJob]] = []
+        self.live = 0
+        self.ver = -1
+        self.rec_arrival = 0.0
+        self.rec_seq = 0
+
+    def head(self, park: bool) -> PendingJob | None:
+        """The first live job, dropping stale entries; with ``park``, park blocked heads."""
+        heap = self.heap
+        while heap:
+            _, _, gen, job = heap[0]
+            if gen != job.gen:
+                heappop(heap)
+                continue
+            if park:
+                conflict = job.conflict
+                if conflict is not None and conflict.holder is not None:
+                    heappop(heap)
+                    self.live -= 1
+                    self.owner.size -= 1
+                    conflict.park(job)
+                    continue
+            return job
+        return None
+
+
+class KeyedQueue:
+    """Jobs grouped by fairness key, best first by ``(acc, arrival, seq)``.
+
+    ``heap`` holds entries ``(acc, arrival, seq, id, key_queue)``; an entry is current when its
+    id equals ``key_queue.ver``, and a current entry is never later than the queue's true
+    position. ``queues`` maps each key to its queue; ``size`` counts live jobs.
+    """
+
+    __slots__ = ("heap", "queues", "size")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, float, int, int, KeyQueue]] = []
+        self.queues: dict[KeyState, KeyQueue] = {}
+        self.size = 0
+
+    def push(self, job: PendingJob) -> None:
+        """Add ``job``; O(log n)."""
+        key = job.key
+        kq = self.queues.get(key)
+        if kq is None:
+            kq = self.queues[key] = KeyQueue(key, self)
+        job.gen = gen = job.gen + 1
+        job.home = kq
+        arrival = job.arrival
+        seq = job.seq
+        heappush(kq.heap, (arrival, seq, gen, job))
+        kq.live += 1
+        self.size += 1
+        if (
+            kq.ver < 0
+            or arrival < kq.rec_arrival
+            or (arrival == kq.rec_arrival and seq < kq.rec_seq)
+        ):
+            kq.ver = ver = _next_id()
+            kq.rec_arrival = arrival
+            kq.rec_seq = seq
+            heappush(self.heap, (key.acc, arrival, seq, ver, kq))
+
+    def best(self, park: bool) -> PendingJob | None:
+        """The first job in order, fixing stale entries on the way; amortised O(log n).
+
+        With ``park``, heads whose conflict is held are parked instead of returned.
+        """
+        heap = self.heap
+        while heap:
+            acc, _, seq, ver, kq = heap[0]
+            if ver != kq.ver:
+                heappop(heap)
+                continue
+            job = kq.head(park)
+            if job is None:
+                heappop(heap)
+                kq.ver = -1
+                if kq.live == 0:
+                    del self.queues[kq.key]
+                continue
+            key_acc = kq.key.acc
+            if key_acc == acc and job.seq == seq:
+                return job
+            kq.ver = ver = _next_id()
+            kq.rec_arrival = job.arrival
+            kq.rec_seq = job.seq
+            heapreplace(heap, (key_acc, job.arrival, job.seq, ver, kq))
+        return None
+
+    def refresh(self) -> None:
+        """Rebuild the heap from the true positions; needed after costs went down. O(keys)."""
+        entries = []
+        for key, kq in list(self.queues.items()):
+            job = kq.head(False)
+            if job is None:
+                kq.ver = -1
+                del self.queues[key]
+                continue
+            kq.ver = ver = _next_id()
+            kq.rec_arrival = job.arrival
+            kq.rec_seq = job.seq
+            entries.append((key.acc, job.arrival, job.seq, ver, kq))
+        heapify(entries)
+        self.heap = entries
+
+    def min_acc_excluding(self, key: KeyState) -> float | None:
+        """A lower bound of the accumulated cost of every key but ``key`` with jobs here.
+
+        Every entry's recorded cost is at most its key's current cost, so the least entry of
+        another key with live jobs is such a bound. Walks only past ``key``'s own and empty
+        entries: O(1 + those entries).
+        """
+        heap = self.heap
+        size = len(heap)
+        best: float | None = None
+        stack = [0] if heap else []
+        while stack:
+            i = stack.pop()
+            if i >= size:
+                continue
+            acc, _, _, _, kq = heap[i]
+            if best is not None and acc >= best:
+                continue
+            if kq.key is key or kq.live == 0:
+                stack.append(2 * i + 1)
+                stack.append(2 * i + 2)
+            else:
+                best = acc
+        return best
+
+    def jobs(self) -> Iterator[PendingJob]:
+        """Every live job, in no particular order. O(n)."""
+        for kq in self.queues.values():
+            for _, _, gen, job in kq.heap:
+                if gen == job.gen:
+                    yield job
+
+
+def take(job: PendingJob) -> None:
+    """Remove ``job``, which must be the head of its key queue, from its queue. O(log n)."""
+    kq = job.home
+    assert kq is not None
+    heappop(kq.heap)
+    kq.live -= 1
+    kq.owner.size -= 1
+    job.gen += 1
+    job.home = None
+
+
+def discard(job: PendingJob) -> None:
+    """Remove ``job`` from wherever it waits; its entry is dropped lazily. O(1)."""
+    kq = job.home
+    if kq is not None:
+        kq.live -= 1
+        kq.owner.size -= 1
+        job.home = None
+    job.gen += 1
+
+
+class Tier:
+    """All lanes of one priority.
+
+    ``running`` is the number of admitted, not yet released jobs of this tier; ``pending``
+    the number of pending ones (parked included).
+    """
+
+    __slots__ = ("cap", "lanes", "pending", "priority", "running")
+
+    def __init__(self, priority: int, cap: int) -> None:
+        self.priority = priority
+        self.cap = cap
+        self.lanes: list[Lane] = []
+        self.running = 0
+        self.pending = 0
+
+
+class Lane:
+    """The pending jobs of one job type.
+
+    ``running`` is the number of admitted, not yet released jobs of this type; ``pending``
+    the number of pending ones (parked included); ``queue`` holds the pending jobs that are
+    not parked on a held conflict.
+    """
+
+    __slots__ = ("cap", "pending", "queue", "running", "tier", "type")
+
+    def __init__(self, jtype: JobType, tier: Tier) -> None:
+        self.type = jtype
+        self.tier = tier
+        self.cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
+        self.running = 0
+        self.pending = 0
+        self.queue = KeyedQueue()
+
+
+class Conflict:
+    """One ``(conflict group, job_id)``.
+
+    ``holder`` is the running job that holds it, if any; ``lanes`` maps each lane to the
+    conflict lane of jobs parked (or lent) there; ``refs`` counts the pending and running jobs
+    that name this conflict, so it can be forgotten when none does.
+    """
+
+    __slots__ = ("group", "holder", "job_id", "lanes", "refs")
+
+    def __init__(self, group: str, job_id: str) -> None:
+        self.group = group
+        self.job_id = job_id
+        self.holder: PendingJob | None = None
+        self.lanes: dict[Lane, ConflictLane] = {}
+        self.refs = 0
+
+    def park(self, job: PendingJob) -> None:
+        """Park ``job`` (just removed from its lane) until this conflict is released."""
+        cl = self.lanes.get(job.lane)
+        if cl is None:
+            cl = self.lanes[job.lane] = ConflictLane(self, job.lane)
+        if job.lent_from is not None:
+            job.lent_from.lent = None
+            job.lent_from = None
+        cl.parked.push(job)
+
+    def release(self) -> None:
+        """The holder is done: lend the best waiter of each lane to its lane."""
+        self.holder = None
+        for cl in list(self.lanes.values()):
+            cl.revalidate()
+
+    def __repr__(self) -> str:
+        return f"<Conflict {self.group}:{self.job_id} holder={self.holder!r}>"
+
+
+class ConflictLane:
+    """The jobs of one lane waiting for one conflict.
+
+    ``parked`` holds them by the lane's order. While the conflict is free, ``lent`` is the best
+    of them by that order, moved back into the lane, and no parked job comes before it; the
+    loan is registered in the borrower key's ``lent`` heap under a *bound*: a lower bound of the
+    accumulated cost of every parked job of another key.
+    """
+
+    __slots__ = ("bound_id", "conflict", "lane", "lent", "parked")
+
+    def __init__(self, conflict: Conflict, lane: Lane) -> None:
+        self.conflict = conflict
+        self.lane = lane
+        self.parked = KeyedQueue()
+        self.lent: PendingJob | None = None
+        self.bound_id = 0
+
+    def revalidate(self) -> None:
+        """Make ``lent`` the best waiter again (if the conflict is free). O(log n)."""
+        if self.conflict.holder is not None:
+            return
+        parked = self.parked
+        best = parked.best(False)
+        lent = self.lent
+        if lent is not None:
+            if best is None or _comes_before(lent, best):
+                self._register(lent)
+                return
+            # A parked job now comes first: take the loan back.
+            discard(lent)
+            lent.lent_from = None
+            self.lent = None
+            parked.push(lent)
+            best = parked.best(False)
+        if best is None:
+            self._forget_if_empty()
+            return
+        take(best)
+        self.lane.queue.push(best)
+        best.lent_from = self
+        self.lent = best
+        self._register(best)
+
+    def _register(self, lent: PendingJob) -> None:
+        # Parked jobs of the borrower's own key come after the loan by (arrival, seq) for
+        # good, so only the other keys' costs can ever overtake it.
+        self.bound_id = ident = _next_id()
+        bound = self.parked.min_acc_excluding(lent.key)
+        if bound is not None:
+            heappush(lent.key.lent, (bound, ident, self))
+
+    def on_lent_gone(self) -> None:
+        """The lent job left (admitted or cancelled); lend the next one if still free."""
+        self.lent = None
+        self.bound_id = 0
+        self.revalidate()
+
+    def _forget_if_empty(self) -> None:
+        if self.lent is None and self.parked.size == 0:
+            lanes = self.conflict.lanes
+            if lanes.get(self.lane) is self:
+                del lanes[self.lane]
+
+
+def _comes_before(a: PendingJob, b: PendingJob) -> bool:
+    a_acc = a.key.acc
+    b_acc = b.key.acc
+    if a_acc != b_acc:
+        return a_acc < b_acc
+    if a.arrival != b.arrival:
+        return a.arrival < b.arrival
+    return a.seq < b.seq
+
+
+def recheck_loans(key: KeyState) -> None:
+    """``key`` was charged: re-examine the loans whose bound its cost has reached.
+
+    Amortised O(log n) per loan examined; a loan is examined only when its borrower's cost
+    crossed the recorded bound, i.e. when the loan may really have to move.
+    """
+    lent = key.lent
+    due = []
+    while lent and lent[0][0] <= key.acc:
+        due.append(heappop(lent))
+    # Each loan is examined once per charge: a loan still right after a tie on cost is
+    # registered again with a bound the key already reached, and must wait for the next charge.
+    for _, ident, cl in due:
+        if cl.bound_id == ident and cl.lent is not None and cl.lent.key is key:
+            cl.revalidate()

@@ -1,0 +1,455 @@
+"""The scheduler façade: events in (submit, cancel, complete), decisions out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable
+from itertools import count
+
+from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
+from .clock import Clock
+from .costs import Accounts, Estimates
+from .fairqueue import (
+    UNLIMITED,
+    Conflict,
+    Lane,
+    PendingJob,
+    Tier,
+    discard,
+    recheck_loans,
+    take,
+)
+from .policy import blocked_by, select
+from .types import (
+    Admission,
+    CancelOutcome,
+    JobState,
+    JobType,
+    JobView,
+    Release,
+    SchedulerConfig,
+    Snapshot,
+)
+
+__all__ = ["Scheduler"]
+
+
+class Scheduler:
+    """Fair dispatch of jobs over a fixed number of slots, with no I/O.
+
+    Args:
+        config: Capacity, tier caps, the estimate's ``alpha`` and the cost lifecycle.
+        clock: The only source of time.
+        types: Job types to register at once (more may be registered later).
+
+    Example:
+        >>> from celery_fair.core import JobType, Scheduler, SchedulerConfig, SimClock
+        >>> s = Scheduler(SchedulerConfig(capacity=1), SimClock(), [JobType("clone", priority=8)])
+        >>> s.submit("a1", "clone", "linux", fairness_key="alice")
+        >>> s.submit("b1", "clone", "git", fairness_key="bob")
+        >>> [a.ref for a in s.schedule()]
+        ['a1']
+        >>> s.complete("a1", elapsed=5.0).estimate
+        2.2
+    """
+
+    def __init__(
+        self, config: SchedulerConfig, clock: Clock, types: Iterable[JobType] = ()
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        now = clock.now()
+        self._capacity = config.capacity
+        # _running is the number of admitted, not yet released jobs; _pending of pending ones.
+        self._running = 0
+        self._pending = 0
+        self._lanes: dict[str, Lane] = {}
+        # _tiers holds one Tier per distinct priority of a registered type, highest first.
+        self._tiers: list[Tier] = []
+        self._jobs: dict[Hashable, PendingJob] = {}
+        # _conflicts holds every (group, job_id) named by at least one pending or running job.
+        self._conflicts: dict[tuple[str, str], Conflict] = {}
+        self._seq = count()
+        self._tokens = count(1)
+        self._estimates = Estimates(config.alpha, config.lifecycle.estimate_ttl)
+        self._accounts = Accounts(config.lifecycle, now)
+        for jtype in types:
+            self.register_type(jtype)
+
+    # -- configuration -----------------------------------------------------------------
+
+    def register_type(self, jtype: JobType) -> None:
+        """Register a job type. Registering an identical type again is a no-op.
+
+        Raises:
+            ConfigurationError: A different type of the same name is already registered.
+        """
+        lane = self._lanes.get(jtype.name)
+        if lane is not None:
+            if lane.type != jtype:
+                raise ConfigurationError(
+                    f"job type {jtype.name!r} is declared twice with different options: "
+                    f"{lane.type} and {jtype}"
+                )
+            return
+        tier = next((t for t in self._tiers if t.priority == jtype.priority), None)
+        if tier is None:
+            cap = self.config.tier_cap(jtype.priority)
+            tier = Tier(jtype.priority, UNLIMITED if cap is None else cap)
+            self._tiers.append(tier)
+            self._tiers.sort(key=lambda t: -t.priority)
+        lane = Lane(jtype, tier)
+        tier.lanes.append(lane)
+        self._lanes[jtype.name] = lane
+
+    @property
+    def types(self) -> dict[str, JobType]:
+        return {name: lane.type for name, lane in self._lanes.items()}
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def set_capacity(self, capacity: int) -> None:
+        """Change the number of global slots (the worker follows its pool's size).
+
+        Lowering it below the number of running jobs admits nothing until enough finish.
+        """
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ConfigurationError(f"capacity must be an int >= 0, got {capacity!r}")
+        self._capacity = capacity
+
+    # -- events in ---------------------------------------------------------------------
+
+    def submit(
+        self,
+        ref: Hashable,
+        type: str,
+        job_id: str | None = None,
+        fairness_key: str = "",
+        *,
+        arrival: float | None = None,
+        cost: float | None = None,
+    ) -> None:
+        """Add a pending job. O(log n).
+
+        Args:
+            ref: The caller's unique handle for the job.
+            type: The name of a registered job type.
+            job_id: The resource the job works on. ``None`` means none: the estimate is
+                then learned per type, and the job conflicts with nothing.
+            fairness_key: Who asked; ``""`` for background work.
+            arrival: When the job arrived (default: now). Ties in cost go to earlier arrivals.
+            cost: If given, the estimate to charge at admission instead of the learned one.
+
+        Raises:
+            DuplicateJob: ``ref`` is already pending or running.
+            UnknownJobType: ``type`` was never registered.
+        """
+        if ref in self._jobs:
+            raise DuplicateJob(f"job {ref!r} is already held by the scheduler")
+        lane = self._lanes.get(type)
+        if lane is None:
+            raise UnknownJobType(f"unknown job type {type!r}")
+        if cost is not None and not _is_cost(cost):
+            raise SchedulerError(f"job {ref!r}: cost must be a finite number >= 0, got {cost!r}")
+        now = self._clock.now()
+        self._maintain(now)
+        if arrival is None:
+            arrival = now
+        elif not _is_time(arrival):
+            raise SchedulerError(f"job {ref!r}: arrival must be a finite number, got {arrival!r}")
+        accounts = self._accounts
+        key = accounts.keys.get(fairness_key)
+        if key is None:
+            key = accounts.get(fairness_key)
+        if key.pending == 0 and key.running == 0:
+            accounts.activate(key)
+        conflict = None
+        group = lane.type.conflict_group
+        if group and job_id is not None:
+            conflict = self._conflicts.get((group, job_id))
+            if conflict is None:
+                conflict = self._conflicts[(group, job_id)] = Conflict(group, job_id)
+            conflict.refs += 1
+        job = PendingJob(ref, lane, job_id, key, arrival, next(self._seq), cost, conflict)
+        self._jobs[ref] = job
+        key.pending += 1
+        lane.pending += 1
+        lane.tier.pending += 1
+        self._pending += 1
+        lane.queue.push(job)
+
+    def cancel(self, ref: Hashable) -> CancelOutcome:
+        """Withdraw a pending job. O(log n) (O(1) unless it was lent by a conflict)."""
+        job = self._jobs.get(ref)
+        if job is None:
+            return CancelOutcome.UNKNOWN
+        if job.state is JobState.RUNNING:
+            return CancelOutcome.RUNNING
+        now = self._clock.now()
+        self._maintain(now)
+        discard(job)
+        del self._jobs[ref]
+        lane = job.lane
+        lane.pending -= 1
+        lane.tier.pending -= 1
+        self._pending -= 1
+        key = job.key
+        key.pending -= 1
+        lent_from = job.lent_from
+        if lent_from is not None:
+            job.lent_from = None
+            lent_from.on_lent_gone()
+        self._forget_conflict(job)
+        if key.pending == 0 and key.running == 0:
+            self._accounts.deactivate(key, now)
+        return CancelOutcome.CANCELLED
+
+    def complete(self, ref: Hashable, elapsed: float) -> Release:
+        """A running job finished after ``elapsed`` seconds: learn from it and release it.
+
+        The estimate for its ``(type, job_id)`` becomes
+        ``alpha * elapsed + (1 - alpha) * previous``. O(log n).
+
+        Raises:
+            UnknownJob: ``ref`` is not a running job.
+        """
+        if isinstance(elapsed, bool) or not _is_cost(elapsed):
+            raise SchedulerError(
+                f"job {ref!r}: elapsed must be a finite number >= 0, got {elapsed!r}"
+            )
+        return self._release(ref, elapsed)
+
+    def release(self, ref: Hashable) -> Release:
+        """Release a running job without learning from it (e.g. revoked, or its worker lost).
+
+        Raises:
+            UnknownJob: ``ref`` is not a running job.
+        """
+        return self._release(ref, None)
+
+    # -- decisions out -----------------------------------------------------------------
+
+    def next_admission(self) -> Admission | None:
+        """Admit the first admissible job in dispatch order, if any.
+
+        Amortised O(tiers + lanes of a tier + log n); it does not grow with blocked jobs.
+        """
+        now = self._clock.now()
+        self._maintain(now)
+        job = select(self._tiers, self._capacity - self._running)
+        return None if job is None else self._admit(job, now)
+
+    def schedule(self) -> list[Admission]:
+        """Admit jobs one at a time until nothing more is admissible."""
+        now = self._clock.now()
+        self._maintain(now)
+        tiers = self._tiers
+        admitted: list[Admission] = []
+        while True:
+            job = select(tiers, self._capacity - self._running)
+            if job is None:
+                return admitted
+            admitted.append(self._admit(job, now))
+
+    # -- inspection --------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    def __contains__(self, ref: object) -> bool:
+        return ref in self._jobs
+
+    def estimate(self, type: str, job_id: str | None = None) -> float:
+        """The current estimate for ``(type, job_id)``."""
+        lane = self._lanes.get(type)
+        if lane is None:
+            raise UnknownJobType(f"unknown job type {type!r}")
+        return self._estimates.peek((type, job_id), lane.type.default_cost)
+
+    def accumulated_cost(self, fairness_key: str) -> float:
+        """The accumulated cost of ``fairness_key`` (0 if unknown or evicted)."""
+        key = self._accounts.keys.get(fairness_key)
+        return 0.0 if key is None else key.acc
+
+    def status(self, ref: Hashable) -> JobView | None:
+        """One job's view, with its place in the queue. O(n) for a pending job."""
+        job = self._jobs.get(ref)
+        if job is None:
+            return None
+        if job.state is JobState.RUNNING:
+            return self._view(job, None, None)
+        mine = job.order()
+        place = 1
+        place_in_key = 1
+        for other in self._jobs.values():
+            if other.state is JobState.PENDING and other.order() < mine:
+                place += 1
+                if other.key is job.key:
+                    place_in_key += 1
+        return self._view(job, place, place_in_key)
+
+    def snapshot(self) -> Snapshot:
+        """The whole state, pending jobs in dispatch order with their places. O(n log n)."""
+        pending = sorted(
+            (j for j in self._jobs.values() if j.state is JobState.PENDING), key=PendingJob.order
+        )
+        running = sorted(
+            (j for j in self._jobs.values() if j.state is JobState.RUNNING), key=lambda j: j.token
+        )
+        per_key: dict[str, int] = {}
+        views = []
+        for place, job in enumerate(pending, start=1):
+            n = per_key[job.key.name] = per_key.get(job.key.name, 0) + 1
+            views.append(self._view(job, place, n))
+        views.extend(self._view(job, None, None) for job in running)
+        running_by_key: dict[str, int] = {}
+        for job in running:
+            running_by_key[job.key.name] = running_by_key.get(job.key.name, 0) + 1
+        return Snapshot(
+            now=self._clock.now(),
+            capacity=self._capacity,
+            running=self._running,
+            pending=self._pending,
+            running_by_tier={t.priority: t.running for t in self._tiers},
+            running_by_type={name: lane.running for name, lane in self._lanes.items()},
+            pending_by_key=per_key,
+            running_by_key=running_by_key,
+            accumulated_cost=self._accounts.costs(),
+            estimates=dict(self._estimates.items()),
+            jobs=tuple(views),
+        )
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _admit(self, job: PendingJob, now: float) -> Admission:
+        take(job)
+        job.state = JobState.RUNNING
+        lane = job.lane
+        tier = lane.tier
+        key = job.key
+        lane.pending -= 1
+        lane.running += 1
+        tier.pending -= 1
+        tier.running += 1
+        self._pending -= 1
+        self._running += 1
+        key.pending -= 1
+        key.running += 1
+        conflict = job.conflict
+        if conflict is not None:
+            conflict.holder = job
+        lent_from = job.lent_from
+        if lent_from is not None:
+            job.lent_from = None
+            lent_from.on_lent_gone()
+        jtype = lane.type
+        estimate = job.cost
+        if estimate is None:
+            estimate = self._estimates.get((jtype.name, job.job_id), jtype.default_cost, now)
+        job.estimate = estimate
+        key.acc += estimate
+        if key.lent and key.lent[0][0] <= key.acc:
+            recheck_loans(key)
+        job.token = token = next(self._tokens)
+        job.admitted_at = now
+        return Admission(
+            job.ref,
+            jtype.name,
+            job.job_id,
+            key.name,
+            tier.priority,
+            estimate,
+            token,
+            job.arrival,
+            now,
+        )
+
+    def _release(self, ref: Hashable, elapsed: float | None) -> Release:
+        job = self._jobs.get(ref)
+        if job is None or job.state is not JobState.RUNNING:
+            raise UnknownJob(f"job {ref!r} is not running")
+        now = self._clock.now()
+        self._maintain(now)
+        del self._jobs[ref]
+        lane = job.lane
+        lane.running -= 1
+        lane.tier.running -= 1
+        self._running -= 1
+        key = job.key
+        key.running -= 1
+        jtype = lane.type
+        ekey = (jtype.name, job.job_id)
+        if elapsed is None:
+            estimate = self._estimates.peek(ekey, jtype.default_cost)
+        else:
+            estimate = self._estimates.observe(ekey, elapsed, jtype.default_cost, now)
+        conflict = job.conflict
+        if conflict is not None:
+            if conflict.holder is job:
+                conflict.release()
+            self._forget_conflict(job)
+        if key.pending == 0 and key.running == 0:
+            self._accounts.deactivate(key, now)
+        return Release(ref, jtype.name, job.job_id, key.name, elapsed, estimate)
+
+    def _forget_conflict(self, job: PendingJob) -> None:
+        conflict = job.conflict
+        if conflict is not None:
+            conflict.refs -= 1
+            if conflict.refs == 0:
+                del self._conflicts[(conflict.group, conflict.job_id)]
+
+    def _maintain(self, now: float) -> None:
+        if self._accounts.expire(now):
+            self._reorder()
+        self._estimates.expire(now)
+
+    def _reorder(self) -> None:
+        """Accumulated costs went down: rebuild every order that used them. O(keys + loans)."""
+        for lane in self._lanes.values():
+            lane.queue.refresh()
+        for key in self._accounts.keys.values():
+            key.lent.clear()
+        for conflict in self._conflicts.values():
+            for cl in conflict.lanes.values():
+                cl.parked.refresh()
+                cl.bound_id = 0
+        for conflict in list(self._conflicts.values()):
+            if conflict.holder is None:
+                for cl in list(conflict.lanes.values()):
+                    cl.revalidate()
+
+    def _view(self, job: PendingJob, place: int | None, place_in_key: int | None) -> JobView:
+        pending = job.state is JobState.PENDING
+        return JobView(
+            ref=job.ref,
+            type=job.lane.type.name,
+            job_id=job.job_id,
+            fairness_key=job.key.name,
+            priority=job.lane.tier.priority,
+            arrival=job.arrival,
+            state=job.state,
+            place=place,
+            place_in_key=place_in_key,
+            blocked_by=blocked_by(job, self._capacity - self._running) if pending else (),
+        )
+
+
+def _is_cost(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _is_time(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,290 @@
+"""Values of the scheduling core: configuration in, decisions and snapshots out."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NewType
+
+from ..errors import ConfigurationError
+
+__all__ = [
+    "Admission",
+    "BlockReason",
+    "CancelOutcome",
+    "CostLifecycle",
+    "FairnessKey",
+    "JobId",
+    "JobRef",
+    "JobState",
+    "JobType",
+    "JobView",
+    "Release",
+    "SchedulerConfig",
+    "Snapshot",
+    "TypeName",
+]
+
+TypeName = NewType("TypeName", str)
+"""The name of a registered job type (``"sync-clone"``)."""
+
+JobId = NewType("JobId", str)
+"""The resource a job works on (``"github.com/torvalds/linux"``); ``None`` when it names none."""
+
+FairnessKey = NewType("FairnessKey", str)
+"""Who asked for a job; the empty string is background work."""
+
+JobRef = Hashable
+"""The caller's handle for one job (the worker uses the Celery task id)."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(
+        value
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobType:
+    """A registered kind of job and the limits that apply to it.
+
+    Args:
+        name: The type's name; jobs name their type by it.
+        priority: A positive int. Higher tiers are dispatched first, and unless the scheduler
+            configures ``tier_caps`` for it, the value is also the number of jobs of this tier
+            that may run at once (the seed's double duty).
+        max_concurrency: Jobs of this type that may run at once; ``None`` for no limit.
+        conflict_group: Jobs whose types share a non-empty group and that carry the same
+            ``job_id`` never run at the same time.
+        default_cost: The estimate used for a ``(type, job_id)`` before any observation.
+
+    Example:
+        >>> repack = JobType("repack", priority=10, max_concurrency=3, conflict_group="git")
+        >>> repack.default_cost
+        1.0
+    """
+
+    name: str
+    priority: int
+    max_concurrency: int | None = None
+    conflict_group: str = ""
+    default_cost: float = 1.0
+
+    def __post_init__(self) -> None:
+        where = f"job type {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigurationError(f"job type name must be a non-empty string, got {self.name!r}")
+        if not _is_int(self.priority) or self.priority < 1:
+            raise ConfigurationError(
+                f"{where}: priority must be a positive int, got {self.priority!r}"
+            )
+        if self.max_concurrency is not None and (
+            not _is_int(self.max_concurrency) or self.max_concurrency < 0
+        ):
+            raise ConfigurationError(
+                f"{where}: max_concurrency must be an int >= 0 or None, "
+                f"got {self.max_concurrency!r}"
+            )
+        if not isinstance(self.conflict_group, str):
+            raise ConfigurationError(
+                f"{where}: conflict_group must be a string, got {self.conflict_group!r}"
+            )
+        if not _is_number(self.default_cost) or self.default_cost < 0:
+            raise ConfigurationError(
+                f"{where}: default_cost must be a finite number >= 0, got {self.default_cost!r}"
+            )
+        object.__setattr__(self, "default_cost", float(self.default_cost))
+
+
+@dataclass(frozen=True, slots=True)
+class CostLifecycle:
+    """How accumulated costs and learned estimates are forgotten.
+
+    Args:
+        cost_ttl: Seconds after which an idle fairness key's accumulated cost is evicted
+            (it then starts again from zero, or from the minimum if ``advance_idle``).
+            ``None`` keeps it forever. A key is idle when it has no pending and no running job.
+        estimate_ttl: Seconds after which an estimate not used or updated is evicted (the
+            type's ``default_cost`` applies again). ``None`` keeps it forever.
+        reset_interval: If set, every accumulated cost is set to zero each time this many
+            seconds pass (counted from the scheduler's creation).
+        advance_idle: When a key becomes active (its first pending job while it has none
+            pending or running), raise its accumulated cost to the minimum accumulated cost of
+            the keys that are active, so neither a returning nor a brand-new key can jump ahead
+            of everyone on an old or fresh counter.
+    """
+
+    cost_ttl: float | None = 3600.0
+    estimate_ttl: float | None = 7 * 24 * 3600.0
+    reset_interval: float | None = None
+    advance_idle: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("cost_ttl", "estimate_ttl", "reset_interval"):
+            value = getattr(self, name)
+            if value is not None and (not _is_number(value) or value <= 0):
+                raise ConfigurationError(f"{name} must be a positive number or None, got {value!r}")
+        if not isinstance(self.advance_idle, bool):
+            raise ConfigurationError(f"advance_idle must be a bool, got {self.advance_idle!r}")
+
+    @classmethod
+    def never(cls) -> CostLifecycle:
+        """Keep every cost and estimate forever (the simulator's default)."""
+        return cls(cost_ttl=None, estimate_ttl=None, reset_interval=None, advance_idle=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Scheduler-wide settings.
+
+    Args:
+        capacity: Global slots: jobs that may run at once, whatever their type.
+        tier_caps: Per-priority override of the tier cap (``None`` = no tier cap). A tier
+            not listed is capped at its own priority value.
+        alpha: Smoothing factor of the estimate's moving average, ``0 < alpha <= 1``.
+        lifecycle: How accumulated costs and estimates are forgotten.
+    """
+
+    capacity: int
+    tier_caps: Mapping[int, int | None] = field(default_factory=dict)
+    alpha: float = 0.3
+    lifecycle: CostLifecycle = field(default_factory=CostLifecycle)
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.capacity) or self.capacity < 0:
+            raise ConfigurationError(f"capacity must be an int >= 0, got {self.capacity!r}")
+        if not _is_number(self.alpha) or not 0 < self.alpha <= 1:
+            raise ConfigurationError(f"alpha must be a number in (0, 1], got {self.alpha!r}")
+        caps: dict[int, int | None] = {}
+        for tier, cap in dict(self.tier_caps).items():
+            if not _is_int(tier) or tier < 1:
+                raise ConfigurationError(f"tier_caps: tier must be a positive int, got {tier!r}")
+            if cap is not None and (not _is_int(cap) or cap < 0):
+                raise ConfigurationError(
+                    f"tier_caps[{tier}] must be an int >= 0 or None, got {cap!r}"
+                )
+            caps[tier] = cap
+        object.__setattr__(self, "tier_caps", MappingProxyType(caps))
+        if not isinstance(self.lifecycle, CostLifecycle):
+            raise ConfigurationError(f"lifecycle must be a CostLifecycle, got {self.lifecycle!r}")
+
+    def tier_cap(self, priority: int) -> int | None:
+        """The concurrency cap of the tier ``priority`` (``None`` = unlimited)."""
+        return self.tier_caps.get(priority, priority)
+
+
+class JobState(enum.Enum):
+    """Where a job is in its life inside the core."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+
+
+class BlockReason(enum.Enum):
+    """Why a pending job cannot be admitted right now."""
+
+    CAPACITY = "capacity"
+    """Every global slot is in use."""
+    TIER_CAP = "tier_cap"
+    """Its priority tier runs as many jobs as the tier cap allows."""
+    TYPE_CAP = "type_cap"
+    """Its job type runs ``max_concurrency`` jobs."""
+    CONFLICT = "conflict"
+    """A job of the same conflict group on the same ``job_id`` is running."""
+
+
+class CancelOutcome(enum.Enum):
+    """The result of cancelling a job."""
+
+    CANCELLED = "cancelled"
+    """The job was pending and is gone; it will never be admitted."""
+    RUNNING = "running"
+    """The job was already admitted; cancelling it is the caller's business."""
+    UNKNOWN = "unknown"
+    """The core holds no job with that reference."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The decision to start a job now.
+
+    Attributes:
+        estimate: The cost charged to ``fairness_key`` for this admission.
+        token: A fencing token, strictly increasing across admissions of one scheduler.
+    """
+
+    ref: JobRef
+    type: str
+    job_id: str | None
+    fairness_key: str
+    priority: int
+    estimate: float
+    token: int
+    arrival: float
+    admitted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The result of completing or releasing a running job.
+
+    Attributes:
+        elapsed: The observed wall time, or ``None`` for a release without observation.
+        estimate: The estimate for ``(type, job_id)`` after this release.
+    """
+
+    ref: JobRef
+    type: str
+    job_id: str | None
+    fairness_key: str
+    elapsed: float | None
+    estimate: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One job as a snapshot shows it.
+
+    Attributes:
+        place: For a pending job, its 1-based position in the dispatch order among all
+            pending jobs; ``None`` when running.
+        place_in_key: Its 1-based position among the pending jobs of its fairness key.
+        blocked_by: Why it cannot be admitted now; empty when it is admissible (it is then
+            admitted at the next decision unless it is not first in the dispatch order).
+    """
+
+    ref: JobRef
+    type: str
+    job_id: str | None
+    fairness_key: str
+    priority: int
+    arrival: float
+    state: JobState
+    place: int | None
+    place_in_key: int | None
+    blocked_by: tuple[BlockReason, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The scheduler's state at one instant, for inspection, metrics and tests."""
+
+    now: float
+    capacity: int
+    running: int
+    pending: int
+    running_by_tier: Mapping[int, int]
+    running_by_type: Mapping[str, int]
+    pending_by_key: Mapping[str, int]
+    running_by_key: Mapping[str, int]
+    accumulated_cost: Mapping[str, float]
+    estimates: Mapping[tuple[str, str | None], float]
+    jobs: tuple[JobView, ...]
+    """Pending jobs in dispatch order, then running jobs in admission order."""

@@ -1,0 +1,67 @@
+"""Errors raised by celery-fair, split by who is at fault.
+
+::
+
+    FairError
+     ├── ConfigurationError      the operator's settings or job types are wrong (raise at startup)
+     │    └── TraceError         a simulator trace is malformed
+     ├── MessageError            a producer sent a job the worker cannot take as it is
+     ├── SchedulerError          the scheduling core was used against its contract (a bug)
+     │    ├── DuplicateJob       a job reference was submitted twice
+     │    ├── UnknownJob         a job reference the core does not hold
+     │    └── UnknownJobType     a job names a type that was never registered
+     └── StoreUnavailable        the shared store cannot be reached (infrastructure)
+
+Expected outcomes of normal operation (a job blocked, a cancel that came too late) are
+return values, never exceptions.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "DuplicateJob",
+    "FairError",
+    "MessageError",
+    "SchedulerError",
+    "StoreUnavailable",
+    "TraceError",
+    "UnknownJob",
+    "UnknownJobType",
+]
+
+
+class FairError(Exception):
+    """Root of every error celery-fair raises on purpose."""
+
+
+class ConfigurationError(FairError, ValueError):
+    """Raised at startup when a setting or a job type declaration is invalid."""
+
+
+class TraceError(ConfigurationError):
+    """Raised by the simulator when a trace does not follow the documented format."""
+
+
+class MessageError(FairError, ValueError):
+    """Raised when a message's fairness headers cannot be taken as they are."""
+
+
+class SchedulerError(FairError, RuntimeError):
+    """Raised when the scheduling core is called against its contract."""
+
+
+class DuplicateJob(SchedulerError):
+    """Raised when a job reference is submitted while the core still holds it."""
+
+
+class UnknownJob(SchedulerError, KeyError):
+    """Raised when an operation names a job reference the core does not hold."""
+
+
+class StoreUnavailable(FairError, ConnectionError):
+    """Raised when the shared-state store cannot be reached."""
+
+
+class UnknownJobType(SchedulerError, KeyError):
+    """Raised when a job names a job type that was never registered."""

@@ -1,0 +1,367 @@
+"""The what-if simulator: a trace in, the core's decisions in simulated time out.
+
+Time jumps from event to event. At each instant, completions are applied first (in the order
+those jobs were admitted, each teaching the estimate ``elapsed = duration``), then arrivals (in
+trace order), then jobs are admitted one at a time until nothing more is admissible. A job that
+can never run gets ``start`` and ``finish`` of ``None``. The format is documented in
+``docs/simulator.md``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from .core import CostLifecycle, JobType, Scheduler, SchedulerConfig, SimClock
+from .errors import ConfigurationError, TraceError
+
+__all__ = [
+    "JobOutcome",
+    "SimResult",
+    "Trace",
+    "TraceJob",
+    "bundled_examples",
+    "format_table",
+    "load_bundled",
+    "parse_trace",
+    "simulate",
+]
+
+_TYPE_FIELDS = {"priority", "max_concurrency", "conflict_group", "default_cost"}
+_JOB_FIELDS = {"name", "type", "job_id", "fairness_key", "arrival", "duration", "cost"}
+_TOP_FIELDS = {"capacity", "types", "jobs", "alpha", "tier_caps", "lifecycle"}
+_LIFECYCLE_FIELDS = {"cost_ttl", "estimate_ttl", "reset_interval", "advance_idle"}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    name: str
+    type: str
+    job_id: str | None
+    fairness_key: str
+    arrival: float
+    duration: float
+    cost: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    capacity: int
+    types: tuple[JobType, ...]
+    jobs: tuple[TraceJob, ...]
+    config: SchedulerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    name: str
+    start: float | None
+    finish: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    jobs: tuple[JobOutcome, ...]
+    summary: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jobs": [{"name": j.name, "start": j.start, "finish": j.finish} for j in self.jobs],
+            "summary": self.summary,
+        }
+
+
+# -- parsing -----------------------------------------------------------------------------
+
+
+def parse_trace(data: object, *, warn: Any = None) -> Trace:
+    """Validate a decoded JSON trace and build a ``Trace``.
+
+    Unknown fields are reported through ``warn(message)`` (stderr by default) and ignored.
+
+    Raises:
+        TraceError: The trace does not follow the format; the message names the field.
+    """
+    warn = warn or (lambda message: print(f"warning: {message}", file=sys.stderr))
+    top = _mapping(data, "trace")
+    _unknown(top, _TOP_FIELDS, "trace", warn)
+    capacity = top.get("capacity")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise TraceError(f"capacity: must be an int >= 0, got {capacity!r}")
+    types = []
+    for name, spec in _mapping(top.get("types", {}), "types").items():
+        where = f"types[{name!r}]"
+        spec = _mapping(spec, where)
+        _unknown(spec, _TYPE_FIELDS, where, warn)
+        if "priority" not in spec:
+            raise TraceError(f"{where}.priority: required")
+        try:
+            types.append(
+                JobType(
+                    name=name,
+                    priority=spec["priority"],
+                    max_concurrency=spec.get("max_concurrency"),
+                    conflict_group=spec.get("conflict_group") or "",
+                    default_cost=spec.get("default_cost", 1),
+                )
+            )
+        except ConfigurationError as exc:
+            raise TraceError(f"{where}: {exc}") from None
+    known = {t.name for t in types}
+    jobs = []
+    names: set[str] = set()
+    for i, raw in enumerate(_sequence(top.get("jobs", []), "jobs")):
+        jobs.append(_parse_job(raw, f"jobs[{i}]", known, names, warn))
+    return Trace(capacity, tuple(types), tuple(jobs), _parse_config(top, capacity, warn))
+
+
+def _parse_job(raw: object, where: str, known: set[str], names: set[str], warn: Any) -> TraceJob:
+    spec = _mapping(raw, where)
+    _unknown(spec, _JOB_FIELDS, where, warn)
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise TraceError(f"{where}.name: must be a non-empty string, got {name!r}")
+    if name in names:
+        raise TraceError(f"{where}.name: {name!r} is used by an earlier job; names are unique")
+    names.add(name)
+    jtype = spec.get("type")
+    if jtype not in known:
+        raise TraceError(f"{where}.type: {jtype!r} is not one of the trace's types {sorted(known)}")
+    job_id = spec.get("job_id")
+    if job_id is not None and not isinstance(job_id, str):
+        raise TraceError(f"{where}.job_id: must be a string or null, got {job_id!r}")
+    key = spec.get("fairness_key", "")
+    if key is None:
+        key = ""
+    if not isinstance(key, str):
+        raise TraceError(f"{where}.fairness_key: must be a string, got {key!r}")
+    arrival = _number(spec.get("arrival"), f"{where}.arrival")
+    duration = _number(spec.get("duration"), f"{where}.duration")
+    cost = spec.get("cost")
+    if cost is not None:
+        cost = _number(cost, f"{where}.cost")
+    return TraceJob(name, str(jtype), job_id, key, arrival, duration, cost)
+
+
+def _parse_config(top: dict[str, Any], capacity: int, warn: Any) -> SchedulerConfig:
+    tier_caps: dict[int, int | None] = {}
+    for tier, cap in _mapping(top.get("tier_caps", {}), "tier_caps").items():
+        try:
+            tier_caps[int(tier)] = cap
+        except ValueError:
+            raise TraceError(f"tier_caps: tier {tier!r} is not an integer") from None
+    lifecycle = CostLifecycle.never()
+    if "lifecycle" in top:
+        spec = _mapping(top["lifecycle"], "lifecycle")
+        _unknown(spec, _LIFECYCLE_FIELDS, "lifecycle", warn)
+        try:
+            lifecycle = CostLifecycle(
+                cost_ttl=spec.get("cost_ttl"),
+                estimate_ttl=spec.get("estimate_ttl"),
+                reset_interval=spec.get("reset_interval"),
+                advance_idle=spec.get("advance_idle", False),
+            )
+        except ConfigurationError as exc:
+            raise TraceError(f"lifecycle: {exc}") from None
+    try:
+        return SchedulerConfig(
+            capacity=capacity, tier_caps=tier_caps, alpha=top.get("alpha", 0.3), lifecycle=lifecycle
+        )
+    except ConfigurationError as exc:
+        raise TraceError(str(exc)) from None
+
+
+def _mapping(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TraceError(f"{where}: must be an object, got {type(value).__name__}")
+    return value
+
+
+def _sequence(value: object, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TraceError(f"{where}: must be a list, got {type(value).__name__}")
+    return value
+
+
+def _number(value: object, where: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise TraceError(f"{where}: must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def _unknown(spec: dict[str, Any], allowed: set[str], where: str, warn: Any) -> None:
+    for name in sorted(set(spec) - allowed):
+        warn(f"{where}: unknown field {name!r} ignored")
+
+
+# -- running -----------------------------------------------------------------------------
+
+
+def simulate(trace: Trace) -> SimResult:
+    """Run the core over ``trace`` in simulated time; deterministic."""
+    clock = SimClock()
+    scheduler = Scheduler(trace.config, clock, trace.types)
+    jobs = trace.jobs
+    n = len(jobs)
+    order = sorted(range(n), key=lambda i: (jobs[i].arrival, i))
+    start: list[float | None] = [None] * n
+    finish: list[float | None] = [None] * n
+    running: list[tuple[float, int, int]] = []  # (finish, token, index)
+    nxt = 0
+    while nxt < n or running:
+        t = min(
+            jobs[order[nxt]].arrival if nxt < n else math.inf,
+            running[0][0] if running else math.inf,
+        )
+        clock.set(t)
+        while running and running[0][0] <= t:
+            done_at, _, index = heapq.heappop(running)
+            finish[index] = done_at
+            scheduler.complete(index, elapsed=jobs[index].duration)
+        while nxt < n and jobs[order[nxt]].arrival <= t:
+            job = jobs[order[nxt]]
+            scheduler.submit(
+                order[nxt],
+                job.type,
+                job.job_id,
+                job.fairness_key,
+                arrival=job.arrival,
+                cost=job.cost,
+            )
+            nxt += 1
+        for admission in scheduler.schedule():
+            index = admission.ref  # type: ignore[assignment]
+            start[index] = t
+            heapq.heappush(running, (t + jobs[index].duration, admission.token, index))
+    outcomes = tuple(JobOutcome(j.name, start[i], finish[i]) for i, j in enumerate(jobs))
+    return SimResult(outcomes, summarise(jobs, outcomes))
+
+
+def summarise(jobs: tuple[TraceJob, ...], outcomes: tuple[JobOutcome, ...]) -> dict[str, Any]:
+    """Per fairness key: counts, wait percentiles (nearest rank) and share of slot-time."""
+    waits: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    slot_time: dict[str, float] = {}
+    for job, outcome in zip(jobs, outcomes, strict=True):
+        key = job.fairness_key
+        counts[key] = counts.get(key, 0) + 1
+        waits.setdefault(key, [])
+        slot_time.setdefault(key, 0)
+        if outcome.start is not None:
+            waits[key].append(outcome.start - job.arrival)
+            slot_time[key] += job.duration
+    total = sum(slot_time.values())
+    keys = {}
+    for key in sorted(counts):
+        w = sorted(waits[key])
+        keys[key] = {
+            "jobs": counts[key],
+            "started": len(w),
+            "never_started": counts[key] - len(w),
+            "wait_p50": _percentile(w, 50),
+            "wait_p99": _percentile(w, 99),
+            "wait_max": w[-1] if w else None,
+            "slot_time": slot_time[key],
+            "slot_share": slot_time[key] / total if total else 0.0,
+        }
+    finishes = [o.finish for o in outcomes if o.finish is not None]
+    return {"makespan": max(finishes) if finishes else None, "keys": keys}
+
+
+def _percentile(sorted_values: list[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+# -- presentation ------------------------------------------------------------------------
+
+
+def format_table(trace: Trace, result: SimResult) -> str:
+    """The result as two plain-text tables: jobs in trace order, then per fairness key."""
+    rows = [("job", "type", "job_id", "key", "arrival", "start", "finish", "wait")]
+    for job, out in zip(trace.jobs, result.jobs, strict=True):
+        wait = None if out.start is None else out.start - job.arrival
+        rows.append(
+            (
+                job.name,
+                job.type,
+                "-" if job.job_id is None else job.job_id,
+                _key_label(job.fairness_key),
+                _fmt(job.arrival),
+                _fmt(out.start),
+                _fmt(out.finish),
+                _fmt(wait),
+            )
+        )
+    lines = _table(rows)
+    lines.append("")
+    rows = [("key", "jobs", "started", "wait p50", "wait p99", "wait max", "slot-time", "share")]
+    for key, s in result.summary["keys"].items():
+        rows.append(
+            (
+                _key_label(key),
+                str(s["jobs"]),
+                str(s["started"]),
+                _fmt(s["wait_p50"]),
+                _fmt(s["wait_p99"]),
+                _fmt(s["wait_max"]),
+                _fmt(s["slot_time"]),
+                f"{100 * s['slot_share']:.1f}%",
+            )
+        )
+    lines.extend(_table(rows))
+    lines.append("")
+    lines.append(f"makespan: {_fmt(result.summary['makespan'])}")
+    return "\n".join(lines)
+
+
+def _key_label(key: str) -> str:
+    return key if key else "(background)"
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.3f}"
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = []
+    for n, row in enumerate(rows):
+        out.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+# -- bundled examples --------------------------------------------------------------------
+
+
+def bundled_examples() -> list[str]:
+    """Names of the traces shipped with the package."""
+    folder = resources.files("celery_fair").joinpath("traces")
+    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_bundled(name: str) -> object:
+    """The decoded JSON of the bundled trace ``name``."""
+    if name not in bundled_examples():
+        raise TraceError(f"no bundled example {name!r}; choose from {bundled_examples()}")
+    text = resources.files("celery_fair").joinpath("traces", f"{name}.json").read_text("utf-8")
+    return json.loads(text)

@@ -1,0 +1,33 @@
+"""Random traces: the simulator over the real core equals the oracle's simulation exactly."""
+
+from __future__ import annotations
+
+from hypothesis import given
+
+from celery_fair.sim import parse_trace, simulate
+from reference import reference_simulate
+from strategies import traces
+
+
+def run(trace):
+    return simulate(parse_trace(trace)).to_json()["jobs"]
+
+
+@given(traces())
+def test_every_start_and_finish_equals_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(lifecycle=True))
+def test_cost_lifecycle_options_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(max_jobs=60))
+def test_larger_traces_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(runnable=True))
+def test_every_job_runs_when_its_type_can_run(trace):
+    assert all(job["start"] is not None for job in run(trace))

@@ -1,0 +1,178 @@
+"""Random sequences of submit/cancel/complete/release/schedule/advance against the oracle.
+
+After every step the core's decisions and bookkeeping must equal the oracle's, and the
+invariants stated on the core's structures must hold.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from celery_fair.core import (
+    CancelOutcome,
+    CostLifecycle,
+    JobState,
+    JobType,
+    Scheduler,
+    SchedulerConfig,
+    SimClock,
+)
+from reference import RefScheduler, RefType
+from strategies import JOB_IDS, KEYS, costs, job_types
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    @initialize(
+        types=job_types(),
+        capacity=st.integers(0, 5),
+        alpha=st.sampled_from([0.3, 0.5, 1.0]),
+        cost_ttl=st.sampled_from([None, 1.0, 4.0]),
+        estimate_ttl=st.sampled_from([None, 2.0]),
+        reset_interval=st.sampled_from([None, 3.0]),
+        advance_idle=st.booleans(),
+    )
+    def setup(self, types, capacity, alpha, cost_ttl, estimate_ttl, reset_interval, advance_idle):
+        self.clock = SimClock()
+        life = CostLifecycle(cost_ttl, estimate_ttl, reset_interval, advance_idle)
+        jtypes = [
+            JobType(
+                name,
+                spec["priority"],
+                spec.get("max_concurrency"),
+                spec.get("conflict_group", ""),
+                spec.get("default_cost", 1),
+            )
+            for name, spec in types.items()
+        ]
+        self.core = Scheduler(
+            SchedulerConfig(capacity, alpha=alpha, lifecycle=life), self.clock, jtypes
+        )
+        self.ref = RefScheduler(
+            capacity,
+            {
+                t.name: RefType(
+                    t.name, t.priority, t.max_concurrency, t.conflict_group, t.default_cost
+                )
+                for t in jtypes
+            },
+            alpha=alpha,
+            cost_ttl=cost_ttl,
+            estimate_ttl=estimate_ttl,
+            reset_interval=reset_interval,
+            advance_idle=advance_idle,
+        )
+        self.types = sorted(types)
+        self.next_ref = 0
+        self.pending: list[int] = []
+        self.running: list[int] = []
+
+    @property
+    def now(self):
+        return self.clock.now()
+
+    @rule(
+        data=st.data(),
+        job_id=st.sampled_from(JOB_IDS),
+        key=st.sampled_from(KEYS),
+        back=st.sampled_from([0, 0, 0.5, 2]),
+        cost=costs,
+    )
+    def submit(self, data, job_id, key, back, cost):
+        jtype = data.draw(st.sampled_from(self.types))
+        ref = self.next_ref
+        self.next_ref += 1
+        arrival = max(0.0, self.now - back)
+        self.core.submit(ref, jtype, job_id, key, arrival=arrival, cost=cost)
+        self.ref.submit(ref, jtype, job_id, key, arrival, cost, self.now)
+        self.pending.append(ref)
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def cancel(self, data):
+        ref = data.draw(st.sampled_from(self.pending))
+        assert self.core.cancel(ref) is CancelOutcome.CANCELLED
+        assert self.ref.cancel(ref, self.now)
+        self.pending.remove(ref)
+        assert self.core.cancel(ref) is CancelOutcome.UNKNOWN
+
+    @rule()
+    def schedule(self):
+        got = self.core.schedule()
+        want = self.ref.schedule(self.now)
+        assert [(a.ref, a.estimate) for a in got] == [(j.ref, j.estimate) for j in want]
+        for a in got:
+            self.pending.remove(a.ref)
+            self.running.append(a.ref)
+            assert self.core.cancel(a.ref) is CancelOutcome.RUNNING
+
+    @rule()
+    def next_admission(self):
+        got = self.core.next_admission()
+        want = self.ref.next_admission(self.now)
+        assert (got and (got.ref, got.estimate)) == (want and (want.ref, want.estimate))
+        if got:
+            self.pending.remove(got.ref)
+            self.running.append(got.ref)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data(), elapsed=st.sampled_from([0, 0.5, 1, 3.3, 12]))
+    def complete(self, data, elapsed):
+        ref = data.draw(st.sampled_from(self.running))
+        release = self.core.complete(ref, elapsed)
+        self.ref.complete(ref, elapsed, self.now)
+        self.running.remove(ref)
+        assert release.estimate == self.ref.estimates[(release.type, release.job_id)]
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def release(self, data):
+        ref = data.draw(st.sampled_from(self.running))
+        self.core.release(ref)
+        self.ref.complete(ref, None, self.now)
+        self.running.remove(ref)
+
+    @rule(dt=st.sampled_from([0.25, 1, 2.5, 5]))
+    def advance(self, dt):
+        self.clock.advance(dt)
+
+    @invariant()
+    def bookkeeping_equals_the_oracle(self):
+        snap = self.core.snapshot()
+        assert snap.pending == len(self.ref.pending) == len(self.pending)
+        assert snap.running == len(self.ref.running) == len(self.running)
+        assert dict(snap.accumulated_cost) == self.ref.acc
+        assert dict(snap.estimates) == self.ref.estimates
+
+    @invariant()
+    def caps_hold_and_conflicts_never_overlap(self):
+        snap = self.core.snapshot()
+        types = self.core.types
+        assert snap.running <= snap.capacity
+        for tier, n in snap.running_by_tier.items():
+            cap = self.core.config.tier_cap(tier)
+            assert cap is None or n <= cap
+        for name, n in snap.running_by_type.items():
+            cap = types[name].max_concurrency
+            assert cap is None or n <= cap
+        held = set()
+        for view in snap.jobs:
+            group = types[view.type].conflict_group
+            if view.state is JobState.RUNNING and group and view.job_id is not None:
+                assert (group, view.job_id) not in held
+                held.add((group, view.job_id))
+
+    @invariant()
+    def places_follow_the_dispatch_order(self):
+        snap = self.core.snapshot()
+        pending = [v for v in snap.jobs if v.state is JobState.PENDING]
+        assert [v.place for v in pending] == list(range(1, len(pending) + 1))
+        expected = sorted(self.ref.pending, key=self.ref.order)
+        assert [v.ref for v in pending] == [j.ref for j in expected]
+        seen: dict[str, int] = {}
+        for v in pending:
+            seen[v.fairness_key] = seen.get(v.fairness_key, 0) + 1
+            assert v.place_in_key == seen[v.fairness_key]
+
+
+TestSchedulerMachine = SchedulerMachine.TestCase

@@ -1,0 +1,228 @@
+"""A deliberately slow and obvious implementation of the dispatch rule: the tests' oracle.
+
+Every decision sorts every pending job in the stated order and scans every running job. Nothing
+is cached or indexed, so there is little room for the subtle bugs the real core could have.
+Its own hand-computed tests live in tests/unit/test_reference.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RefType:
+    name: str
+    priority: int
+    max_concurrency: int | None = None
+    conflict_group: str = ""
+    default_cost: float = 1.0
+
+
+@dataclass
+class RefJob:
+    ref: object
+    type: str
+    job_id: str | None
+    key: str
+    arrival: float
+    seq: int
+    cost: float | None
+    estimate: float = 0.0
+
+
+@dataclass
+class RefScheduler:
+    capacity: int
+    types: dict[str, RefType]
+    alpha: float = 0.3
+    tier_caps: dict[int, int | None] = field(default_factory=dict)
+    cost_ttl: float | None = None
+    estimate_ttl: float | None = None
+    reset_interval: float | None = None
+    advance_idle: bool = False
+    start: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.pending: list[RefJob] = []
+        self.running: list[RefJob] = []
+        self.acc: dict[str, float] = {}
+        self.idle_since: dict[str, float] = {}
+        self.estimates: dict[tuple[str, str | None], float] = {}
+        self.estimate_used: dict[tuple[str, str | None], float] = {}
+        self.seq = 0
+        self.next_reset = (
+            math.inf if self.reset_interval is None else self.start + self.reset_interval
+        )
+
+    # -- lifecycle, applied at the start of every operation --
+
+    def maintain(self, now: float) -> None:
+        if self.cost_ttl is not None:
+            for key, since in list(self.idle_since.items()):
+                if since + self.cost_ttl <= now:
+                    del self.idle_since[key]
+                    del self.acc[key]
+        if self.next_reset <= now:
+            while self.next_reset <= now:
+                self.next_reset += self.reset_interval  # type: ignore[operator]
+            for key in self.acc:
+                self.acc[key] = 0.0
+        if self.estimate_ttl is not None:
+            for ekey, used in list(self.estimate_used.items()):
+                if used + self.estimate_ttl <= now:
+                    del self.estimate_used[ekey]
+                    del self.estimates[ekey]
+
+    def active(self, key: str) -> bool:
+        return any(j.key == key for j in self.pending + self.running)
+
+    # -- operations --
+
+    def submit(self, ref, type, job_id, key, arrival, cost, now):
+        self.maintain(now)
+        if not self.active(key):
+            self.idle_since.pop(key, None)
+            self.acc.setdefault(key, 0.0)
+            if self.advance_idle:
+                others = {j.key for j in self.pending + self.running}
+                if others:
+                    floor = min(self.acc[k] for k in others)
+                    if floor > self.acc[key]:
+                        self.acc[key] = floor
+        self.pending.append(RefJob(ref, type, job_id, key, arrival, self.seq, cost))
+        self.seq += 1
+
+    def cancel(self, ref, now) -> bool:
+        self.maintain(now)
+        for job in self.pending:
+            if job.ref == ref:
+                self.pending.remove(job)
+                if not self.active(job.key):
+                    self.idle_since[job.key] = now
+                return True
+        return False
+
+    def tier_cap(self, priority: int) -> float:
+        cap = self.tier_caps.get(priority, priority)
+        return math.inf if cap is None else cap
+
+    def admissible(self, job: RefJob) -> bool:
+        jt = self.types[job.type]
+        if len(self.running) >= self.capacity:
+            return False
+        same_tier = [r for r in self.running if self.types[r.type].priority == jt.priority]
+        if len(same_tier) >= self.tier_cap(jt.priority):
+            return False
+        same_type = [r for r in self.running if r.type == job.type]
+        if jt.max_concurrency is not None and len(same_type) >= jt.max_concurrency:
+            return False
+        if jt.conflict_group and job.job_id is not None:
+            for r in self.running:
+                if (
+                    r.job_id == job.job_id
+                    and self.types[r.type].conflict_group == jt.conflict_group
+                ):
+                    return False
+        return True
+
+    def order(self, job: RefJob) -> tuple:
+        return (-self.types[job.type].priority, self.acc[job.key], job.arrival, job.seq)
+
+    def next_admission(self, now) -> RefJob | None:
+        self.maintain(now)
+        for job in sorted(self.pending, key=self.order):
+            if self.admissible(job):
+                self.pending.remove(job)
+                self.running.append(job)
+                jt = self.types[job.type]
+                ekey = (job.type, job.job_id)
+                if job.cost is not None:
+                    job.estimate = job.cost
+                else:
+                    job.estimate = self.estimates.get(ekey, jt.default_cost)
+                    if ekey in self.estimates:
+                        self.estimate_used[ekey] = now
+                self.acc[job.key] += job.estimate
+                return job
+        return None
+
+    def schedule(self, now) -> list[RefJob]:
+        out = []
+        while (job := self.next_admission(now)) is not None:
+            out.append(job)
+        return out
+
+    def complete(self, ref, elapsed, now) -> None:
+        self.maintain(now)
+        job = next(j for j in self.running if j.ref == ref)
+        self.running.remove(job)
+        if elapsed is not None:
+            jt = self.types[job.type]
+            ekey = (job.type, job.job_id)
+            previous = self.estimates.get(ekey, jt.default_cost)
+            self.estimates[ekey] = self.alpha * elapsed + (1 - self.alpha) * previous
+            self.estimate_used[ekey] = now
+        if not self.active(job.key):
+            self.idle_since[job.key] = now
+
+
+def reference_simulate(trace: dict) -> list[dict]:
+    """The simulator's event rules, written out plainly over ``RefScheduler``."""
+    types = {
+        name: RefType(
+            name,
+            spec["priority"],
+            spec.get("max_concurrency"),
+            spec.get("conflict_group") or "",
+            spec.get("default_cost", 1),
+        )
+        for name, spec in trace["types"].items()
+    }
+    life = trace.get("lifecycle", {})
+    ref = RefScheduler(
+        trace["capacity"],
+        types,
+        alpha=trace.get("alpha", 0.3),
+        tier_caps={int(k): v for k, v in trace.get("tier_caps", {}).items()},
+        cost_ttl=life.get("cost_ttl"),
+        estimate_ttl=life.get("estimate_ttl"),
+        reset_interval=life.get("reset_interval"),
+        advance_idle=life.get("advance_idle", False),
+    )
+    jobs = trace["jobs"]
+    start: dict[int, float] = {}
+    finish: dict[int, float] = {}
+    arrived: set[int] = set()
+    admitted_order: list[int] = []
+    t = 0.0
+    while True:
+        times = [j["arrival"] for i, j in enumerate(jobs) if i not in arrived]
+        times += [start[i] + jobs[i]["duration"] for i in start if i not in finish]
+        if not times:
+            break
+        t = min(times)
+        for i in admitted_order:
+            if i not in finish and start[i] + jobs[i]["duration"] <= t:
+                finish[i] = start[i] + jobs[i]["duration"]
+                ref.complete(i, jobs[i]["duration"], t)
+        for i, j in enumerate(jobs):
+            if i not in arrived and j["arrival"] <= t:
+                arrived.add(i)
+                ref.submit(
+                    i,
+                    j["type"],
+                    j.get("job_id"),
+                    j.get("fairness_key") or "",
+                    j["arrival"],
+                    j.get("cost"),
+                    t,
+                )
+        for job in ref.schedule(t):
+            start[job.ref] = t
+            admitted_order.append(job.ref)
+    return [
+        {"name": j["name"], "start": start.get(i), "finish": finish.get(i)}
+        for i, j in enumerate(jobs)
+    ]

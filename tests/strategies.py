@@ -1,0 +1,78 @@
+"""Hypothesis strategies for random traces, shared by the property tests."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+PRIORITIES = [1, 2, 3, 4, 8]
+GROUPS = ["", "git", "blob"]
+JOB_IDS = [None, "r1", "r2", "r3", "r4"]
+KEYS = ["", "a", "b", "c", "d"]
+
+times = st.one_of(
+    st.integers(min_value=0, max_value=12),
+    st.sampled_from([0.1, 0.2, 0.3, 0.7, 1.5, 2.25, 3.1]),
+)
+costs = st.one_of(st.none(), st.integers(0, 20), st.sampled_from([0.1, 0.3, 2.5, 7.7]))
+
+
+@st.composite
+def job_types(draw):
+    n = draw(st.integers(1, 4))
+    types = {}
+    for i in range(n):
+        spec = {"priority": draw(st.sampled_from(PRIORITIES))}
+        if draw(st.booleans()):
+            spec["max_concurrency"] = draw(st.integers(0, 4))
+        group = draw(st.sampled_from(GROUPS))
+        if group:
+            spec["conflict_group"] = group
+        if draw(st.booleans()):
+            spec["default_cost"] = draw(st.sampled_from([0, 1, 2.5, 10]))
+        types[f"t{i}"] = spec
+    return types
+
+
+@st.composite
+def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False):
+    """A random trace; ``runnable`` makes every type able to run (caps >= 1)."""
+    types = draw(job_types())
+    if runnable:
+        for spec in types.values():
+            if spec.get("max_concurrency") == 0:
+                spec["max_concurrency"] = 1
+    capacity = draw(st.integers(1, 6) if runnable else st.integers(0, 6))
+    jobs = []
+    for i in range(draw(st.integers(0, max_jobs))):
+        job = {
+            "name": f"j{i}",
+            "type": draw(st.sampled_from(sorted(types))),
+            "job_id": draw(st.sampled_from(JOB_IDS)),
+            "fairness_key": draw(st.sampled_from(KEYS)),
+            "arrival": draw(times),
+            "duration": draw(times),
+        }
+        cost = draw(costs)
+        if cost is not None:
+            job["cost"] = cost
+        jobs.append(job)
+    trace = {"capacity": capacity, "types": types, "jobs": jobs}
+    if draw(st.booleans()):
+        trace["alpha"] = draw(st.sampled_from([0.3, 0.5, 1.0, 0.05]))
+    if draw(st.booleans()):
+        tier = draw(st.sampled_from(PRIORITIES))
+        trace["tier_caps"] = {
+            str(tier): draw(st.one_of(st.none(), st.integers(1 if runnable else 0, 5)))
+        }
+    if lifecycle:
+        life = {}
+        if draw(st.booleans()):
+            life["cost_ttl"] = draw(st.sampled_from([0.5, 1, 3, 7.5]))
+        if draw(st.booleans()):
+            life["estimate_ttl"] = draw(st.sampled_from([0.5, 2, 5]))
+        if draw(st.booleans()):
+            life["reset_interval"] = draw(st.sampled_from([1, 2.5, 6]))
+        if draw(st.booleans()):
+            life["advance_idle"] = True
+        trace["lifecycle"] = life
+    return trace

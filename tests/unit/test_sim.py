@@ -1,0 +1,140 @@
+"""The simulator's semantics, its validation of traces and its output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from celery_fair.errors import TraceError
+from celery_fair.sim import bundled_examples, format_table, load_bundled, parse_trace, simulate
+
+
+def trace(jobs, capacity=2, **extra):
+    types = extra.pop("types", {"t": {"priority": 8, "conflict_group": "g"}, "bg": {"priority": 4}})
+    return {"capacity": capacity, "types": types, "jobs": jobs, **extra}
+
+
+def job(name, arrival=0, duration=1, **kw):
+    return {
+        "name": name,
+        "type": "t",
+        "job_id": name,
+        "fairness_key": "k",
+        "arrival": arrival,
+        "duration": duration,
+        **kw,
+    }
+
+
+def run(data):
+    return simulate(parse_trace(data, warn=lambda m: None))
+
+
+def starts(data):
+    return {j.name: (j.start, j.finish) for j in run(data).jobs}
+
+
+def test_completions_at_an_instant_free_slots_for_arrivals_at_that_instant():
+    out = starts(trace([job("a", 0, 5), job("b", 0, 5), job("c", 5, 1)]))
+    assert out["c"] == (5, 6)
+
+
+def test_zero_duration_jobs_finish_and_free_their_slot_in_the_same_instant():
+    out = starts(trace([job("a", 0, 0), job("b", 0, 0), job("c", 0, 3)], capacity=1))
+    assert out == {"a": (0, 0), "b": (0, 0), "c": (0, 3)}
+
+
+def test_a_job_that_can_never_run_gets_null_start_and_finish():
+    data = trace([job("a")], types={"t": {"priority": 8, "max_concurrency": 0}})
+    result = run(data).to_json()
+    assert result["jobs"] == [{"name": "a", "start": None, "finish": None}]
+    assert result["summary"]["keys"]["k"]["never_started"] == 1
+
+
+def test_learned_estimates_steer_later_admissions():
+    # Key x's jobs take 10, key y's take 1; after one observation each, y leads by far.
+    jobs = [
+        {
+            "name": f"{key}{i}",
+            "type": "t",
+            "job_id": key,
+            "fairness_key": key,
+            "arrival": 0,
+            "duration": 10 if key == "x" else 1,
+        }
+        for i in range(4)
+        for key in "xy"
+    ]
+    out = run(trace(jobs, capacity=1, types={"t": {"priority": 8}}))
+    order = [j.name for j in sorted(out.jobs, key=lambda j: j.start)]
+    assert order[:2] == ["x0", "y0"]
+    assert order[-1] == "x3"
+
+
+def test_summary_counts_waits_and_slot_share_per_key():
+    jobs = [
+        {"name": "a", "type": "t", "job_id": "1", "fairness_key": "p", "arrival": 0, "duration": 3},
+        {"name": "b", "type": "t", "job_id": "2", "fairness_key": "p", "arrival": 0, "duration": 3},
+        {"name": "c", "type": "t", "job_id": "3", "fairness_key": "q", "arrival": 1, "duration": 2},
+    ]
+    summary = run(trace(jobs, capacity=1)).summary
+    # a: 0-3, c: 3-5 (q at 0 beats p at 1), b: 5-8
+    assert summary["makespan"] == 8
+    assert summary["keys"]["p"] == {
+        "jobs": 2,
+        "started": 2,
+        "never_started": 0,
+        "wait_p50": 0,
+        "wait_p99": 5,
+        "wait_max": 5,
+        "slot_time": 6,
+        "slot_share": 0.75,
+    }
+    assert summary["keys"]["q"]["wait_max"] == 2
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda t: t.update(capacity=-1), "capacity"),
+        (lambda t: t["types"]["t"].pop("priority"), r"types\['t'\].priority: required"),
+        (lambda t: t["types"]["t"].update(priority=0), "priority must be a positive int"),
+        (lambda t: t["jobs"][0].update(type="nope"), r"jobs\[0\].type"),
+        (lambda t: t["jobs"][0].update(duration=-1), r"jobs\[0\].duration"),
+        (lambda t: t["jobs"][0].update(arrival="soon"), r"jobs\[0\].arrival"),
+        (lambda t: t["jobs"][0].update(cost=float("nan")), r"jobs\[0\].cost"),
+        (lambda t: t["jobs"][1].update(name="a"), "unique"),
+        (lambda t: t["jobs"][0].update(job_id=7), r"jobs\[0\].job_id"),
+        (lambda t: t.update(alpha=2), "alpha"),
+        (lambda t: t.update(jobs={}), "jobs: must be a list"),
+        (lambda t: t.update(lifecycle={"cost_ttl": -5}), "cost_ttl"),
+    ],
+)
+def test_bad_traces_are_refused_with_a_message_naming_the_field(mutate, message):
+    data = trace([job("a"), job("b")])
+    mutate(data)
+    with pytest.raises(TraceError, match=message):
+        parse_trace(data, warn=lambda m: None)
+
+
+def test_unknown_fields_are_reported_and_ignored():
+    warnings = []
+    data = trace([job("a", colour="red")])
+    parse_trace(data, warn=warnings.append)
+    assert warnings == ["jobs[0]: unknown field 'colour' ignored"]
+
+
+def test_table_lists_every_job_and_every_key():
+    data = trace([job("a"), {**job("b"), "fairness_key": ""}])
+    text = format_table(parse_trace(data), run(data))
+    assert "(background)" in text
+    assert "makespan: 1" in text
+    assert [line.split()[0] for line in text.splitlines()[2:4]] == ["a", "b"]
+
+
+def test_bundled_git_hosting_example_runs_every_job():
+    assert "git-hosting" in bundled_examples()
+    result = run(load_bundled("git-hosting")).to_json()
+    assert all(j["start"] is not None for j in result["jobs"])
+    json.dumps(result)  # serialisable as is
