@@ -93,9 +93,10 @@ class PendingJob:
         self.home: KeyQueue | None = None
         self.lent_from: ConflictLane | None = None
         self.state = JobState.PENDING
-        self.estimate = 0.0
-        self.token = 0
-        self.admitted_at = 0.0
+        # estimate, token and admitted_at are set at admission and read only after it.
+        self.estimate: float
+        self.token: int
+        self.admitted_at: float
 
     def order(self) -> tuple[int, float, float, int]:
         """The job's place in the dispatch order, smallest first."""
@@ -348,8 +349,9 @@ class Conflict:
     def release(self) -> None:
         """The holder is done: lend the best waiter of each lane to its lane."""
         self.holder = None
-        for cl in list(self.lanes.values()):
-            cl.revalidate()
+        if self.lanes:
+            for cl in list(self.lanes.values()):
+                cl.revalidate()
 
     def __repr__(self) -> str:
         return f"<Conflict {self.group}:{self.job_id} holder={self.holder!r}>"

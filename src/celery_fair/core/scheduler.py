@@ -151,13 +151,13 @@ class Scheduler:
         lane = self._lanes.get(type)
         if lane is None:
             raise UnknownJobType(f"unknown job type {type!r}")
-        if cost is not None and not _is_cost(cost):
+        if cost is not None and not (_type_of(cost) in _NUMBER and 0 <= cost < _INF):
             raise SchedulerError(f"job {ref!r}: cost must be a finite number >= 0, got {cost!r}")
         now = self._clock.now()
         self._maintain(now)
         if arrival is None:
             arrival = now
-        elif not _is_time(arrival):
+        elif not (_type_of(arrival) in _NUMBER and -_INF < arrival < _INF):
             raise SchedulerError(f"job {ref!r}: arrival must be a finite number, got {arrival!r}")
         accounts = self._accounts
         key = accounts.keys.get(fairness_key)
@@ -178,7 +178,12 @@ class Scheduler:
         lane.pending += 1
         lane.tier.pending += 1
         self._pending += 1
-        lane.queue.push(job)
+        if conflict is not None and conflict.holder is not None:
+            # Blocked on arrival: wait on the conflict at once rather than in the lane,
+            # so no decision ever has to step over it.
+            conflict.park(job)
+        else:
+            lane.queue.push(job)
 
     def cancel(self, ref: Hashable) -> CancelOutcome:
         """Withdraw a pending job. O(log n) (O(1) unless it was lent by a conflict)."""
@@ -215,7 +220,7 @@ class Scheduler:
         Raises:
             UnknownJob: ``ref`` is not a running job.
         """
-        if isinstance(elapsed, bool) or not _is_cost(elapsed):
+        if not (_type_of(elapsed) in _NUMBER and 0 <= elapsed < _INF):
             raise SchedulerError(
                 f"job {ref!r}: elapsed must be a finite number >= 0, got {elapsed!r}"
             )
@@ -442,14 +447,8 @@ class Scheduler:
         )
 
 
-def _is_cost(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-
-
-def _is_time(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+# Exact types: bool is an int subclass but not a number of seconds. Comparisons with _INF
+# also refuse NaN and infinities.
+_NUMBER = (int, float)
+_INF = math.inf
+_type_of = type  # submit() has a parameter named ``type``

@@ -1,0 +1,208 @@
+"""Admit+complete throughput of the scheduling core as pending and blocked jobs pile up.
+
+Run by hand (results and the command go to docs/benchmarks.md):
+
+    python benchmarks/core_bench.py                 # the full table (a few minutes)
+    python benchmarks/core_bench.py --quick         # small sizes, to check it runs
+
+Each row pre-fills the scheduler with N pending jobs, fills every slot, then measures a steady
+cycle: complete the oldest running job, admit the next job, submit one replacement so N stays
+constant. "pairs/s" counts only the complete and admit calls (each timed); "cycles/s" the whole
+cycle with the submit. Every measurement runs in a fresh process (so one case's million-object
+heap does not tax the next through the garbage collector), the cases interleaved round by
+round, and each row is the median of the rounds.
+
+Blocked rows: 100 hot conflict ids are held by long-running jobs and 90% of pending jobs wait
+on them. "churn" rows release and re-take the hot ids all the time, so loans move; "N ids/key"
+is how many distinct hot ids one client's jobs wait on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+import uuid
+from collections import deque
+from dataclasses import dataclass
+
+from celery_fair.core import CostLifecycle, JobType, Scheduler, SchedulerConfig, SimClock
+
+SLOTS = 64
+HOT_IDS = 100
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    pending: int
+    keys: int
+    blocked: float = 0.0  # share of pending jobs on hot conflict ids
+    churn: bool = False  # hot conflicts are released and taken again (loans move)
+    spread: int = HOT_IDS  # how many distinct hot ids one key's jobs wait on
+
+
+class Workload:
+    """Deterministic job stream for one case."""
+
+    def __init__(self, case: Case, seed: int = 7) -> None:
+        self.case = case
+        self.rng = random.Random(seed)
+        self.n = 0
+
+    def next_job(self, hot: bool | None = None) -> tuple[int, str, str]:
+        """A new job; on a hot id with probability ``blocked`` unless ``hot`` says."""
+        self.n += 1
+        key = f"client-{self.rng.randrange(self.case.keys)}"
+        if hot is None:
+            hot = self.rng.random() < self.case.blocked
+        if hot:
+            # Key i waits on `spread` hot ids of its own choosing.
+            k = int(key.rsplit("-", 1)[1])
+            job_id = f"hot-{(k * 7 + self.rng.randrange(self.case.spread)) % HOT_IDS}"
+        else:
+            job_id = f"repo-{self.n}"
+        return self.n, job_id, key
+
+
+def build(case: Case) -> tuple[Scheduler, Workload, deque[int]]:
+    clock = SimClock()
+    types = [JobType("clone", priority=SLOTS + HOT_IDS, conflict_group="git")]
+    config = SchedulerConfig(SLOTS + HOT_IDS, lifecycle=CostLifecycle.never())
+    scheduler = Scheduler(config, clock, types)
+    work = Workload(case)
+    if case.blocked:
+        # One long-running holder per hot id; they hold their conflicts for the whole run
+        # (unless churn), so hot jobs are parked as they reach the front.
+        for i in range(HOT_IDS):
+            scheduler.submit(("holder", i), "clone", f"hot-{i}", "holders", cost=0)
+        scheduler.schedule()
+    for _ in range(case.pending):
+        ref, job_id, key = work.next_job()
+        scheduler.submit(ref, "clone", job_id, key, cost=1.0)
+    running = deque(a.ref for a in scheduler.schedule())  # type: ignore[misc]
+    while scheduler.pending < case.pending:  # top up what filling the slots took
+        ref, job_id, key = work.next_job(hot=False)
+        scheduler.submit(ref, "clone", job_id, key, cost=1.0)
+    if case.churn:
+        running.extend(("holder", i) for i in range(HOT_IDS))  # type: ignore[misc]
+    return scheduler, work, running
+
+
+def measure(case: Case, cycles: int) -> tuple[float, float]:
+    """Seconds per admit+complete pair and per cycle (pair + submit), GC on as in production.
+
+    The replacement is of the same kind (hot id or not) as the job admitted, so the share of
+    blocked jobs stays what the case says.
+    """
+    scheduler, work, running = build(case)
+    submit = scheduler.submit
+    complete = scheduler.complete
+    admit = scheduler.next_admission
+    next_job = work.next_job
+    clock = time.perf_counter
+    in_pairs = 0.0
+    start = clock()
+    for _ in range(cycles):
+        t0 = clock()
+        complete(running.popleft(), 1.0)
+        admission = admit()
+        in_pairs += clock() - t0
+        assert admission is not None, "every cycle must admit a job"
+        running.append(admission.ref)  # type: ignore[arg-type]
+        hot = admission.job_id.startswith("hot")  # type: ignore[union-attr]
+        ref, job_id, key = next_job(hot=hot)
+        submit(ref, "clone", job_id, key, cost=1.0)
+    elapsed = clock() - start
+    assert scheduler.pending >= case.pending - 1, "the workload must keep N pending"
+    return in_pairs / cycles, elapsed / cycles
+
+
+def bytes_per_pending_job(n: int = 100_000) -> float:
+    """Memory the core holds per pending job, with 36-character task ids as references."""
+    scheduler = Scheduler(
+        SchedulerConfig(8, lifecycle=CostLifecycle.never()),
+        SimClock(),
+        [JobType("clone", priority=8, conflict_group="git")],
+    )
+    refs = [str(uuid.UUID(int=i)) for i in range(n)]
+    keys = [f"client-{i % 1000}" for i in range(n)]
+    job_ids = [f"repo-{i}" for i in range(n)]
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for i in range(n):
+        scheduler.submit(refs[i], "clone", job_ids[i], keys[i])
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    return grown / n
+
+
+def cases(quick: bool) -> list[Case]:
+    if quick:
+        return [
+            Case("quick", 1_000, 10),
+            Case("quick blocked", 1_000, 10, blocked=0.9),
+            Case("quick churn", 1_000, 10, blocked=0.9, churn=True, spread=3),
+        ]
+    out = [Case(f"N={n:,} keys=1k", n, 1_000) for n in (1_000, 10_000, 100_000, 1_000_000)]
+    out += [Case(f"N=100,000 keys={k:,}", 100_000, k) for k in (10, 100_000)]
+    out += [
+        Case(f"N={n:,} keys=1k 90% blocked", n, 1_000, blocked=0.9)
+        for n in (1_000, 100_000, 1_000_000)
+    ]
+    out += [
+        Case(f"N={n:,} keys=1k 90% hot, churn, 3 ids/key", n, 1_000, 0.9, churn=True, spread=3)
+        for n in (1_000, 100_000, 1_000_000)
+    ]
+    out += [Case("N=100,000 keys=1k 90% hot, churn, 100 ids/key", 100_000, 1_000, 0.9, True)]
+    return out
+
+
+def run_isolated(index: int, quick: bool, cycles: int) -> tuple[float, float]:
+    """Measure case ``index`` in a fresh interpreter."""
+    command = [sys.executable, __file__, "--one", str(index), "--cycles", str(cycles)]
+    if quick:
+        command.append("--quick")
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    pair, cycle = json.loads(out)
+    return pair, cycle
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, to check it runs")
+    parser.add_argument("--cycles", type=int, default=50_000, help="measured cycles per run")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (median kept)")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one case
+    args = parser.parse_args()
+    todo = cases(args.quick)
+    cycles = 500 if args.quick else args.cycles
+    if args.one is not None:
+        print(json.dumps(measure(todo[args.one], cycles)))
+        return
+    samples: dict[str, list[tuple[float, float]]] = {c.label: [] for c in todo}
+    for _ in range(args.repeat):  # interleaved: every case once per round
+        for i, case in enumerate(todo):
+            samples[case.label].append(run_isolated(i, args.quick, cycles))
+    print(f"{'case':48} {'pairs/s':>9} {'us/pair':>8} {'cycles/s':>9} {'us/cycle':>9}")
+    for case in todo:
+        pair = statistics.median(p for p, _ in samples[case.label])
+        cycle = statistics.median(c for _, c in samples[case.label])
+        print(
+            f"{case.label:48} {1 / pair:>9,.0f} {pair * 1e6:>8.2f} {1 / cycle:>9,.0f} "
+            f"{cycle * 1e6:>9.2f}"
+        )
+    n = 10_000 if args.quick else 100_000
+    print(f"\nmemory per pending job (N={n:,}, 36-char task ids): {bytes_per_pending_job(n):.0f} B")
+
+
+if __name__ == "__main__":
+    main()
