@@ -23,8 +23,10 @@ and possibly moved to the new best waiter (``KeyState.lent`` indexes loans by bo
 
 from __future__ import annotations
 
+from collections import deque
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import count
+from math import inf as _INF
 from typing import TYPE_CHECKING
 
 from .types import JobState
@@ -112,40 +114,101 @@ class PendingJob:
 class KeyQueue:
     """One fairness key's jobs inside one keyed queue, by ``(arrival, seq)``.
 
+    Jobs of one key nearly always come in order, so they go to ``fifo``, a deque of
+    ``(gen, job)`` sorted by ``(arrival, seq)`` because a job is appended only if it comes
+    after the last one appended (``last_*``). A job that comes earlier than that (a message
+    redelivered late, a job lent back by a conflict) goes to ``early``, a heap of
+    ``(arrival, seq, gen, job)``. The head is the first live job of either; at a million pending
+    jobs this keeps tuple comparisons off the common path.
+
     ``live`` is the number of jobs whose ``home`` is this queue. ``ver`` is the id of this
     queue's one current entry in its owner's heap (or -1 when it has none); ``rec_*`` are the
     head that entry recorded, never later than the true head.
     """
 
-    __slots__ = ("heap", "key", "live", "owner", "rec_arrival", "rec_seq", "ver")
+    __slots__ = (
+        "early",
+        "fifo",
+        "key",
+        "last_arrival",
+        "last_seq",
+        "live",
+        "owner",
+        "rec_arrival",
+        "rec_seq",
+        "ver",
+    )
 
     def __init__(self, key: KeyState, owner: KeyedQueue) -> None:
         self.key = key
         self.owner = owner
-        self.heap: list[tuple[float, int, int, PendingJob]] = []
+        self.fifo: deque[tuple[int, PendingJob]] = deque()
+        self.early: list[tuple[float, int, int, PendingJob]] = []
+        self.last_arrival = -_INF
+        self.last_seq = -1
         self.live = 0
         self.ver = -1
         self.rec_arrival = 0.0
         self.rec_seq = 0
 
+    def add(self, job: PendingJob, gen: int) -> None:
+        arrival = job.arrival
+        seq = job.seq
+        last = self.last_arrival
+        fifo = self.fifo
+        if not fifo or arrival > last or (arrival == last and seq > self.last_seq):
+            fifo.append((gen, job))
+            self.last_arrival = arrival
+            self.last_seq = seq
+        else:
+            heappush(self.early, (arrival, seq, gen, job))
+
     def head(self, park: bool) -> PendingJob | None:
         """The first live job, dropping stale entries; with ``park``, park blocked heads."""
-        heap = self.heap
-        while heap:
-            _, _, gen, job = heap[0]
-            if gen != job.gen:
-                heappop(heap)
-                continue
+        fifo = self.fifo
+        early = self.early
+        while True:
+            while fifo and fifo[0][0] != fifo[0][1].gen:
+                fifo.popleft()
+            while early and early[0][2] != early[0][3].gen:
+                heappop(early)
+            if fifo:
+                job = fifo[0][1]
+                if early:
+                    other = early[0][3]
+                    if other.arrival < job.arrival or (
+                        other.arrival == job.arrival and other.seq < job.seq
+                    ):
+                        job = other
+            elif early:
+                job = early[0][3]
+            else:
+                return None
             if park:
                 conflict = job.conflict
                 if conflict is not None and conflict.holder is not None:
-                    heappop(heap)
+                    self.remove_head(job)
                     self.live -= 1
                     self.owner.size -= 1
                     conflict.park(job)
                     continue
             return job
-        return None
+
+    def remove_head(self, job: PendingJob) -> None:
+        """Drop the entry of ``job``, which ``head()`` just returned. O(1), O(log n) if early."""
+        fifo = self.fifo
+        if fifo and fifo[0][1] is job:
+            fifo.popleft()
+        else:
+            heappop(self.early)
+
+    def entries(self) -> Iterator[PendingJob]:
+        for gen, job in self.fifo:
+            if gen == job.gen:
+                yield job
+        for _, _, gen, job in self.early:
+            if gen == job.gen:
+                yield job
 
 
 class KeyedQueue:
@@ -173,7 +236,7 @@ class KeyedQueue:
         job.home = kq
         arrival = job.arrival
         seq = job.seq
-        heappush(kq.heap, (arrival, seq, gen, job))
+        kq.add(job, gen)
         kq.live += 1
         self.size += 1
         if (
@@ -257,16 +320,14 @@ class KeyedQueue:
     def jobs(self) -> Iterator[PendingJob]:
         """Every live job, in no particular order. O(n)."""
         for kq in self.queues.values():
-            for _, _, gen, job in kq.heap:
-                if gen == job.gen:
-                    yield job
+            yield from kq.entries()
 
 
 def take(job: PendingJob) -> None:
     """Remove ``job``, which must be the head of its key queue, from its queue. O(log n)."""
     kq = job.home
     assert kq is not None
-    heappop(kq.heap)
+    kq.remove_head(job)
     kq.live -= 1
     kq.owner.size -= 1
     job.gen += 1
