@@ -176,3 +176,30 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 
 TestSchedulerMachine = SchedulerMachine.TestCase
+
+
+class SchedulerMachineWithStructures(SchedulerMachine):
+    """The same machine, also checking the invariants written on the core's structures."""
+
+    @invariant()
+    def conflicts_are_registered_only_while_held_or_waited_for(self):
+        for key, conflict in self.core._conflicts.items():
+            assert conflict.key == key
+            assert conflict.holder is not None or conflict.lanes, conflict
+            if conflict.holder is None:
+                # While free, every conflict lane has lent its best waiter back to the lane.
+                for cl in conflict.lanes.values():
+                    assert cl.lent is not None, (conflict, cl)
+                    assert cl.lent.state is JobState.PENDING
+                    assert cl.lent.home is not None
+                    assert cl.lent.home.owner is cl.lane.queue
+
+    @invariant()
+    def counters_equal_what_they_count(self):
+        snap = self.core.snapshot()
+        for lane in self.core._lanes.values():
+            assert lane.running == snap.running_by_type[lane.type.name]
+        assert sum(t.pending for t in self.core._tiers) == snap.pending
+
+
+TestSchedulerMachineWithStructures = SchedulerMachineWithStructures.TestCase

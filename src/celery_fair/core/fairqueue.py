@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Conflict", "ConflictLane", "KeyQueue", "KeyedQueue", "Lane", "PendingJob", "Tier"]
 
+ConflictKey = tuple[str, str]
+"""``(conflict group, job_id)``."""
+
 _next_id = count(1).__next__
 """Unique ids for heap entries: the last tie-breaker, so entries never compare their objects."""
 
@@ -49,6 +52,7 @@ UNLIMITED = 1 << 62
 class PendingJob:
     """The core's record of one submitted job (pending or running).
 
+    ``ckey`` is its ``(conflict group, job_id)``, or ``None`` when it can conflict with nothing.
     ``gen`` changes every time the job moves or leaves a queue; a queue entry is valid only if
     it carries the job's current ``gen``. ``home`` is the key queue holding it (``None`` once
     admitted); ``lent_from`` is the conflict lane that lent it to its lane, if any.
@@ -57,7 +61,7 @@ class PendingJob:
     __slots__ = (
         "admitted_at",
         "arrival",
-        "conflict",
+        "ckey",
         "cost",
         "estimate",
         "gen",
@@ -81,7 +85,7 @@ class PendingJob:
         arrival: float,
         seq: int,
         cost: float | None,
-        conflict: Conflict | None,
+        ckey: ConflictKey | None,
     ) -> None:
         self.ref = ref
         self.lane = lane
@@ -90,7 +94,7 @@ class PendingJob:
         self.arrival = arrival
         self.seq = seq
         self.cost = cost
-        self.conflict = conflict
+        self.ckey = ckey
         self.gen = 0
         self.home: KeyQueue | None = None
         self.lent_from: ConflictLane | None = None
@@ -184,8 +188,9 @@ class KeyQueue:
                 job = early[0][3]
             else:
                 return None
-            if park:
-                conflict = job.conflict
+            ckey = job.ckey
+            if park and ckey is not None:
+                conflict = self.owner.conflicts.get(ckey)
                 if conflict is not None and conflict.holder is not None:
                     self.remove_head(job)
                     self.live -= 1
@@ -216,15 +221,17 @@ class KeyedQueue:
 
     ``heap`` holds entries ``(acc, arrival, seq, id, key_queue)``; an entry is current when its
     id equals ``key_queue.ver``, and a current entry is never later than the queue's true
-    position. ``queues`` maps each key to its queue; ``size`` counts live jobs.
+    position. ``queues`` maps each key to its queue; ``size`` counts live jobs. ``conflicts``
+    is the scheduler's registry, where a lane looks up whether a head's conflict is held.
     """
 
-    __slots__ = ("heap", "queues", "size")
+    __slots__ = ("conflicts", "heap", "queues", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, conflicts: dict[ConflictKey, Conflict] | None = None) -> None:
         self.heap: list[tuple[float, float, int, int, KeyQueue]] = []
         self.queues: dict[KeyState, KeyQueue] = {}
         self.size = 0
+        self.conflicts: dict[ConflictKey, Conflict] = {} if conflicts is None else conflicts
 
     def push(self, job: PendingJob) -> None:
         """Add ``job``; O(log n)."""
@@ -371,31 +378,36 @@ class Lane:
 
     __slots__ = ("cap", "pending", "queue", "running", "tier", "type")
 
-    def __init__(self, jtype: JobType, tier: Tier) -> None:
+    def __init__(self, jtype: JobType, tier: Tier, conflicts: dict[ConflictKey, Conflict]) -> None:
         self.type = jtype
         self.tier = tier
         self.cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
         self.running = 0
         self.pending = 0
-        self.queue = KeyedQueue()
+        self.queue = KeyedQueue(conflicts)
 
 
 class Conflict:
-    """One ``(conflict group, job_id)``.
+    """One ``(conflict group, job_id)`` that is held or waited for.
 
+    It exists in ``registry`` (the scheduler's) exactly while a job holds it or a conflict
+    lane waits on it, so the many jobs whose ids never meet cost no conflict object at all.
     ``holder`` is the running job that holds it, if any; ``lanes`` maps each lane to the
-    conflict lane of jobs parked (or lent) there; ``refs`` counts the pending and running jobs
-    that name this conflict, so it can be forgotten when none does.
+    conflict lane of jobs parked (or lent) there.
     """
 
-    __slots__ = ("group", "holder", "job_id", "lanes", "refs")
+    __slots__ = ("holder", "key", "lanes", "registry")
 
-    def __init__(self, group: str, job_id: str) -> None:
-        self.group = group
-        self.job_id = job_id
+    def __init__(self, key: ConflictKey, registry: dict[ConflictKey, Conflict]) -> None:
+        self.key = key
+        self.registry = registry
         self.holder: PendingJob | None = None
         self.lanes: dict[Lane, ConflictLane] = {}
-        self.refs = 0
+
+    def forget_if_idle(self) -> None:
+        """Leave the registry once nobody holds or waits for this conflict."""
+        if self.holder is None and not self.lanes and self.registry.get(self.key) is self:
+            del self.registry[self.key]
 
     def park(self, job: PendingJob) -> None:
         """Park ``job`` (just removed from its lane) until this conflict is released."""
@@ -413,9 +425,10 @@ class Conflict:
         if self.lanes:
             for cl in list(self.lanes.values()):
                 cl.revalidate()
+        self.forget_if_idle()
 
     def __repr__(self) -> str:
-        return f"<Conflict {self.group}:{self.job_id} holder={self.holder!r}>"
+        return f"<Conflict {self.key[0]}:{self.key[1]} holder={self.holder!r}>"
 
 
 class ConflictLane:
@@ -478,9 +491,10 @@ class ConflictLane:
 
     def _forget_if_empty(self) -> None:
         if self.lent is None and self.parked.size == 0:
-            lanes = self.conflict.lanes
-            if lanes.get(self.lane) is self:
-                del lanes[self.lane]
+            conflict = self.conflict
+            if conflict.lanes.get(self.lane) is self:
+                del conflict.lanes[self.lane]
+                conflict.forget_if_idle()
 
 
 def _comes_before(a: PendingJob, b: PendingJob) -> bool:

@@ -12,7 +12,9 @@ from .fairqueue import _comes_before
 from .types import BlockReason
 
 if TYPE_CHECKING:
-    from .fairqueue import PendingJob, Tier
+    from collections.abc import Mapping
+
+    from .fairqueue import Conflict, ConflictKey, PendingJob, Tier
 
 __all__ = ["blocked_by", "comes_before", "select"]
 
@@ -49,7 +51,9 @@ def select(tiers: list[Tier], free_slots: int) -> PendingJob | None:
     return None
 
 
-def blocked_by(job: PendingJob, free_slots: int) -> tuple[BlockReason, ...]:
+def blocked_by(
+    job: PendingJob, free_slots: int, conflicts: Mapping[ConflictKey, Conflict]
+) -> tuple[BlockReason, ...]:
     """Every reason that keeps pending ``job`` from being admitted now (empty if none). O(1)."""
     reasons = []
     if free_slots <= 0:
@@ -59,7 +63,7 @@ def blocked_by(job: PendingJob, free_slots: int) -> tuple[BlockReason, ...]:
         reasons.append(BlockReason.TIER_CAP)
     if lane.running >= lane.cap:
         reasons.append(BlockReason.TYPE_CAP)
-    conflict = job.conflict
+    conflict = None if job.ckey is None else conflicts.get(job.ckey)
     if conflict is not None and conflict.holder is not None:
         reasons.append(BlockReason.CONFLICT)
     return tuple(reasons)

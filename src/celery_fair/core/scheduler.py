@@ -67,7 +67,7 @@ class Scheduler:
         # _tiers holds one Tier per distinct priority of a registered type, highest first.
         self._tiers: list[Tier] = []
         self._jobs: dict[Hashable, PendingJob] = {}
-        # _conflicts holds every (group, job_id) named by at least one pending or running job.
+        # _conflicts holds every (group, job_id) that a job holds or that jobs wait for.
         self._conflicts: dict[tuple[str, str], Conflict] = {}
         self._seq = count()
         self._tokens = count(1)
@@ -98,7 +98,7 @@ class Scheduler:
             tier = Tier(jtype.priority, UNLIMITED if cap is None else cap)
             self._tiers.append(tier)
             self._tiers.sort(key=lambda t: -t.priority)
-        lane = Lane(jtype, tier)
+        lane = Lane(jtype, tier, self._conflicts)
         tier.lanes.append(lane)
         self._lanes[jtype.name] = lane
 
@@ -165,19 +165,15 @@ class Scheduler:
             key = accounts.get(fairness_key)
         if key.pending == 0 and key.running == 0:
             accounts.activate(key)
-        conflict = None
         group = lane.type.conflict_group
-        if group and job_id is not None:
-            conflict = self._conflicts.get((group, job_id))
-            if conflict is None:
-                conflict = self._conflicts[(group, job_id)] = Conflict(group, job_id)
-            conflict.refs += 1
-        job = PendingJob(ref, lane, job_id, key, arrival, next(self._seq), cost, conflict)
+        ckey = (group, job_id) if group and job_id is not None else None
+        job = PendingJob(ref, lane, job_id, key, arrival, next(self._seq), cost, ckey)
         self._jobs[ref] = job
         key.pending += 1
         lane.pending += 1
         lane.tier.pending += 1
         self._pending += 1
+        conflict = None if ckey is None else self._conflicts.get(ckey)
         if conflict is not None and conflict.holder is not None:
             # Blocked on arrival: wait on the conflict at once rather than in the lane,
             # so no decision ever has to step over it.
@@ -206,7 +202,6 @@ class Scheduler:
         if lent_from is not None:
             job.lent_from = None
             lent_from.on_lent_gone()
-        self._forget_conflict(job)
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
         return CancelOutcome.CANCELLED
@@ -347,8 +342,11 @@ class Scheduler:
         self._running += 1
         key.pending -= 1
         key.running += 1
-        conflict = job.conflict
-        if conflict is not None:
+        ckey = job.ckey
+        if ckey is not None:
+            conflict = self._conflicts.get(ckey)
+            if conflict is None:
+                conflict = self._conflicts[ckey] = Conflict(ckey, self._conflicts)
             conflict.holder = job
         lent_from = job.lent_from
         if lent_from is not None:
@@ -395,21 +393,14 @@ class Scheduler:
             estimate = self._estimates.peek(ekey, jtype.default_cost)
         else:
             estimate = self._estimates.observe(ekey, elapsed, jtype.default_cost, now)
-        conflict = job.conflict
-        if conflict is not None:
-            if conflict.holder is job:
+        ckey = job.ckey
+        if ckey is not None:
+            conflict = self._conflicts.get(ckey)
+            if conflict is not None and conflict.holder is job:
                 conflict.release()
-            self._forget_conflict(job)
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
         return Release(ref, jtype.name, job.job_id, key.name, elapsed, estimate)
-
-    def _forget_conflict(self, job: PendingJob) -> None:
-        conflict = job.conflict
-        if conflict is not None:
-            conflict.refs -= 1
-            if conflict.refs == 0:
-                del self._conflicts[(conflict.group, conflict.job_id)]
 
     def _maintain(self, now: float) -> None:
         if self._accounts.expire(now):
@@ -443,7 +434,9 @@ class Scheduler:
             state=job.state,
             place=place,
             place_in_key=place_in_key,
-            blocked_by=blocked_by(job, self._capacity - self._running) if pending else (),
+            blocked_by=blocked_by(job, self._capacity - self._running, self._conflicts)
+            if pending
+            else (),
         )
 
 
