@@ -53,9 +53,10 @@ class PendingJob:
     """The core's record of one submitted job (pending or running).
 
     ``ckey`` is its ``(conflict group, job_id)``, or ``None`` when it can conflict with nothing.
-    ``gen`` changes every time the job moves or leaves a queue; a queue entry is valid only if
-    it carries the job's current ``gen``. ``home`` is the key queue holding it (``None`` once
-    admitted); ``lent_from`` is the conflict lane that lent it to its lane, if any.
+    ``home`` is the key queue holding it (``None`` once admitted or cancelled); a queue entry is
+    valid only while the job's ``home`` is that queue, so leaving a queue is O(1) and entries
+    left behind are dropped when they reach the front. ``lent_from`` is the conflict lane that
+    lent it to its lane, if any.
     """
 
     __slots__ = (
@@ -64,7 +65,6 @@ class PendingJob:
         "ckey",
         "cost",
         "estimate",
-        "gen",
         "home",
         "job_id",
         "key",
@@ -95,7 +95,6 @@ class PendingJob:
         self.seq = seq
         self.cost = cost
         self.ckey = ckey
-        self.gen = 0
         self.home: KeyQueue | None = None
         self.lent_from: ConflictLane | None = None
         self.state = JobState.PENDING
@@ -118,12 +117,18 @@ class PendingJob:
 class KeyQueue:
     """One fairness key's jobs inside one keyed queue, by ``(arrival, seq)``.
 
-    Jobs of one key nearly always come in order, so they go to ``fifo``, a deque of
-    ``(gen, job)`` sorted by ``(arrival, seq)`` because a job is appended only if it comes
-    after the last one appended (``last_*``). A job that comes earlier than that (a message
-    redelivered late, a job lent back by a conflict) goes to ``early``, a heap of
-    ``(arrival, seq, gen, job)``. The head is the first live job of either; at a million pending
-    jobs this keeps tuple comparisons off the common path.
+    Jobs of one key nearly always come in order, so they go to ``fifo``, a deque of jobs sorted
+    by ``(arrival, seq)`` because a job is appended only if it comes after the last one appended
+    (``last_*``). A job that comes earlier than that (a message redelivered late, a job lent back
+    by a conflict) goes to ``early``, a heap of ``(arrival, seq, id, job)`` made on first use.
+    The head is the first live job of either. At a million pending jobs this keeps tuple
+    comparisons off the common path, and the deque holds the jobs themselves, so a pending job
+    costs the garbage collector one object, not two.
+
+    An entry is live while its job's ``home`` is this queue. A job that leaves and comes back
+    to the same queue may leave an old entry that comes alive again; it stands at the job's own
+    ``(arrival, seq)`` place, so whichever of the two is met first is right, and the other dies
+    when the job leaves.
 
     ``live`` is the number of jobs whose ``home`` is this queue. ``ver`` is the id of this
     queue's one current entry in its owner's heap (or -1 when it has none); ``rec_*`` are the
@@ -146,8 +151,8 @@ class KeyQueue:
     def __init__(self, key: KeyState, owner: KeyedQueue) -> None:
         self.key = key
         self.owner = owner
-        self.fifo: deque[tuple[int, PendingJob]] = deque()
-        self.early: list[tuple[float, int, int, PendingJob]] = []
+        self.fifo: deque[PendingJob] = deque()
+        self.early: list[tuple[float, int, int, PendingJob]] | None = None
         self.last_arrival = -_INF
         self.last_seq = -1
         self.live = 0
@@ -155,29 +160,31 @@ class KeyQueue:
         self.rec_arrival = 0.0
         self.rec_seq = 0
 
-    def add(self, job: PendingJob, gen: int) -> None:
+    def add(self, job: PendingJob) -> None:
         arrival = job.arrival
         seq = job.seq
         last = self.last_arrival
         fifo = self.fifo
         if not fifo or arrival > last or (arrival == last and seq > self.last_seq):
-            fifo.append((gen, job))
+            fifo.append(job)
             self.last_arrival = arrival
             self.last_seq = seq
         else:
-            heappush(self.early, (arrival, seq, gen, job))
+            if self.early is None:
+                self.early = []
+            heappush(self.early, (arrival, seq, _next_id(), job))
 
     def head(self, park: bool) -> PendingJob | None:
         """The first live job, dropping stale entries; with ``park``, park blocked heads."""
         fifo = self.fifo
         early = self.early
         while True:
-            while fifo and fifo[0][0] != fifo[0][1].gen:
+            while fifo and fifo[0].home is not self:
                 fifo.popleft()
-            while early and early[0][2] != early[0][3].gen:
+            while early and early[0][3].home is not self:
                 heappop(early)
             if fifo:
-                job = fifo[0][1]
+                job = fifo[0]
                 if early:
                     other = early[0][3]
                     if other.arrival < job.arrival or (
@@ -202,17 +209,22 @@ class KeyQueue:
     def remove_head(self, job: PendingJob) -> None:
         """Drop the entry of ``job``, which ``head()`` just returned. O(1), O(log n) if early."""
         fifo = self.fifo
-        if fifo and fifo[0][1] is job:
+        if fifo and fifo[0] is job:
             fifo.popleft()
         else:
+            assert self.early is not None
             heappop(self.early)
 
     def entries(self) -> Iterator[PendingJob]:
-        for gen, job in self.fifo:
-            if gen == job.gen:
+        """Every live job once, in no particular order. O(entries)."""
+        seen = set()
+        for job in self.fifo:
+            if job.home is self and id(job) not in seen:
+                seen.add(id(job))
                 yield job
-        for _, _, gen, job in self.early:
-            if gen == job.gen:
+        for _, _, _, job in self.early or ():
+            if job.home is self and id(job) not in seen:
+                seen.add(id(job))
                 yield job
 
 
@@ -239,11 +251,10 @@ class KeyedQueue:
         kq = self.queues.get(key)
         if kq is None:
             kq = self.queues[key] = KeyQueue(key, self)
-        job.gen = gen = job.gen + 1
         job.home = kq
         arrival = job.arrival
         seq = job.seq
-        kq.add(job, gen)
+        kq.add(job)
         kq.live += 1
         self.size += 1
         if (
@@ -337,7 +348,6 @@ def take(job: PendingJob) -> None:
     kq.remove_head(job)
     kq.live -= 1
     kq.owner.size -= 1
-    job.gen += 1
     job.home = None
 
 
@@ -348,7 +358,6 @@ def discard(job: PendingJob) -> None:
         kq.live -= 1
         kq.owner.size -= 1
         job.home = None
-    job.gen += 1
 
 
 class Tier:

@@ -1,0 +1,22 @@
+"""The benchmark scripts keep running (their numbers are recorded by hand, never asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+def test_core_bench_quick_run_prints_every_case_and_the_memory_line():
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "core_bench.py"), "--quick", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    rows = [line.split()[0] for line in out.splitlines()[2:5]]
+    assert rows == ["quick", "quick", "quick"]
+    assert "memory per pending job" in out
