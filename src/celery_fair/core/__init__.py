@@ -24,19 +24,22 @@ Structures and what they index
 - ``Tier`` (one per priority, highest first) lists its ``Lane`` objects (one per type) and
   counts its running and pending jobs. A full tier or type is skipped as a whole in O(1).
 - A lane's ``KeyedQueue`` is a lazy heap of *key queues* ordered by (accumulated cost, head
-  arrival, head seq); each key queue is a heap of that key's jobs by (arrival, seq).
-- A ``Conflict`` (group, job_id) knows its running holder. A job whose conflict is held is
-  *parked* in the conflict's keyed queue for its lane when it first reaches the front; when the
-  conflict is released, only the best waiter of each lane is *lent* back to the lane, and the
-  loan is re-checked if its key is charged past the next waiter's cost.
+  arrival, head seq); each key queue holds that key's jobs by (arrival, seq), in a FIFO deque
+  with a side heap for the rare job that arrives out of order.
+- A ``Conflict`` (group, job_id) exists while a job holds it or jobs wait for it. A job whose
+  conflict is held is *parked* in the conflict's keyed queue for its lane, on submit or when it
+  first reaches the front; when the conflict is released, only the best waiter of each lane is
+  *lent* back to the lane, and the loan is re-checked if its key is charged past the next
+  waiter's cost.
 - ``Accounts`` holds each key's accumulated cost and counts; ``Estimates`` the learned costs.
 
 Complexity
 ----------
-submit O(log n); cancel O(1) (O(log n) for a lent job); an admission O(T + L + log n)
-amortised, where T is the number of tiers and L the lanes of the chosen tier, independent of
-how many jobs are blocked; completion O(log n) plus one loan per lane of a released conflict;
-snapshot O(n log n); status of one job O(n).
+submit O(log n); cancel O(1) (O(log n) for a lent job); an admission O(T + L + (1 + k) log n)
+amortised, where T is the number of tiers, L the lanes of the chosen tier and k the held
+conflicts its key has jobs waiting on, independent of how many jobs are blocked; completion
+O(log n) plus one loan per lane of a released conflict; snapshot O(n log n); status of one job
+O(n).
 
 Rules for this package
 ----------------------
