@@ -1,7 +1,12 @@
-"""celery-fair: fair dispatch for Celery workers."""
+"""celery-fair: fair dispatch for Celery workers.
+
+Importing this package (as the module that defines your fair tasks does) registers the fair
+pool, so ``celery -A app worker -P fair`` works as written.
+"""
 
 from __future__ import annotations
 
+from .api import FairTask, fair_headers, fair_task
 from .core import (
     Admission,
     BlockReason,
@@ -21,6 +26,8 @@ from .errors import (
     StoreUnavailable,
     TraceError,
 )
+from .settings import FairSettings
+from .worker import pool as _pool  # noqa: F401  (registers -P fair)
 
 __version__ = "0.1.0.dev0"
 
@@ -31,6 +38,8 @@ __all__ = [
     "ConfigurationError",
     "CostLifecycle",
     "FairError",
+    "FairSettings",
+    "FairTask",
     "JobType",
     "MessageError",
     "Scheduler",
@@ -41,4 +50,6 @@ __all__ = [
     "TraceError",
     "WallClock",
     "__version__",
+    "fair_headers",
+    "fair_task",
 ]

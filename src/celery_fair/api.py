@@ -1,0 +1,205 @@
+"""Producer side: ``@fair_task``, the ``FairTask`` base, and the fairness headers they publish."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from celery import Celery, Task, shared_task
+from celery.canvas import Signature
+
+from .core import JobType
+from .errors import ConfigurationError
+from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED
+
+__all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_FAIR_OPTIONS = ("priority", "max_concurrency", "conflict_group", "default_cost")
+
+
+def fair_headers(
+    job_type: str | None = None,
+    fairness_key: str | None = None,
+    job_id: str | None = None,
+    submitted: float | None = None,
+) -> dict[str, Any]:
+    """The headers that make a message a fair job, for producers that only know plain Celery.
+
+    Example:
+        >>> app.send_task("clone", ["linux"],
+        ...               headers=fair_headers("sync-clone", "10.0.0.7", "linux"))  # doctest: +SKIP
+    """
+    headers: dict[str, Any] = {SUBMITTED: time.time() if submitted is None else submitted}
+    if job_type is not None:
+        headers[JOB_TYPE] = job_type
+    if fairness_key is not None:
+        headers[FAIRNESS_KEY] = fairness_key
+    if job_id is not None:
+        headers[JOB_ID] = job_id
+    return headers
+
+
+class FairTask(Task):
+    """Base class of fair tasks: ``@app.task(base=FairTask, fair_type="clone", ...)``.
+
+    Class attributes (all optional; a type may instead be declared in ``fair_types``):
+        fair_type: The job type's name; defaults to the task's name.
+        fair_priority, fair_max_concurrency, fair_conflict_group, fair_default_cost: The job
+            type's options (see ``celery_fair.JobType``).
+
+    Publishing takes two more options, ``fairness_key`` and ``job_id``. When ``fairness_key`` is
+    not given, a task called from inside another fair task inherits its caller's key, so the
+    work a client starts stays that client's.
+    """
+
+    fair_type: str | None = None
+    fair_priority: int | None = None
+    fair_max_concurrency: int | None = None
+    fair_conflict_group: str | None = None
+    fair_default_cost: float | None = None
+
+    @classmethod
+    def job_type_name(cls) -> str:
+        return cls.fair_type or cls.name
+
+    @classmethod
+    def declared_job_type(cls) -> JobType | None:
+        """The job type this task declares, or ``None`` if it only names one."""
+        options = {
+            name: getattr(cls, f"fair_{name}")
+            for name in _FAIR_OPTIONS
+            if getattr(cls, f"fair_{name}") is not None
+        }
+        if not options:
+            return None
+        if "priority" not in options:
+            raise ConfigurationError(
+                f"task {cls.name!r}: job type {cls.job_type_name()!r} gives options but no priority"
+            )
+        try:
+            return JobType(cls.job_type_name(), **options)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"task {cls.name!r}: {exc}") from None
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        fairness_key: str | None = None,
+        job_id: str | None = None,
+        **options: Any,
+    ) -> Any:
+        headers = dict(options.pop("headers", None) or {})
+        headers.setdefault(JOB_TYPE, self.job_type_name())
+        if fairness_key is not None:
+            headers[FAIRNESS_KEY] = fairness_key
+        elif FAIRNESS_KEY not in headers:
+            inherited = _current_fairness_key()
+            if inherited is not None:
+                headers[FAIRNESS_KEY] = inherited
+        if job_id is not None:
+            headers[JOB_ID] = job_id
+        # A retry keeps the first submission time: the job has waited that long already.
+        headers.setdefault(SUBMITTED, time.time())
+        return super().apply_async(
+            args, kwargs, task_id, producer, link, link_error, shadow, headers=headers, **options
+        )
+
+    def fair(self, fairness_key: str | None = None, job_id: str | None = None) -> Signature:
+        """A signature carrying the fairness options: ``task.fair("10.0.0.7", "linux").delay()``."""
+        options: dict[str, Any] = {}
+        if fairness_key is not None:
+            options["fairness_key"] = fairness_key
+        if job_id is not None:
+            options["job_id"] = job_id
+        return self.signature(options=options)
+
+
+def _current_fairness_key() -> str | None:
+    from celery import current_task
+
+    request = getattr(current_task, "request", None)
+    if request is None:
+        return None
+    key = getattr(request, FAIRNESS_KEY, None)
+    return key if isinstance(key, str) else None
+
+
+def fair_task(
+    *args: Any,
+    type: str | None = None,
+    priority: int | None = None,
+    max_concurrency: int | None = None,
+    conflict_group: str | None = None,
+    default_cost: float | None = None,
+    app: Celery | None = None,
+    base: type[FairTask] = FairTask,
+    **task_options: Any,
+) -> Any:
+    """Declare a fair task, bound to the current app like ``shared_task`` (or to ``app`` only).
+
+    In canvas, give the options to the signature: ``clone.s("linux").set(fairness_key="k",
+    job_id="linux")``; every primitive (chain, group, chord) passes them on.
+
+    Example:
+        >>> @fair_task(type="sync-clone", priority=8, conflict_group="git", default_cost=10)
+        ... def clone(repo): ...                                         # doctest: +SKIP
+        >>> clone.apply_async(["linux"], fairness_key="10.0.0.7", job_id="linux")  # doctest: +SKIP
+    """
+    fair_options = {
+        "fair_type": type,
+        "fair_priority": priority,
+        "fair_max_concurrency": max_concurrency,
+        "fair_conflict_group": conflict_group,
+        "fair_default_cost": default_cost,
+    }
+    options = {k: v for k, v in fair_options.items() if v is not None}
+    options.update(task_options)
+
+    def create(fun: F) -> Any:
+        if app is None:
+            return shared_task(base=base, **options)(fun)
+        # Bound to one app on purpose: unlike app.task, do not add it to every other app.
+        options.setdefault("shared", False)
+        return app.task(base=base, **options)(fun)
+
+    if len(args) == 1 and callable(args[0]) and not task_options.get("name"):
+        return create(args[0])
+    if args:
+        raise TypeError("fair_task() takes keyword options only, e.g. @fair_task(type='clone')")
+    return create
+
+
+def declared_types(app: Celery, settings_types: dict[str, JobType]) -> dict[str, JobType]:
+    """Every job type of ``app``: from ``fair_types`` and from its fair tasks, checked.
+
+    Raises:
+        ConfigurationError: A type is declared twice with different options, or a fair task
+            names a type that nobody declares.
+    """
+    from .settings import merge_type
+
+    types = dict(settings_types)
+    named: dict[str, str] = {}
+    for name, task in sorted(app.tasks.items()):
+        if not isinstance(task, FairTask):
+            continue
+        jtype = type(task).declared_job_type()
+        if jtype is not None:
+            merge_type(types, jtype, f"task {name!r}")
+        named[name] = type(task).job_type_name()
+    for task_name, type_name in named.items():
+        if type_name not in types:
+            raise ConfigurationError(
+                f"task {task_name!r} names job type {type_name!r}, which no task and no "
+                "fair_types entry declares with a priority"
+            )
+    return types

@@ -1,0 +1,233 @@
+"""The worker's ``fair_*`` settings: read once at startup, validated before anything runs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from .core import CostLifecycle, JobType, SchedulerConfig
+from .errors import ConfigurationError
+
+__all__ = ["BAD_MESSAGE_POLICIES", "DEFAULTS", "FairSettings"]
+
+BAD_MESSAGE_POLICIES = ("repair", "reject")
+
+#: Every setting, its default, and what it means. docs/configuration.md documents each one.
+DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "fair_types": {},  # {name: {"priority": int, "max_concurrency": ..., ...}}
+        "fair_tier_caps": {},  # {priority: cap or None}
+        "fair_pool": "prefork",  # the real pool that runs tasks
+        "fair_capacity": None,  # slots; None = the pool's size, following autoscale
+        "fair_max_held": 1000,  # messages one worker holds unacked at most
+        "fair_max_hold_seconds": None,  # None = derived from the broker's ack timeout
+        "fair_spill_interval": 5.0,  # seconds between two spills of excess held messages
+        "fair_sweep_interval": 1.0,  # seconds between sweeps for revoked/expired/old holds
+        "fair_alpha": 0.3,
+        "fair_cost_ttl": 3600.0,
+        "fair_estimate_ttl": 7 * 24 * 3600.0,
+        "fair_reset_interval": None,
+        "fair_advance_idle": False,
+        "fair_default_fairness_key": "",
+        "fair_max_header_length": 256,
+        "fair_on_bad_message": "repair",  # or "reject": every bad message goes to dead letter
+        "fair_dead_letter_queue": "celery_fair.dead_letter",
+    }
+)
+
+_TYPE_OPTIONS = {"priority", "max_concurrency", "conflict_group", "default_cost"}
+
+
+@dataclass(frozen=True, slots=True)
+class FairSettings:
+    """Validated ``fair_*`` settings. Build with ``from_celery_conf(app.conf)``.
+
+    Example:
+        >>> s = FairSettings.from_mapping({"fair_max_held": 200})
+        >>> s.max_held, s.pool
+        (200, 'prefork')
+    """
+
+    types: Mapping[str, JobType] = field(default_factory=dict)
+    tier_caps: Mapping[int, int | None] = field(default_factory=dict)
+    pool: str = "prefork"
+    capacity: int | None = None
+    max_held: int = 1000
+    max_hold_seconds: float | None = None
+    spill_interval: float = 5.0
+    sweep_interval: float = 1.0
+    alpha: float = 0.3
+    lifecycle: CostLifecycle = field(default_factory=CostLifecycle)
+    default_fairness_key: str = ""
+    max_header_length: int = 256
+    on_bad_message: str = "repair"
+    dead_letter_queue: str = "celery_fair.dead_letter"
+
+    @classmethod
+    def from_celery_conf(cls, conf: Any) -> FairSettings:
+        """Read every ``fair_*`` setting from a Celery configuration (``app.conf``)."""
+        return cls.from_mapping(
+            {name: conf.get(name, default) for name, default in DEFAULTS.items()}
+        )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> FairSettings:
+        """Validate ``values`` (names as in ``DEFAULTS``; missing ones take the default).
+
+        Raises:
+            ConfigurationError: A value is invalid; the message names the setting.
+        """
+        unknown = sorted(name for name in values if name not in DEFAULTS)
+        if unknown:
+            raise ConfigurationError(f"unknown celery-fair setting(s): {', '.join(unknown)}")
+        v = {**DEFAULTS, **values}
+        lifecycle = _setting(
+            "fair_cost_ttl/fair_estimate_ttl/fair_reset_interval/fair_advance_idle",
+            lambda: CostLifecycle(
+                cost_ttl=v["fair_cost_ttl"],
+                estimate_ttl=v["fair_estimate_ttl"],
+                reset_interval=v["fair_reset_interval"],
+                advance_idle=v["fair_advance_idle"],
+            ),
+        )
+        settings = cls(
+            types=_parse_types(v["fair_types"]),
+            tier_caps=_parse_tier_caps(v["fair_tier_caps"]),
+            pool=_text("fair_pool", v["fair_pool"]),
+            capacity=_optional_int("fair_capacity", v["fair_capacity"], minimum=1),
+            max_held=_int("fair_max_held", v["fair_max_held"], minimum=1),
+            max_hold_seconds=_optional_seconds("fair_max_hold_seconds", v["fair_max_hold_seconds"]),
+            spill_interval=_seconds("fair_spill_interval", v["fair_spill_interval"]),
+            sweep_interval=_seconds("fair_sweep_interval", v["fair_sweep_interval"]),
+            alpha=_setting("fair_alpha", lambda: SchedulerConfig(1, alpha=v["fair_alpha"]).alpha),
+            lifecycle=lifecycle,
+            default_fairness_key=_key("fair_default_fairness_key", v["fair_default_fairness_key"]),
+            max_header_length=_int("fair_max_header_length", v["fair_max_header_length"], 1),
+            on_bad_message=_choice(
+                "fair_on_bad_message", v["fair_on_bad_message"], BAD_MESSAGE_POLICIES
+            ),
+            dead_letter_queue=_text("fair_dead_letter_queue", v["fair_dead_letter_queue"]),
+        )
+        if len(settings.default_fairness_key) > settings.max_header_length:
+            raise ConfigurationError(
+                "fair_default_fairness_key: longer than fair_max_header_length"
+            )
+        return settings
+
+    def scheduler_config(self, capacity: int) -> SchedulerConfig:
+        return SchedulerConfig(
+            capacity=capacity, tier_caps=self.tier_caps, alpha=self.alpha, lifecycle=self.lifecycle
+        )
+
+    def describe(self) -> dict[str, object]:
+        """The effective settings, for the startup log line and ``inspect stats``."""
+        return {
+            "types": {name: _type_options(t) for name, t in self.types.items()},
+            "tier_caps": dict(self.tier_caps),
+            "pool": self.pool,
+            "capacity": self.capacity or "pool size",
+            "max_held": self.max_held,
+            "max_hold_seconds": self.max_hold_seconds or "from broker",
+            "on_bad_message": self.on_bad_message,
+        }
+
+
+def merge_type(known: dict[str, JobType], jtype: JobType, where: str) -> None:
+    """Add ``jtype`` to ``known``; an equal declaration is fine, a different one is an error."""
+    existing = known.get(jtype.name)
+    if existing is not None and existing != jtype:
+        raise ConfigurationError(
+            f"job type {jtype.name!r} is declared twice with different options: "
+            f"{_type_options(existing)} and {_type_options(jtype)} ({where})"
+        )
+    known[jtype.name] = jtype
+
+
+def _type_options(jtype: JobType) -> dict[str, object]:
+    return {
+        "priority": jtype.priority,
+        "max_concurrency": jtype.max_concurrency,
+        "conflict_group": jtype.conflict_group,
+        "default_cost": jtype.default_cost,
+    }
+
+
+def _parse_types(value: object) -> Mapping[str, JobType]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"fair_types: must be a mapping of name to options, got {value!r}")
+    types: dict[str, JobType] = {}
+    for name, options in value.items():
+        where = f"fair_types[{name!r}]"
+        if not isinstance(options, Mapping):
+            raise ConfigurationError(f"{where}: must be a mapping of options, got {options!r}")
+        extra = set(options) - _TYPE_OPTIONS
+        if extra:
+            raise ConfigurationError(f"{where}: unknown option(s) {sorted(extra)}")
+        if "priority" not in options:
+            raise ConfigurationError(f"{where}: priority is required")
+        jtype = _setting(where, lambda: JobType(name=name, **options))  # noqa: B023
+        merge_type(types, jtype, where)
+    return MappingProxyType(types)
+
+
+def _parse_tier_caps(value: object) -> Mapping[int, int | None]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"fair_tier_caps: must be a mapping, got {value!r}")
+    caps = {int(k) if isinstance(k, str) and k.isdigit() else k: c for k, c in value.items()}
+    _setting("fair_tier_caps", lambda: SchedulerConfig(1, tier_caps=caps))
+    return MappingProxyType(caps)
+
+
+def _setting(name: str, build: Any) -> Any:
+    try:
+        return build()
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
+    except TypeError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
+
+
+def _int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name}: must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _optional_int(name: str, value: object, minimum: int) -> int | None:
+    return None if value is None else _int(name, value, minimum)
+
+
+def _seconds(name: str, value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(f"{name}: must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _optional_seconds(name: str, value: object) -> float | None:
+    return None if value is None else _seconds(name, value)
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{name}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def _key(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{name}: must be a string, got {value!r}")
+    return value
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigurationError(f"{name}: must be one of {', '.join(choices)}; got {value!r}")
+    return str(value)

@@ -1,0 +1,485 @@
+"""The gate: holds fair requests unacknowledged and starts them in fair order.
+
+Every request the consumer would hand to the pool comes here first (normal, ETA-fired and
+rate-limit-released alike; see bootstep.py). A plain task goes straight on but counts against
+the slots. A fair job is *held*: submitted to the scheduling core and kept, unacknowledged,
+until the core admits it; then it goes to the worker's own ``process_task``, exactly as Celery
+would have sent it, so acks (early or late), time limits, events and revokes stay Celery's.
+
+Held messages and the broker (docs/operations.md):
+
+- *Prefetch.* A held message occupies a slot of the consumer's prefetch window, so each held
+  message raises the window by one (``qos.increment_eventually``), as Celery does for ETA
+  tasks, up to ``fair_max_held``; otherwise one client's burst would fill the window and hide
+  every other client's messages.
+- *Spill.* At ``fair_max_held`` the gate returns the lowest-ranked tenth of what it holds to
+  the broker (republish to the same exchange and routing key with every header kept, then
+  ack), at most every ``fair_spill_interval``, so that held work never silently blocks the
+  queue; the spilled jobs keep their submission time and so their place in the fair order.
+- *Ack timeouts.* A message held longer than ``max_hold`` (by default half the broker's ack
+  timeout: Redis ``visibility_timeout``, RabbitMQ ``consumer_timeout``) is republished and
+  acked the same way before the broker redelivers it or closes the channel.
+- *Connection loss.* Held copies are forgotten without ack (their delivery tags died with the
+  channel); the broker redelivers them.
+
+Threading: with an event loop (Redis, RabbitMQ) everything runs on the loop thread and pool
+callbacks from other threads are marshalled onto it with ``hub.call_soon``; without one
+(the in-memory transport, gevent, eventlet) the gate acts where it is called, under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from billiard.einfo import ExceptionInfo
+from celery.exceptions import TimeLimitExceeded
+from celery.utils.log import get_logger
+from celery.worker import state as worker_state
+
+from ..core import JobType, Scheduler, WallClock
+from .headers import ERROR, REPUBLISHED, SUBMITTED, FairHeaders, parse_headers
+
+__all__ = ["Gate"]
+
+logger = get_logger(__name__)
+
+#: Fraction of the broker's ack timeout a message may be held before it is republished.
+HOLD_FRACTION = 0.5
+#: Seconds the RabbitMQ server waits for an ack by default (``consumer_timeout``).
+RABBITMQ_CONSUMER_TIMEOUT = 1800.0
+#: Seconds the Redis transport waits for an ack by default (``visibility_timeout``).
+REDIS_VISIBILITY_TIMEOUT = 3600.0
+
+
+@dataclass(slots=True)
+class Held:
+    """A fair request waiting for admission."""
+
+    req: Any
+    received: float  # monotonic
+    headers: FairHeaders
+    arrival: float
+
+
+@dataclass(slots=True)
+class Started:
+    """A request handed to the pool (fair or plain) and not yet finished."""
+
+    fair: bool
+    dispatched: float  # monotonic
+    accepted: float | None = None
+    applied: bool = False
+
+
+class Gate:
+    """One worker's fair gate. Created by the consumer bootstep; one per consumer."""
+
+    def __init__(
+        self,
+        consumer: Any,
+        settings: Any,
+        types: Mapping[str, JobType],
+        process_task: Callable[[Any], Any],
+    ) -> None:
+        self.consumer = consumer
+        self.app = consumer.app
+        self.pool = consumer.pool
+        self.settings = settings
+        self.types = dict(types)
+        self._groups = {name: t.conflict_group for name, t in self.types.items()}
+        self.process_task = process_task
+        self.scheduler = Scheduler(
+            settings.scheduler_config(self._slots()), WallClock(), self.types.values()
+        )
+        # held: fair requests not yet admitted, by task id, oldest first.
+        self.held: dict[str, Held] = {}
+        # started: requests handed to the pool and not finished, by task id.
+        self.started: dict[str, Started] = {}
+        # nonfair_running: plain tasks handed to the pool and not finished.
+        self.nonfair_running = 0
+        # qos_raised: how much this gate raised the prefetch window; never above max_held.
+        self.qos_raised = 0
+        self.max_hold = settings.max_hold_seconds or self._default_max_hold()
+        self.counts = dict.fromkeys(
+            ("admitted", "spilled", "refreshed", "dead_lettered", "revoked_held", "duplicates"), 0
+        )
+        self._lock = threading.RLock()
+        self._last_spill = -float("inf")
+        self._revoked_seen = (-1, -1)
+        self._sweep_entry: Any = None
+        logger.info(
+            "celery-fair gate ready: %d job type(s), max_held=%d, max_hold=%.0fs, settings=%r",
+            len(self.types),
+            settings.max_held,
+            self.max_hold,
+            settings.describe(),
+        )
+
+    # -- requests in -------------------------------------------------------------------
+
+    def on_request(self, req: Any) -> None:
+        """Take a request the consumer would start now (installed as ``on_task_request``)."""
+        with self._lock:
+            task = req.task
+            declared = getattr(type(task), "job_type_name", None)
+            parsed = parse_headers(
+                req.request_dict,
+                declared_type=declared() if declared else None,
+                types=self._groups,
+                default_key=self.settings.default_fairness_key,
+                max_length=self.settings.max_header_length,
+                reject_all=self.settings.on_bad_message == "reject",
+            )
+            if parsed is None:
+                self._start_plain(req)
+                return
+            if parsed.problems:
+                logger.warning(
+                    "Task %s[%s] has bad fairness headers (%s); %s.",
+                    req.name,
+                    req.id,
+                    "; ".join(map(str, parsed.problems)),
+                    "sending it to the dead letter queue" if parsed.rejected else "repaired",
+                )
+            if parsed.rejected:
+                self._dead_letter(req, "; ".join(map(str, parsed.problems)))
+                return
+            self._hold(req, parsed)
+            self.dispatch()
+
+    def _hold(self, req: Any, parsed: FairHeaders) -> None:
+        task_id = req.id
+        earlier = self.held.get(task_id)
+        if earlier is not None:
+            # The broker redelivered a message we hold (an ack timeout ran out): keep one, the
+            # newer delivery, at the place the first one had.
+            self.counts["duplicates"] += 1
+            logger.warning(
+                "Task %s[%s] was delivered again while held; keeping one copy.", req.name, task_id
+            )
+            _ack_quietly(earlier.req)
+            earlier.req = req
+            return
+        if task_id in self.started:
+            self.counts["duplicates"] += 1
+            logger.warning(
+                "Task %s[%s] was delivered again while running; dropping the copy.",
+                req.name,
+                task_id,
+            )
+            _ack_quietly(req)
+            return
+        arrival = parsed.submitted if parsed.submitted is not None else time.time()
+        self.scheduler.submit(
+            task_id, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
+        )
+        self.held[task_id] = Held(req, time.monotonic(), parsed, arrival)
+        if self.qos_raised < self.settings.max_held:
+            qos = self.consumer.qos
+            if qos is not None:
+                qos.increment_eventually()
+                self.qos_raised += 1
+
+    def _start_plain(self, req: Any) -> None:
+        self.nonfair_running += 1
+        self.started[req.id] = Started(False, time.monotonic())
+        self._handoff(req)
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Start every held job the core admits now. O(admitted), independent of held jobs."""
+        with self._lock:
+            scheduler = self.scheduler
+            scheduler.set_capacity(max(0, self._slots() - self.nonfair_running))
+            for admission in scheduler.schedule():
+                held = self.held.pop(admission.ref)  # type: ignore[call-overload]
+                self._lower_qos()
+                self.counts["admitted"] += 1
+                self.started[held.req.id] = Started(True, time.monotonic())
+                logger.debug(
+                    "Admitted %s[%s] job_type=%s job_id=%s fairness_key=%s estimate=%.3f",
+                    held.req.name,
+                    held.req.id,
+                    admission.type,
+                    admission.job_id,
+                    admission.fairness_key,
+                    admission.estimate,
+                )
+                self._handoff(held.req)
+            if len(self.held) >= self.settings.max_held:
+                self._spill()
+
+    def _handoff(self, req: Any) -> None:
+        """Hand ``req`` to the worker's own path to the pool; notice if it never got there."""
+        try:
+            self.process_task(req)
+        except Exception:
+            logger.exception("Task %s[%s] could not be handed to the pool.", req.name, req.id)
+            self._finished(req.id, None)
+            return
+        info = self.started.get(req.id)
+        if info is not None and not info.applied and getattr(req, "_already_revoked", False):
+            self._finished(req.id, None)  # revoked at the pool's door: Celery acked it
+
+    def _slots(self) -> int:
+        """The pool's size now (autoscale moves it), or ``fair_capacity`` if smaller."""
+        pool = self.pool
+        try:
+            size = int(pool.num_processes or 0)
+        except AttributeError:  # prefork before its processes exist
+            size = int(getattr(pool, "limit", 0) or 0)
+        capacity = self.settings.capacity
+        return size if capacity is None else min(capacity, size) if size else capacity
+
+    # -- pool callbacks ------------------------------------------------------------------
+
+    def wrap_callbacks(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Wrap one ``apply_async`` call's callbacks to learn when the job starts and ends."""
+        task_id = options.get("correlation_id")
+        info = self.started.get(task_id) if isinstance(task_id, str) else None
+        if info is None or not isinstance(task_id, str):
+            return options
+        info.applied = True
+        accept = options.get("accept_callback")
+        done = options.get("callback")
+        failed = options.get("error_callback")
+
+        def on_accept(pid: Any, time_accepted: float) -> Any:
+            info.accepted = time_accepted
+            return accept(pid, time_accepted) if accept else None
+
+        def on_done(result: Any) -> Any:
+            try:
+                return done(result) if done else None
+            finally:
+                # A BaseException in a thread reaches ``callback`` as an ExceptionInfo.
+                self._finish_soon(task_id, info, observe=not isinstance(result, ExceptionInfo))
+
+        def on_failed(einfo: Any) -> Any:
+            try:
+                return failed(einfo) if failed else None
+            finally:
+                exc = getattr(einfo, "exception", None)
+                self._finish_soon(task_id, info, observe=isinstance(exc, TimeLimitExceeded))
+
+        return {
+            **options,
+            "accept_callback": on_accept,
+            "callback": on_done,
+            "error_callback": on_failed,
+        }
+
+    def _finish_soon(self, task_id: str, info: Started, *, observe: bool) -> None:
+        elapsed = None
+        if observe:
+            elapsed = max(0.0, time.monotonic() - (info.accepted or info.dispatched))
+        hub = self.consumer.hub
+        if hub is not None:
+            hub.call_soon(self._finished, task_id, elapsed)
+        else:
+            self._finished(task_id, elapsed)
+
+    def _finished(self, task_id: str, elapsed: float | None) -> None:
+        """A job handed to the pool is done (any outcome): release its slot; learn if timed."""
+        with self._lock:
+            info = self.started.pop(task_id, None)
+            if info is None:
+                return
+            if not info.fair:
+                self.nonfair_running -= 1
+            elif elapsed is None:
+                self.scheduler.release(task_id)
+            else:
+                self.scheduler.complete(task_id, elapsed)
+            self.dispatch()
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Periodic: drop revoked and expired holds, refresh old holds, follow the pool size."""
+        with self._lock:
+            self._drop_revoked()
+            self._refresh_old_holds()
+            self.dispatch()
+
+    def _drop_revoked(self) -> None:
+        marker = (len(worker_state.revoked), len(getattr(worker_state, "revoked_stamps", ())))
+        if marker == self._revoked_seen and not any(h.req.expires for h in self.held.values()):
+            return
+        self._revoked_seen = marker
+        for task_id, held in list(self.held.items()):
+            # revoked() also handles expiry, and does Celery's bookkeeping: ack, events, state.
+            if held.req.revoked():
+                self._forget(task_id)
+                self.counts["revoked_held"] += 1
+                logger.info(
+                    "Held task %s[%s] was revoked or expired; dropped from the gate.",
+                    held.req.name,
+                    task_id,
+                )
+
+    def _refresh_old_holds(self) -> None:
+        deadline = time.monotonic() - self.max_hold
+        for held in list(self.held.values()):
+            if held.received > deadline:
+                break  # held is ordered by receipt
+            if self._republish(held, reason="held longer than the broker waits for an ack"):
+                self.counts["refreshed"] += 1
+
+    def _spill(self) -> None:
+        now = time.monotonic()
+        if now - self._last_spill < self.settings.spill_interval:
+            return
+        self._last_spill = now
+        pending = [v for v in self.scheduler.snapshot().jobs if v.place is not None]
+        victims = pending[-max(1, len(pending) // 10) :]
+        spilled = 0
+        for view in reversed(victims):
+            held = self.held.get(view.ref)  # type: ignore[call-overload]
+            if held is not None and self._republish(held, reason="fair_max_held reached"):
+                spilled += 1
+        self.counts["spilled"] += spilled
+        logger.warning(
+            "celery-fair holds %d messages (fair_max_held=%d): returned the %d lowest-ranked "
+            "to the broker.",
+            len(self.held) + spilled,
+            self.settings.max_held,
+            spilled,
+        )
+
+    def _forget(self, task_id: str) -> None:
+        self.held.pop(task_id, None)
+        self.scheduler.cancel(task_id)
+        self._lower_qos()
+
+    def _lower_qos(self) -> None:
+        if self.qos_raised > 0:
+            self.qos_raised -= 1
+            qos = self.consumer.qos
+            if qos is not None:
+                qos.decrement_eventually()
+
+    def on_connection_lost(self) -> None:
+        """The channel is gone: held copies cannot be acked and will be redelivered."""
+        with self._lock:
+            if self.held:
+                logger.info(
+                    "Connection lost: forgetting %d held message(s); the broker "
+                    "will deliver them again.",
+                    len(self.held),
+                )
+            for task_id in list(self.held):
+                self.scheduler.cancel(task_id)
+            self.held.clear()
+            self.qos_raised = 0  # a new connection gets a new QoS
+
+    # -- republishing --------------------------------------------------------------------
+
+    def _republish(self, held: Held, *, reason: str) -> bool:
+        """Put a held message back on its queue (all headers kept), then ack it."""
+        req = held.req
+        message = req._message
+        headers = dict(message.headers or {})
+        headers.pop("compression", None)  # the body was decompressed on receipt
+        headers.setdefault(SUBMITTED, held.arrival)  # keep its place in the fair order
+        headers[REPUBLISHED] = int(headers.get(REPUBLISHED) or 0) + 1
+        info = message.delivery_info or {}
+        try:
+            self._publish(message, headers, info.get("exchange") or "", info.get("routing_key"))
+        except Exception:
+            logger.exception(
+                "Could not return held task %s[%s] to the broker (%s); still holding it.",
+                req.name,
+                req.id,
+                reason,
+            )
+            return False
+        message.ack()
+        worker_state.task_ready(req)
+        self._forget(req.id)
+        logger.info("Returned held task %s[%s] to the broker: %s.", req.name, req.id, reason)
+        return True
+
+    def _dead_letter(self, req: Any, why: str) -> None:
+        message = req._message
+        headers = dict(message.headers or {})
+        headers.pop("compression", None)
+        headers[ERROR] = why
+        queue = self.settings.dead_letter_queue
+        try:
+            self._publish(message, headers, "", queue, declare_queue=queue)
+        except Exception:
+            logger.exception(
+                "Could not dead-letter task %s[%s]; rejecting it instead.", req.name, req.id
+            )
+            req.reject(requeue=False)
+            return
+        self.counts["dead_lettered"] += 1
+        req.acknowledge()
+        worker_state.task_ready(req)
+        req.send_event("task-rejected", requeue=False)
+        logger.error("Task %s[%s] sent to dead letter queue %r: %s", req.name, req.id, queue, why)
+
+    def _publish(
+        self,
+        message: Any,
+        headers: dict[str, Any],
+        exchange: str,
+        routing_key: str | None,
+        declare_queue: str | None = None,
+    ) -> None:
+        from kombu.entity import Queue
+
+        props = message.properties or {}
+        declare = [Queue(declare_queue, durable=True)] if declare_queue else None
+        with self.app.producer_or_acquire() as producer:
+            producer.publish(
+                message.body,
+                exchange=exchange,
+                routing_key=routing_key,
+                headers=headers,
+                content_type=message.content_type,
+                content_encoding=message.content_encoding,
+                delivery_mode=props.get("delivery_mode"),
+                priority=props.get("priority"),
+                correlation_id=props.get("correlation_id"),
+                reply_to=props.get("reply_to"),
+                declare=declare,
+                retry=True,
+            )
+
+    # -- inspection ----------------------------------------------------------------------
+
+    def pool_info(self) -> dict[str, Any]:
+        """Flat statistics for ``inspect stats`` (Flower shows them on the pool tab)."""
+        with self._lock:
+            return {
+                "fair-held": len(self.held),
+                "fair-running": self.scheduler.running,
+                "plain-running": self.nonfair_running,
+                "fair-capacity": self.scheduler.capacity,
+                **{f"fair-{name.replace('_', '-')}": n for name, n in self.counts.items()},
+            }
+
+    def _default_max_hold(self) -> float:
+        conf = self.app.conf
+        driver = self.app.connection_for_read().transport.driver_type
+        if driver == "redis":
+            options = conf.broker_transport_options or {}
+            timeout = float(options.get("visibility_timeout", REDIS_VISIBILITY_TIMEOUT))
+        elif driver == "amqp":
+            timeout = RABBITMQ_CONSUMER_TIMEOUT
+        else:
+            return float("inf")
+        return timeout * HOLD_FRACTION
+
+
+def _ack_quietly(req: Any) -> None:
+    message = getattr(req, "_message", None)
+    if message is not None and not message.acknowledged:
+        message.ack_log_error(logger, (Exception,))

@@ -1,0 +1,173 @@
+"""Fairness headers: the only code that reads them from a message.
+
+A message is a *fair job* when it names a job type (the ``job_type`` header) or its task is a
+fair task (which declares one). Everything the parser finds wrong becomes a ``HeaderProblem``
+with a documented outcome (docs/failure-modes.md); it never raises.
+
+=================  ==========================  =========================================
+header             absent                      malformed (wrong type, too long, unknown)
+=================  ==========================  =========================================
+``job_type``       the task's declared type    the task's declared type; if it has none,
+                   (else: not a fair job)      dead letter
+``fairness_key``   the default key (``""``)    the default key
+``job_id``         ``None``: no conflicts,     ``None`` if the type has no conflict group;
+                   cost learned per type       otherwise dead letter (exclusion unsafe)
+``fair_submitted`` the time the worker first   the time the worker first received it
+                   received it
+=================  ==========================  =========================================
+
+With ``fair_on_bad_message = "reject"`` every problem sends the message to the dead letter
+queue instead of being repaired.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "FAIRNESS_KEY",
+    "JOB_ID",
+    "JOB_TYPE",
+    "SUBMITTED",
+    "FairHeaders",
+    "HeaderProblem",
+    "parse_headers",
+]
+
+FAIRNESS_KEY = "fairness_key"
+JOB_ID = "job_id"
+JOB_TYPE = "job_type"
+SUBMITTED = "fair_submitted"
+REPUBLISHED = "fair_republished"
+ERROR = "fair_error"
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderProblem:
+    """One thing wrong with a message's fairness headers."""
+
+    header: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.header}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class FairHeaders:
+    """What the gate needs to know about a fair job, after validation.
+
+    Attributes:
+        submitted: The producer's submission time (epoch seconds), or ``None`` if it gave none
+            or an unusable one.
+        problems: What was wrong and repaired (or, with ``rejected``, not repairable).
+        rejected: The message must go to the dead letter queue instead of running.
+    """
+
+    job_type: str
+    job_id: str | None
+    fairness_key: str
+    submitted: float | None
+    problems: tuple[HeaderProblem, ...] = ()
+    rejected: bool = False
+
+
+def parse_headers(
+    headers: Mapping[str, Any] | None,
+    *,
+    declared_type: str | None,
+    types: Mapping[str, str],
+    default_key: str = "",
+    max_length: int = 256,
+    reject_all: bool = False,
+) -> FairHeaders | None:
+    """Validate the fairness headers of one message.
+
+    Args:
+        headers: The message headers.
+        declared_type: The job type the task declares, or ``None`` for a plain task.
+        types: Every known job type's name mapped to its conflict group (``""`` for none).
+        default_key: The fairness key of a message that has none or a bad one.
+        max_length: The longest fairness key or job id accepted, in characters.
+        reject_all: Reject on any problem instead of repairing.
+
+    Returns:
+        ``None`` when the message is not a fair job (plain task, no ``job_type`` header),
+        otherwise the validated headers.
+    """
+    headers = headers or {}
+    problems: list[HeaderProblem] = []
+    rejected = False
+
+    job_type = declared_type
+    if headers.get(JOB_TYPE) is not None:
+        named = _text(headers[JOB_TYPE], max_length)
+        if isinstance(named, HeaderProblem):
+            problems.append(_named(named, JOB_TYPE))
+        elif named not in types:
+            problems.append(HeaderProblem(JOB_TYPE, f"unknown job type {named!r}"))
+        else:
+            job_type = named
+        if job_type is None:  # a plain task naming a type we cannot honour
+            return FairHeaders("", None, default_key, None, tuple(problems), rejected=True)
+    if job_type is None:
+        return None
+    if job_type not in types:
+        problems.append(HeaderProblem(JOB_TYPE, f"the task's type {job_type!r} is not declared"))
+        rejected = True
+
+    key = default_key
+    if headers.get(FAIRNESS_KEY) is not None:
+        value = _text(headers[FAIRNESS_KEY], max_length)
+        if isinstance(value, str):
+            key = value
+        else:
+            problems.append(_named(value, FAIRNESS_KEY))
+
+    job_id = None
+    if headers.get(JOB_ID) is not None:
+        value = _text(headers[JOB_ID], max_length)
+        if isinstance(value, str):
+            job_id = value
+        else:
+            problems.append(_named(value, JOB_ID))
+            if types.get(job_type):  # exclusion cannot be honoured without the id
+                rejected = True
+
+    submitted = None
+    if headers.get(SUBMITTED) is not None:
+        stamp = headers[SUBMITTED]
+        if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
+            submitted = float(stamp)
+        else:
+            problems.append(HeaderProblem(SUBMITTED, f"not a finite number: {_short(stamp)}"))
+
+    if reject_all and problems:
+        rejected = True
+    return FairHeaders(job_type, job_id, key, submitted, tuple(problems), rejected)
+
+
+def _text(value: object, max_length: int) -> str | HeaderProblem:
+    """A header as text, or the problem with it (``header`` filled in by the caller)."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return HeaderProblem("", f"bytes that are not UTF-8: {_short(value)}")
+    if not isinstance(value, str):
+        return HeaderProblem("", f"not a string but {type(value).__name__}: {_short(value)}")
+    if len(value) > max_length:
+        return HeaderProblem("", f"{len(value)} characters, more than {max_length}")
+    return value
+
+
+def _named(problem: HeaderProblem, header: str) -> HeaderProblem:
+    return HeaderProblem(header, problem.reason)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,149 @@
+"""The Celery app the integration tests run in real workers.
+
+The worker process builds it from environment variables (``FAIRAPP_*``); the test process
+builds the same app with ``make_app`` to publish. Every task records its start and end in
+Redis under the run's own prefix, so tests read what happened instead of guessing from time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import redis
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+
+from celery_fair import fair_task
+
+RECORD_URL = "redis://127.0.0.1:6379/0"
+
+
+class Recorder:
+    """Appends events to ``{prefix}:events`` and counts completions in ``{prefix}:done``."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.redis = redis.Redis.from_url(RECORD_URL)
+
+    def record(self, event: str, tag: str, **extra: object) -> None:
+        entry = {"event": event, "tag": tag, "t": time.time(), "pid": os.getpid(), **extra}
+        self.redis.rpush(f"{self.prefix}:events", json.dumps(entry))
+
+    def done(self, tag: str) -> None:
+        self.redis.hincrby(f"{self.prefix}:done", tag, 1)
+
+    def events(self) -> list[dict]:
+        return [json.loads(e) for e in self.redis.lrange(f"{self.prefix}:events", 0, -1)]
+
+    def done_counts(self) -> dict[str, int]:
+        raw = self.redis.hgetall(f"{self.prefix}:done")
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def clear(self) -> None:
+        self.redis.delete(f"{self.prefix}:events", f"{self.prefix}:done", f"{self.prefix}:tries")
+
+
+def make_app(
+    broker: str,
+    queue: str,
+    prefix: str,
+    *,
+    backend: str | None = None,
+    conf: dict | None = None,
+) -> Celery:
+    app = Celery("fairapp", broker=broker, backend=backend, set_as_current=False)
+    app.conf.update(
+        task_default_queue=queue,
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        task_create_missing_queues=True,
+        **(conf or {}),
+    )
+    rec = Recorder(prefix)
+
+    def run(tag: str, seconds: float, **extra: object) -> str:
+        rec.record("start", tag, **extra)
+        time.sleep(seconds)
+        rec.record("end", tag, **extra)
+        rec.done(tag)
+        return tag
+
+    @fair_task(
+        app=app,
+        name="fairapp.clone",
+        type="clone",
+        priority=8,
+        conflict_group="git",
+        default_cost=1,
+    )
+    def clone(tag: str, seconds: float = 0.01) -> str:
+        return run(tag, seconds, type="clone")
+
+    @fair_task(
+        app=app,
+        name="fairapp.maintenance",
+        type="maintenance",
+        priority=2,
+        conflict_group="git",
+        default_cost=1,
+    )
+    def maintenance(tag: str, seconds: float = 0.01) -> str:
+        return run(tag, seconds, type="maintenance")
+
+    @fair_task(
+        app=app, name="fairapp.late", type="late", priority=8, default_cost=1, acks_late=True
+    )
+    def late(tag: str, seconds: float = 0.01) -> str:
+        return run(tag, seconds, type="late")
+
+    @app.task(name="fairapp.plain")
+    def plain(tag: str, seconds: float = 0.01) -> str:
+        return run(tag, seconds, type="plain")
+
+    @fair_task(app=app, name="fairapp.add", type="clone")
+    def add(x: int, y: int) -> int:
+        rec.record("start", f"add:{x}+{y}")
+        rec.done(f"add:{x}+{y}")
+        return x + y
+
+    @fair_task(app=app, name="fairapp.tsum", type="clone")
+    def tsum(values: list[int]) -> int:
+        rec.done(f"tsum:{sum(values)}")
+        return sum(values)
+
+    @fair_task(app=app, name="fairapp.flaky", type="clone", bind=True, max_retries=3)
+    def flaky(self, tag: str) -> str:
+        tries = rec.redis.hincrby(f"{prefix}:tries", tag, 1)
+        rec.record("start", tag, attempt=tries, key=getattr(self.request, "fairness_key", None))
+        if tries < 2:
+            raise self.retry(countdown=1)
+        rec.done(tag)
+        return tag
+
+    @fair_task(app=app, name="fairapp.limited", type="clone", rate_limit="2/s")
+    def limited(tag: str) -> str:
+        return run(tag, 0.0, type="limited")
+
+    @fair_task(app=app, name="fairapp.slow_soft", type="clone", soft_time_limit=0.5)
+    def slow_soft(tag: str) -> str:
+        rec.record("start", tag)
+        try:
+            time.sleep(5)
+        except SoftTimeLimitExceeded:
+            rec.done(f"{tag}:soft-limit")
+            return "soft"
+        return "no limit"
+
+    return app
+
+
+if "FAIRAPP_BROKER" in os.environ:
+    app = make_app(
+        os.environ["FAIRAPP_BROKER"],
+        os.environ["FAIRAPP_QUEUE"],
+        os.environ["FAIRAPP_PREFIX"],
+        backend=os.environ.get("FAIRAPP_BACKEND") or None,
+        conf=json.loads(os.environ.get("FAIRAPP_CONF", "{}")),
+    )

@@ -1,0 +1,233 @@
+"""Real ``celery worker`` processes for the integration tests, and the tools to watch them.
+
+Isolation: every test gets its own queue and record prefix; on Redis, kombu's own keys carry the
+prefix too (``global_keyprefix``), so cleanup is a SCAN on the prefix, never FLUSHALL. Workers
+are started in their own session and stopped by PID (SIGTERM, then SIGKILL of their process
+group, whose id is that PID).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from celery import Celery
+from fairapp import RECORD_URL, Recorder, make_app
+
+HERE = Path(__file__).parent
+BROKERS = {
+    "redis": "redis://127.0.0.1:6379/1",
+    "amqp": "amqp://guest:guest@127.0.0.1:5672//",
+}
+BACKEND = "redis://127.0.0.1:6379/2"
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, every: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail saying what was last seen."""
+    deadline = time.monotonic() + timeout
+    value = predicate()
+    while not value:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
+        time.sleep(every)
+        value = predicate()
+    return value
+
+
+@dataclass
+class Run:
+    """One test's private world on one broker."""
+
+    broker: str
+    conf: dict[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+
+    def __post_init__(self) -> None:
+        self.id = uuid.uuid4().hex[:10]
+        self.queue = f"cf-{self.id}"
+        self.prefix = f"cf-{self.id}"
+        self.url = BROKERS[self.broker]
+        if self.broker == "redis":
+            options = dict(self.conf.get("broker_transport_options", {}))
+            options.setdefault("global_keyprefix", f"{self.prefix}:")
+            self.conf["broker_transport_options"] = options
+        self.recorder = Recorder(self.prefix)
+        self._app: Celery | None = None
+
+    @property
+    def app(self) -> Celery:
+        """The client side of the same app the workers run."""
+        if self._app is None:
+            self._app = make_app(
+                self.url, self.queue, self.prefix, backend=self.backend, conf=self.conf
+            )
+        return self._app
+
+    def send(self, name: str, *args: Any, headers: dict | None = None, **options: Any) -> Any:
+        return self.app.send_task(name, args, headers=headers, queue=self.queue, **options)
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PYTHONPATH": str(HERE),
+            "FAIRAPP_BROKER": self.url,
+            "FAIRAPP_QUEUE": self.queue,
+            "FAIRAPP_PREFIX": self.prefix,
+            "FAIRAPP_BACKEND": self.backend or "",
+            "FAIRAPP_CONF": json.dumps(self.conf),
+        }
+
+    def cleanup(self) -> None:
+        self.recorder.clear()
+        if self.broker == "redis":
+            client = redis.Redis.from_url(self.url)
+            for key in client.scan_iter(match=f"{self.prefix}:*", count=1000):
+                client.delete(key)
+        else:
+            with self.app.connection_for_write() as conn:
+                channel = conn.default_channel
+                for queue in (self.queue, "celery_fair.dead_letter"):
+                    try:
+                        channel.queue_delete(queue)
+                    except Exception:  # best effort: it may not exist
+                        channel = conn.channel()
+        if self.backend:
+            client = redis.Redis.from_url(self.backend)
+            for key in client.scan_iter(match="celery-task-meta-*", count=1000):
+                client.delete(key)
+        if self._app is not None:
+            self._app.close()
+
+
+class Worker:
+    """A ``celery -A fairapp worker`` subprocess."""
+
+    def __init__(
+        self,
+        run: Run,
+        *,
+        pool: str = "fair",
+        concurrency: int = 2,
+        name: str | None = None,
+        args: tuple[str, ...] = (),
+        log_dir: Path,
+    ) -> None:
+        self.run = run
+        self.name = name or f"w{uuid.uuid4().hex[:6]}"
+        self.log_path = log_dir / f"{self.name}.log"
+        self.command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "fairapp",
+            "worker",
+            "-P",
+            pool,
+            "-c",
+            str(concurrency),
+            "-Q",
+            run.queue,
+            "-n",
+            f"{self.name}@%h",
+            "--without-mingle",
+            "--without-gossip",
+            "-l",
+            "INFO",
+            *args,
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30) -> Worker:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command,
+                cwd=HERE,
+                env=self.run.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(self._ready, timeout, f"worker {self.name} to be ready (log {self.log_path})")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(
+                f"worker {self.name} exited with {self.proc.returncode}:\n{self.log()[-3000:]}"
+            )
+        return " ready." in self.log()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool processes (its process group, id = its PID)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        else:
+            with contextlib.suppress(ProcessLookupError):  # pool children left behind, if any
+                os.killpg(self.pid, signal.SIGKILL)
+
+
+def check_services() -> None:
+    """Fail (never skip) when Redis or RabbitMQ is missing: .ci/run starts them."""
+    redis.Redis.from_url(RECORD_URL).ping()
+    app = Celery(broker=BROKERS["amqp"], set_as_current=False)
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1)
+    finally:
+        app.close()
+
+
+def intervals(events: list[dict], kind: str | None = None) -> dict[str, tuple[float, float]]:
+    """``tag -> (start, end)`` from recorded events (only tags that ended)."""
+    starts: dict[str, float] = {}
+    out: dict[str, tuple[float, float]] = {}
+    for e in events:
+        if kind is not None and e.get("type") != kind:
+            continue
+        if e["event"] == "start":
+            starts[e["tag"]] = e["t"]
+        elif e["event"] == "end" and e["tag"] in starts:
+            out[e["tag"]] = (starts[e["tag"]], e["t"])
+    return out
+
+
+def max_overlap(spans: list[tuple[float, float]]) -> int:
+    """The largest number of intervals that were open at one instant."""
+    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    best = now = 0
+    for _, step in points:
+        now += step
+        best = max(best, now)
+    return best

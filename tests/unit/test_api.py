@@ -1,0 +1,114 @@
+"""What the producer side publishes, read back from Kombu's in-memory transport."""
+
+from __future__ import annotations
+
+import pytest
+from celery import Celery, chain, group
+
+from celery_fair import ConfigurationError, FairTask, fair_headers, fair_task
+from celery_fair.api import declared_types
+
+
+@pytest.fixture
+def app():
+    app = Celery("t", broker="memory://", set_as_current=False)
+    app.conf.task_default_queue = "q"
+    yield app
+    app.close()
+
+
+def published(app, n=1):
+    """Drain ``n`` raw messages from queue q and return their headers."""
+    with app.connection_for_read() as conn:
+        queue = conn.SimpleQueue("q")
+        out = [queue.get(timeout=1).headers for _ in range(n)]
+        queue.close()
+    return out
+
+
+def make_clone(app):
+    @fair_task(app=app, type="sync-clone", priority=8, conflict_group="git", default_cost=10)
+    def clone(repo):
+        return repo
+
+    return clone
+
+
+def test_apply_async_carries_fairness_key_job_id_type_and_submission_time(app):
+    clone = make_clone(app)
+    clone.apply_async(["linux"], fairness_key="10.0.0.7", job_id="linux")
+    (h,) = published(app)
+    assert (h["fairness_key"], h["job_id"], h["job_type"]) == ("10.0.0.7", "linux", "sync-clone")
+    assert isinstance(h["fair_submitted"], float)
+
+
+def test_fluent_form_and_delay(app):
+    clone = make_clone(app)
+    clone.fair(fairness_key="k", job_id="git").delay("git")
+    (h,) = published(app)
+    assert (h["fairness_key"], h["job_id"]) == ("k", "git")
+
+
+def test_canvas_primitives_keep_the_headers(app):
+    clone = make_clone(app)
+    group(
+        clone.s("a").set(fairness_key="k1", job_id="a"),
+        clone.s("b").set(fairness_key="k2", job_id="b"),
+    ).apply_async()
+    chain(clone.s("c").set(fairness_key="k3", job_id="c"), clone.s()).apply_async()
+    keys = sorted(h.get("fairness_key") for h in published(app, 3))
+    assert keys == ["k1", "k2", "k3"]
+
+
+def test_plain_producers_use_send_task_with_fair_headers(app):
+    app.send_task("clone", ["x"], headers=fair_headers("sync-clone", "k", "x", submitted=5.0))
+    (h,) = published(app)
+    assert (h["job_type"], h["fairness_key"], h["job_id"], h["fair_submitted"]) == (
+        "sync-clone",
+        "k",
+        "x",
+        5.0,
+    )
+
+
+def test_job_type_defaults_to_the_task_name_and_several_tasks_share_a_type(app):
+    @fair_task(app=app, name="t.a", type="shared", priority=4)
+    def a(): ...
+
+    @fair_task(app=app, name="t.b", type="shared")
+    def b(): ...
+
+    @fair_task(app=app, name="t.c", priority=2)
+    def c(): ...
+
+    types = declared_types(app, {})
+    assert set(types) == {"shared", "t.c"}
+    assert types["shared"].priority == 4
+
+
+def test_a_type_declared_twice_differently_is_a_configuration_error(app):
+    @fair_task(app=app, name="t.a", type="shared", priority=4)
+    def a(): ...
+
+    @fair_task(app=app, name="t.b", type="shared", priority=8)
+    def b(): ...
+
+    with pytest.raises(ConfigurationError, match="declared twice"):
+        declared_types(app, {})
+
+
+def test_a_type_nobody_declares_is_a_configuration_error(app):
+    @fair_task(app=app, name="t.a", type="orphan")
+    def a(): ...
+
+    with pytest.raises(ConfigurationError, match="orphan"):
+        declared_types(app, {})
+
+
+def test_base_class_form(app):
+    @app.task(base=FairTask, fair_type="snap", fair_priority=4, name="t.snap")
+    def snap(): ...
+
+    assert declared_types(app, {})["snap"].priority == 4
+    snap.apply_async(fairness_key="k")
+    assert published(app)[0]["job_type"] == "snap"

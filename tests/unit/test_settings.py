@@ -1,0 +1,58 @@
+"""The fair_* settings: defaults, validation, and messages that name the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from celery_fair import ConfigurationError, FairSettings
+from celery_fair.settings import DEFAULTS
+
+
+def test_defaults_are_valid_and_documented():
+    s = FairSettings.from_mapping({})
+    assert (s.pool, s.max_held, s.on_bad_message) == ("prefork", 1000, "repair")
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    missing = [name for name in DEFAULTS if name not in doc]
+    assert missing == []
+
+
+def test_job_types_from_settings():
+    s = FairSettings.from_mapping(
+        {"fair_types": {"clone": {"priority": 8, "conflict_group": "git"}}}
+    )
+    assert s.types["clone"].conflict_group == "git"
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"fair_max_held": 0}, "fair_max_held"),
+        ({"fair_max_held": "lots"}, "fair_max_held"),
+        ({"fair_capacity": -1}, "fair_capacity"),
+        ({"fair_max_hold_seconds": 0}, "fair_max_hold_seconds"),
+        ({"fair_alpha": 2}, "fair_alpha"),
+        ({"fair_cost_ttl": -5}, "fair_cost_ttl"),
+        ({"fair_on_bad_message": "ignore"}, "fair_on_bad_message"),
+        ({"fair_dead_letter_queue": ""}, "fair_dead_letter_queue"),
+        ({"fair_tier_caps": {4: -1}}, "fair_tier_caps"),
+        ({"fair_types": {"clone": {"conflict_group": "git"}}}, "priority is required"),
+        ({"fair_types": {"clone": {"priority": 0}}}, r"fair_types\['clone'\]"),
+        ({"fair_types": {"clone": {"priority": 8, "colour": 1}}}, "unknown option"),
+        ({"fair_typo": 1}, "fair_typo"),
+    ],
+)
+def test_a_bad_value_is_an_error_that_names_the_setting(values, named):
+    with pytest.raises(ConfigurationError, match=named):
+        FairSettings.from_mapping(values)
+
+
+def test_reads_a_celery_configuration():
+    from celery import Celery
+
+    app = Celery(set_as_current=False)
+    app.conf.fair_max_held = 50
+    app.conf.fair_pool = "threads"
+    s = FairSettings.from_celery_conf(app.conf)
+    assert (s.max_held, s.pool) == (50, "threads")
