@@ -98,7 +98,7 @@ def make_app(
     def late(tag: str, seconds: float = 0.01) -> str:
         return run(tag, seconds, type="late")
 
-    @app.task(name="fairapp.plain")
+    @app.task(name="fairapp.plain", shared=False)
     def plain(tag: str, seconds: float = 0.01) -> str:
         return run(tag, seconds, type="plain")
 

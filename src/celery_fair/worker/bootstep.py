@@ -44,6 +44,7 @@ class FairGateStep(bootsteps.StartStopStep):
         if gate is not None:
             gate.consumer = c
             gate.pool = c.pool
+            gate.on_connected()
             self._entry = c.timer.call_repeatedly(gate.settings.sweep_interval, gate.sweep)
 
     def stop(self, c: Any) -> None:

@@ -11,7 +11,9 @@ Held messages and the broker (docs/operations.md):
 - *Prefetch.* A held message occupies a slot of the consumer's prefetch window, so each held
   message raises the window by one (``qos.increment_eventually``), as Celery does for ETA
   tasks, up to ``fair_max_held``; otherwise one client's burst would fill the window and hide
-  every other client's messages.
+  every other client's messages. One more slot is kept open for good (the *lookahead*):
+  ``acks_late`` tasks keep their messages unacked while they run, and with the default window
+  (concurrency x multiplier) a full pool would leave no room to see what arrives next.
 - *Spill.* At ``fair_max_held`` the gate returns the lowest-ranked tenth of what it holds to
   the broker (republish to the same exchange and routing key with every header kept, then
   ack), at most every ``fair_spill_interval``, so that held work never silently blocks the
@@ -101,7 +103,8 @@ class Gate:
         self.started: dict[str, Started] = {}
         # nonfair_running: plain tasks handed to the pool and not finished.
         self.nonfair_running = 0
-        # qos_raised: how much this gate raised the prefetch window; never above max_held.
+        # qos_raised: how much this gate raised the prefetch window for held messages (at
+        # most max_held); the lookahead's one more slot is not counted here.
         self.qos_raised = 0
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self.counts = dict.fromkeys(
@@ -363,6 +366,13 @@ class Gate:
             qos = self.consumer.qos
             if qos is not None:
                 qos.decrement_eventually()
+
+    def on_connected(self) -> None:
+        """A new connection (and QoS): open the lookahead slot."""
+        with self._lock:
+            qos = self.consumer.qos
+            if qos is not None:
+                qos.increment_eventually()
 
     def on_connection_lost(self) -> None:
         """The channel is gone: held copies cannot be acked and will be redelivered."""

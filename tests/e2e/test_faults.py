@@ -1,0 +1,67 @@
+"""Faults: a worker killed with SIGKILL, and holds longer than the broker waits for an ack."""
+
+from __future__ import annotations
+
+import socket
+
+from harness import wait_until
+
+from celery_fair import fair_headers
+
+# Short ack timeouts so the tests run in seconds; Redis restores unacked messages after
+# visibility_timeout, checking every second.
+FAST_REDIS = {
+    "broker_transport_options": {
+        "visibility_timeout": 4,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
+}
+
+
+def gate_stats(run, worker) -> dict:
+    node = f"{worker.name}@{socket.gethostname()}"
+    stats = run.app.control.inspect(destination=[node], timeout=1).stats() or {}
+    return stats.get(node, {}).get("pool", {})
+
+
+def test_sigkill_with_running_and_held_acks_late_jobs_loses_nothing_and_runs_each_once(
+    make_run, start_worker, broker
+):
+    # Given a worker running 2 acks_late jobs and holding 8 more,
+    run = make_run(conf=dict(FAST_REDIS) if broker == "redis" else {})
+    tags = [f"late{i}" for i in range(10)]
+    for tag in tags:
+        run.send("fairapp.late", tag, 2.0, headers=fair_headers("late", "k", tag))
+    worker = start_worker(run, concurrency=2)
+    wait_until(
+        lambda: len([e for e in run.recorder.events() if e["event"] == "start"]) >= 2,
+        20,
+        "two jobs to be running",
+    )
+    # When it is killed with SIGKILL mid-job and another worker starts,
+    worker.kill()
+    assert not run.recorder.done_counts()
+    start_worker(run, concurrency=2)
+    # Then every job completes, each exactly once.
+    wait_until(lambda: len(run.recorder.done_counts()) == 10, 90, "all ten jobs to complete")
+    assert run.recorder.done_counts() == dict.fromkeys(tags, 1)
+
+
+def test_hold_longer_than_the_brokers_ack_timeout_runs_the_job_once(make_run, start_worker, broker):
+    # Given a short ack timeout (Redis: visibility_timeout=4 s; RabbitMQ's consumer_timeout
+    # cannot be shortened per queue before 3.11, so the same refresh is forced directly),
+    conf = dict(FAST_REDIS) if broker == "redis" else {"fair_max_hold_seconds": 1.5}
+    run = make_run(conf=conf)
+    worker = start_worker(run, concurrency=2)
+    # and a job held for 9 s behind a conflict,
+    run.send("fairapp.clone", "blocker", 9.0, headers=fair_headers("clone", "k", "linux"))
+    wait_until(lambda: any(e["tag"] == "blocker" for e in run.recorder.events()), 20, "blocker")
+    run.send("fairapp.clone", "held", 0.01, headers=fair_headers("clone", "k", "linux"))
+    # When the blocker ends,
+    wait_until(lambda: run.recorder.done_counts().get("held"), 40, "the held job to run")
+    # Then the held job ran exactly once, after the blocker, and the gate refreshed its hold.
+    wait_until(lambda: gate_stats(run, worker).get("fair-refreshed", 0) >= 1, 5, "a refresh")
+    events = run.recorder.events()
+    assert [e["tag"] for e in events if e["event"] == "start"] == ["blocker", "held"]
+    assert run.recorder.done_counts() == {"blocker": 1, "held": 1}
