@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-
-from harness import wait_until
+from harness import gate_stats, wait_until
 
 from celery_fair import fair_headers
 
@@ -17,12 +15,6 @@ FAST_REDIS = {
         "unacked_restore_throttle": 1,
     }
 }
-
-
-def gate_stats(run, worker) -> dict:
-    node = f"{worker.name}@{socket.gethostname()}"
-    stats = run.app.control.inspect(destination=[node], timeout=1).stats() or {}
-    return stats.get(node, {}).get("pool", {})
 
 
 def test_sigkill_with_running_and_held_acks_late_jobs_loses_nothing_and_runs_each_once(

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -58,6 +59,8 @@ class Run:
         self.id = uuid.uuid4().hex[:10]
         self.queue = f"cf-{self.id}"
         self.prefix = f"cf-{self.id}"
+        self.dead_letter = f"cf-{self.id}-dead"
+        self.conf.setdefault("fair_dead_letter_queue", self.dead_letter)
         self.url = BROKERS[self.broker]
         if self.broker == "redis":
             options = dict(self.conf.get("broker_transport_options", {}))
@@ -98,7 +101,7 @@ class Run:
         else:
             with self.app.connection_for_write() as conn:
                 channel = conn.default_channel
-                for queue in (self.queue, "celery_fair.dead_letter"):
+                for queue in (self.queue, self.dead_letter):
                     try:
                         channel.queue_delete(queue)
                     except Exception:  # best effort: it may not exist
@@ -196,6 +199,49 @@ class Worker:
         else:
             with contextlib.suppress(ProcessLookupError):  # pool children left behind, if any
                 os.killpg(self.pid, signal.SIGKILL)
+
+
+def gate_stats(run: Run, worker: Worker) -> dict[str, Any]:
+    """The gate's counters, as ``celery inspect stats`` reports them (``pool`` section)."""
+    node = f"{worker.name}@{socket.gethostname()}"
+    stats = run.app.control.inspect(destination=[node], timeout=1).stats() or {}
+    return dict(stats.get(node, {}).get("pool", {}))
+
+
+def cut_broker_connections(worker: Worker) -> int:
+    """Close the worker's broker connections from the broker's side; return how many."""
+    port = 6379 if worker.run.broker == "redis" else 5672
+    listing = subprocess.run(["ss", "-tnpH"], capture_output=True, text=True, check=True).stdout
+    local_ports = set()
+    for line in listing.splitlines():
+        if f"pid={worker.pid}," in line:
+            parts = line.split()
+            local, peer = parts[3], parts[4]
+            if peer.endswith(f":{port}"):
+                local_ports.add(local.rsplit(":", 1)[1])
+    if worker.run.broker == "redis":
+        client = redis.Redis.from_url(RECORD_URL)
+        killed = 0
+        for local in local_ports:
+            try:
+                client.client_kill(f"127.0.0.1:{local}")
+                killed += 1
+            except redis.ResponseError:  # a short-lived connection already gone
+                pass
+        return killed
+    rows = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "pid", "name"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    closed = 0
+    for row in rows:
+        pid, _, name = row.partition("\t")
+        if any(name.startswith(f"127.0.0.1:{p} ") for p in local_ports):
+            subprocess.run(["rabbitmqctl", "-q", "close_connection", pid, "test"], check=True)
+            closed += 1
+    return closed
 
 
 def check_services() -> None:

@@ -5,13 +5,12 @@ One worker per (broker, pool) serves every test of this module; each test uses i
 
 from __future__ import annotations
 
-import socket
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from celery import chain, chord, group
-from harness import BACKEND, Run, Worker, intervals, wait_until
+from harness import BACKEND, Run, Worker, gate_stats, intervals, wait_until
 
 from celery_fair import fair_headers
 
@@ -127,9 +126,3 @@ def test_revoke_with_terminate_stops_a_running_task_and_frees_its_slot(world):
     wait_until(lambda: done(run, after), 20, "the next job on the same repo")
     assert not done(run, tag)
     assert tag not in intervals(run.recorder.events())
-
-
-def gate_stats(run, worker) -> dict:
-    node = f"{worker.name}@{socket.gethostname()}"
-    stats = run.app.control.inspect(destination=[node], timeout=1).stats() or {}
-    return stats.get(node, {}).get("pool", {})

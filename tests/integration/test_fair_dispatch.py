@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
-from harness import intervals, max_overlap, wait_until
+from harness import gate_stats, intervals, max_overlap, wait_until
 
 from celery_fair import fair_headers
 
 SLOTS = 2
-
-
-def held_count(run, worker) -> int:
-    node = f"{worker.name}@{socket.gethostname()}"
-    stats = run.app.control.inspect(destination=[node], timeout=1).stats() or {}
-    return stats.get(node, {}).get("pool", {}).get("fair-held", -1)
 
 
 def starts(run):
@@ -29,7 +22,7 @@ def test_client_b_is_not_stuck_behind_client_a_burst(make_run, start_worker):
     for i in range(500):
         run.send("fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A", f"a{i}"))
     wait_until(
-        lambda: held_count(run, worker) + len(starts(run)) >= 500,
+        lambda: gate_stats(run, worker).get("fair-held", -1) + len(starts(run)) >= 500,
         30,
         "the gate to have received all of A's burst",
     )
