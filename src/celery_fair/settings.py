@@ -68,10 +68,17 @@ class FairSettings:
 
     @classmethod
     def from_celery_conf(cls, conf: Any) -> FairSettings:
-        """Read every ``fair_*`` setting from a Celery configuration (``app.conf``)."""
-        return cls.from_mapping(
-            {name: conf.get(name, default) for name, default in DEFAULTS.items()}
+        """Read every ``fair_*`` setting from a Celery configuration (``app.conf``).
+
+        A ``fair_*`` name that is not a setting (a typo) is an error, not silently ignored.
+        """
+        values = {name: conf.get(name, default) for name, default in DEFAULTS.items()}
+        values.update(
+            (name, conf[name])
+            for name in list(conf.keys())
+            if isinstance(name, str) and name.startswith("fair_") and name not in DEFAULTS
         )
+        return cls.from_mapping(values)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> FairSettings:

@@ -126,6 +126,7 @@ class Worker:
         name: str | None = None,
         args: tuple[str, ...] = (),
         log_dir: Path,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.run = run
         self.name = name or f"w{uuid.uuid4().hex[:6]}"
@@ -152,13 +153,14 @@ class Worker:
             *args,
         ]
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_env = env or {}
 
     def start(self, timeout: float = 30) -> Worker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.command,
                 cwd=HERE,
-                env=self.run.env(),
+                env={**self.run.env(), **self.extra_env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -56,3 +56,12 @@ def test_reads_a_celery_configuration():
     app.conf.fair_pool = "threads"
     s = FairSettings.from_celery_conf(app.conf)
     assert (s.max_held, s.pool) == (50, "threads")
+
+
+def test_a_misspelt_fair_setting_in_the_celery_configuration_is_an_error():
+    from celery import Celery
+
+    app = Celery(set_as_current=False)
+    app.conf.fair_max_hled = 5
+    with pytest.raises(ConfigurationError, match="fair_max_hled"):
+        FairSettings.from_celery_conf(app.conf)

@@ -1,0 +1,85 @@
+"""How a fair worker is started: every documented way works, and bad settings stop it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from harness import HERE, gate_stats, wait_until
+
+from celery_fair import fair_headers
+
+CLASS_PATH = "celery_fair.worker.pool:FairPool"
+
+
+@pytest.mark.parametrize("broker", ["redis"])
+@pytest.mark.parametrize(
+    ("pool", "conf", "env"),
+    [
+        ("fair", {}, {}),
+        (CLASS_PATH, {}, {}),
+        ("prefork", {"worker_pool": CLASS_PATH}, {}),
+        ("custom", {}, {"CELERY_CUSTOM_WORKER_POOL": CLASS_PATH}),
+    ],
+    ids=["-P fair", "-P class-path", "worker_pool setting", "-P custom"],
+)
+def test_every_documented_way_to_choose_the_fair_pool_installs_the_gate(
+    make_run, start_worker, pool, conf, env
+):
+    run = make_run(conf=conf)
+    worker = start_worker(run, pool=pool, concurrency=2, env=env)
+    assert "celery-fair gate ready" in worker.log()
+    run.send("fairapp.clone", "one", 0.01, headers=fair_headers("clone", "k", "r"))
+    wait_until(lambda: run.recorder.done_counts().get("one"), 20, "a job through the gate")
+    assert gate_stats(run, worker)["fair-admitted"] == 1
+
+
+@pytest.mark.parametrize("broker", ["redis"])
+@pytest.mark.parametrize("inner", ["prefork", "threads", "solo"])
+def test_fair_pool_wraps_the_pool_fair_pool_names(make_run, start_worker, inner):
+    run = make_run(conf={"fair_pool": inner})
+    worker = start_worker(run, concurrency=1 if inner == "solo" else 2)
+    stats = gate_stats(run, worker)
+    module = {"prefork": "prefork", "threads": "thread", "solo": "solo"}[inner]
+    assert stats["implementation"] == f"celery.concurrency.{module}:Fair{'TaskPool'}"
+    for i in range(4):
+        run.send("fairapp.clone", f"j{i}", 0.01, headers=fair_headers("clone", f"k{i}", f"r{i}"))
+    wait_until(lambda: len(run.recorder.done_counts()) == 4, 20, "four jobs")
+
+
+@pytest.mark.parametrize("broker", ["redis"])
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ({"fair_max_held": 0}, "fair_max_held: must be an int >= 1, got 0"),
+        ({"fair_pool": "nonsense.module:Pool"}, "fair_pool: cannot load pool"),
+        ({"fair_typo": 1}, "unknown celery-fair setting(s): fair_typo"),
+        ({"fair_types": {"clone": {"priority": 2}}}, "job type 'clone' is declared twice"),
+    ],
+)
+def test_a_bad_setting_stops_the_worker_with_a_message_naming_it(make_run, conf, message):
+    run = make_run(conf=conf)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "fairapp",
+            "worker",
+            "-P",
+            "fair",
+            "-Q",
+            run.queue,
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        cwd=HERE,
+        env=run.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 78
+    assert f"celery-fair: invalid configuration: {message}" in proc.stderr
