@@ -8,12 +8,14 @@ would have sent it, so acks (early or late), time limits, events and revokes sta
 
 Held messages and the broker (docs/operations.md):
 
-- *Prefetch.* A held message occupies a slot of the consumer's prefetch window, so each held
-  message raises the window by one (``qos.increment_eventually``), as Celery does for ETA
-  tasks, up to ``fair_max_held``; otherwise one client's burst would fill the window and hide
-  every other client's messages. One more slot is kept open for good (the *lookahead*):
-  ``acks_late`` tasks keep their messages unacked while they run, and with the default window
-  (concurrency x multiplier) a full pool would leave no room to see what arrives next.
+- *Prefetch.* A held message occupies a slot of the consumer's prefetch window, so the gate
+  raises the window (``qos.increment_eventually``, as Celery does for ETA tasks) to stay
+  ahead of what it holds, up to ``fair_max_held``; otherwise one client's burst would fill the
+  window and hide every other client's messages. The raise always leaves room for at least one
+  more message (the *lookahead*): ``acks_late`` tasks keep their messages unacked while they
+  run, and a full pool would otherwise leave no room to see what arrives next. The window moves
+  in chunks (grown by half, shrunk only when far too big) because on RabbitMQ every change is
+  a ``basic.qos`` round trip to the broker.
 - *Spill.* At ``fair_max_held`` the gate returns the lowest-ranked tenth of what it holds to
   the broker (republish to the same exchange and routing key with every header kept, then
   ack), at most every ``fair_spill_interval``, so that held work never silently blocks the
@@ -103,8 +105,9 @@ class Gate:
         self.started: dict[str, Started] = {}
         # nonfair_running: plain tasks handed to the pool and not finished.
         self.nonfair_running = 0
-        # qos_raised: how much this gate raised the prefetch window for held messages (at
-        # most max_held); the lookahead's one more slot is not counted here.
+        # qos_raised: how much this gate has raised the prefetch window on this connection;
+        # while connected, held + 1 <= qos_raised <= max(8, 2 * (held + 1) + 16), capped
+        # at max_held + 1 (see _adjust_qos).
         self.qos_raised = 0
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self.counts = dict.fromkeys(
@@ -181,11 +184,7 @@ class Gate:
             task_id, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
         self.held[task_id] = Held(req, time.monotonic(), parsed, arrival)
-        if self.qos_raised < self.settings.max_held:
-            qos = self.consumer.qos
-            if qos is not None:
-                qos.increment_eventually()
-                self.qos_raised += 1
+        self._adjust_qos()
 
     def _start_plain(self, req: Any) -> None:
         self.nonfair_running += 1
@@ -201,7 +200,6 @@ class Gate:
             scheduler.set_capacity(max(0, self._slots() - self.nonfair_running))
             for admission in scheduler.schedule():
                 held = self.held.pop(admission.ref)  # type: ignore[call-overload]
-                self._lower_qos()
                 self.counts["admitted"] += 1
                 self.started[held.req.id] = Started(True, time.monotonic())
                 logger.debug(
@@ -214,6 +212,7 @@ class Gate:
                     admission.estimate,
                 )
                 self._handoff(held.req)
+            self._adjust_qos()
             if len(self.held) >= self.settings.max_held:
                 self._spill()
 
@@ -358,21 +357,31 @@ class Gate:
     def _forget(self, task_id: str) -> None:
         self.held.pop(task_id, None)
         self.scheduler.cancel(task_id)
-        self._lower_qos()
+        self._adjust_qos()
 
-    def _lower_qos(self) -> None:
-        if self.qos_raised > 0:
-            self.qos_raised -= 1
-            qos = self.consumer.qos
-            if qos is not None:
-                qos.decrement_eventually()
+    def _adjust_qos(self) -> None:
+        """Keep the prefetch window ahead of what is held, moving it in chunks."""
+        qos = self.consumer.qos
+        if qos is None:
+            return
+        cap = self.settings.max_held + 1
+        need = min(len(self.held) + 1, cap)
+        raised = self.qos_raised
+        if need > raised:
+            target = min(cap, max(8, need + need // 2))
+            qos.increment_eventually(target - raised)
+        elif raised > max(8, 2 * need + 16):
+            target = max(8, need + need // 2)
+            qos.decrement_eventually(raised - target)
+        else:
+            return
+        self.qos_raised = target
 
     def on_connected(self) -> None:
-        """A new connection (and QoS): open the lookahead slot."""
+        """A new connection (and QoS): open the lookahead."""
         with self._lock:
-            qos = self.consumer.qos
-            if qos is not None:
-                qos.increment_eventually()
+            self.qos_raised = 0
+            self._adjust_qos()
 
     def on_connection_lost(self) -> None:
         """The channel is gone: held copies cannot be acked and will be redelivered."""

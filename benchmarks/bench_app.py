@@ -1,0 +1,42 @@
+"""The app worker_bench.py runs: a no-op and a 10 ms fair task that count themselves."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+from celery import Celery
+
+from celery_fair import fair_task
+
+app = Celery("bench", set_as_current=False)
+app.conf.update(
+    broker_url=os.environ.get("BENCH_BROKER", "redis://127.0.0.1:6379/4"),
+    task_default_queue=os.environ.get("BENCH_QUEUE", "bench"),
+    task_ignore_result=True,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+)
+KEY = os.environ.get("BENCH_KEY", "bench")
+RECORD = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+
+
+def _count() -> None:
+    now = time.time()
+    pipe = RECORD.pipeline()
+    pipe.set(f"{KEY}:first", now, nx=True)
+    pipe.set(f"{KEY}:last", now)
+    pipe.incr(f"{KEY}:count")
+    pipe.execute()
+
+
+@fair_task(app=app, name="bench.noop", type="bench", priority=8, conflict_group="repo")
+def noop() -> None:
+    _count()
+
+
+@fair_task(app=app, name="bench.sleep10", type="bench")
+def sleep10() -> None:
+    time.sleep(0.01)
+    _count()
