@@ -57,3 +57,41 @@ def test_hold_longer_than_the_brokers_ack_timeout_runs_the_job_once(make_run, st
     events = run.recorder.events()
     assert [e["tag"] for e in events if e["event"] == "start"] == ["blocker", "held"]
     assert run.recorder.done_counts() == {"blocker": 1, "held": 1}
+
+
+def test_a_pool_process_lost_mid_job_frees_its_slot_and_conflict(make_run, start_worker, broker):
+    import os
+    import signal
+
+    run = make_run()
+    start_worker(run, concurrency=2)
+    run.send("fairapp.clone", "doomed", 30.0, headers=fair_headers("clone", "k", "linux"))
+    start = wait_until(
+        lambda: next((e for e in run.recorder.events() if e["tag"] == "doomed"), None),
+        20,
+        "the job to start",
+    )
+    run.send("fairapp.clone", "next", 0.01, headers=fair_headers("clone", "k", "linux"))
+    os.kill(start["pid"], signal.SIGKILL)  # the pool process running it (WorkerLostError)
+    wait_until(lambda: run.recorder.done_counts().get("next"), 30, "the next job on linux")
+    assert "doomed" not in run.recorder.done_counts()
+
+
+def test_warm_shutdown_finishes_running_jobs_and_held_ones_come_back(
+    make_run, start_worker, broker
+):
+    run = make_run(conf=dict(FAST_REDIS) if broker == "redis" else {})
+    tags = [f"late{i}" for i in range(6)]
+    for tag in tags:
+        run.send("fairapp.late", tag, 1.5, headers=fair_headers("late", "k", tag))
+    worker = start_worker(run, concurrency=2)
+    wait_until(
+        lambda: len([e for e in run.recorder.events() if e["event"] == "start"]) >= 2,
+        20,
+        "two running jobs",
+    )
+    worker.stop()  # SIGTERM: warm shutdown waits for the running jobs
+    assert len(run.recorder.done_counts()) == 2
+    start_worker(run, concurrency=2)
+    wait_until(lambda: len(run.recorder.done_counts()) == 6, 60, "the held jobs to come back")
+    assert run.recorder.done_counts() == dict.fromkeys(tags, 1)
