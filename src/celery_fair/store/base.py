@@ -1,0 +1,174 @@
+"""The shared-state contract: what every store does, in the values it takes and returns.
+
+A store is the authority over the state that a fleet of workers shares: running jobs per tier
+and per type, conflict holds, accumulated costs per fairness key, learned estimates per
+``(type, job_id)``, and which worker runs what under which lease. Pending jobs are not in it:
+each worker holds its own messages and orders them with the core; the store only says yes or
+no to the job the worker would start next, atomically for everyone.
+
+Every operation is a batch, so that one call is one round trip whatever its size.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple, Protocol
+
+__all__ = [
+    "SCHEMA",
+    "Ask",
+    "Done",
+    "Finished",
+    "Grant",
+    "Reply",
+    "Running",
+    "Store",
+    "Verdict",
+    "View",
+    "conflict_field",
+    "estimate_field",
+]
+
+SCHEMA = "1"
+"""The version of the shared layout. A store holding another version refuses to work."""
+
+
+def estimate_field(type: str, job_id: str | None) -> str:
+    """The name under which ``(type, job_id)``'s estimate is stored; unambiguous for any strings.
+
+    >>> estimate_field("clone", "linux"), estimate_field("clone", None)
+    ('5:clone=linux', '5:clone')
+    """
+    head = f"{len(type)}:{type}"
+    return head if job_id is None else f"{head}={job_id}"
+
+
+def conflict_field(group: str, job_id: str | None) -> str:
+    """The name of the conflict ``(group, job_id)``, or ``""`` for a job that has none.
+
+    >>> conflict_field("git", "linux"), conflict_field("", "linux"), conflict_field("git", None)
+    ('3:gitlinux', '', '')
+    """
+    if not group or job_id is None:
+        return ""
+    return f"{len(group)}:{group}{job_id}"
+
+
+class Verdict(str, enum.Enum):
+    """What the store said to one job it was asked to admit."""
+
+    ADMITTED = "ok"
+    TIER_CAP = "tier"  # its tier runs as many jobs as its cap, fleet-wide
+    TYPE_CAP = "type"  # its type runs max_concurrency jobs, fleet-wide
+    CONFLICT = "conflict"  # another job, on any worker, holds its conflict
+    RUNNING = "running"  # a job with this uid is already running (a redelivery)
+    RECOVERING = "recovering"  # the store came back empty; workers are re-registering
+
+
+class Ask(NamedTuple):
+    """One pending job a worker would like to start now."""
+
+    uid: str  # unique per job: the Celery task id
+    type: str
+    priority: int
+    tier_cap: int | None  # None: no cap
+    type_cap: int | None
+    conflict: str  # conflict_field(group, job_id)
+    estimate_key: str  # estimate_field(type, job_id)
+    fairness_key: str
+    cost: float | None  # charge this instead of the learned estimate
+    default_cost: float
+
+
+class Grant(NamedTuple):
+    """The store's answer to one ``Ask``."""
+
+    uid: str
+    verdict: Verdict
+    token: int  # the fencing token when admitted, else 0
+    estimate: float | None  # what was charged when admitted
+    accumulated: float  # the key's accumulated cost, fleet-wide, after this decision
+
+
+class Reply(NamedTuple):
+    """The answer to a batch, with the fleet-wide running counts after it."""
+
+    epoch: str
+    grants: list[Grant]
+    tiers: dict[int, int]
+    types: dict[str, int]
+
+
+class Done(NamedTuple):
+    """A running job that ended: ``elapsed`` seconds to learn from, or ``None`` to only release."""
+
+    uid: str
+    token: int
+    elapsed: float | None
+
+
+class Finished(NamedTuple):
+    """What a ``Done`` changed: ``applied`` is false for a stale token (nothing changed)."""
+
+    uid: str
+    applied: bool
+    estimate: float | None  # the estimate after learning, when applied
+
+
+class Running(NamedTuple):
+    """A job a worker is running, as it re-registers it with a store that lost it."""
+
+    uid: str
+    token: int
+    type: str
+    priority: int
+    conflict: str
+    estimate_key: str
+    fairness_key: str
+    estimate: float
+    default_cost: float
+
+
+class View(NamedTuple):
+    """What a heartbeat reads: enough for a worker to order its held jobs and wake them."""
+
+    epoch: str
+    now: float
+    mine: int  # this worker's running jobs that the store knows
+    reclaimed: int  # jobs of dead workers released by this heartbeat
+    tiers: dict[int, int]
+    types: dict[str, int]
+    held: dict[str, bool]  # per asked conflict field
+    accumulated: dict[str, float]  # per asked fairness key
+
+
+class Store(Protocol):
+    """Shared state for one scheduler, in memory or in Redis; see docs/store.md."""
+
+    epoch: str  # the store's identity, as last seen ("" before the first call)
+
+    def admit(self, worker: str, asks: list[Ask]) -> Reply:
+        """Try each job in order; admit those that fit. One round trip."""
+        ...
+
+    def finish(self, worker: str, done: list[Done]) -> list[Finished]:
+        """Release jobs (learning from their wall time), each fenced by its token."""
+        ...
+
+    def heartbeat(self, worker: str, conflicts: list[str], keys: list[str]) -> View:
+        """Renew the worker's lease, reclaim dead workers' jobs, read what the worker needs."""
+        ...
+
+    def register(self, worker: str, jobs: list[Running]) -> int:
+        """Put back running jobs the store forgot; return how many it did not know."""
+        ...
+
+    def estimate(self, type: str, job_id: str | None, default: float) -> float:
+        """The learned estimate, or ``default`` (inspection and tests)."""
+        ...
+
+    def accumulated_cost(self, fairness_key: str) -> float:
+        """The key's accumulated cost, 0 if unknown (inspection and tests)."""
+        ...
+
+    def close(self) -> None: ...

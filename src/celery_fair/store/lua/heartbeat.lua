@@ -1,0 +1,19 @@
+-- heartbeat: renew this worker's lease, reclaim dead workers' jobs, and read the state the
+-- worker needs to order its held jobs. One round trip per worker per period, not per job.
+-- ARGV: the common head (see common.lua), the number c of conflict fields, c conflict fields,
+--       then fairness keys.
+-- Returns {epoch, now, mine (this worker's running jobs in the store), reclaimed,
+--          tiers, types, {1/0 held per conflict field}, {accumulated cost per key}}.
+local now = now_s()
+local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
+local worker = ARGV[3]
+redis.call('ZADD', WORKERS, fmt(now + tonumber(ARGV[4])), worker)
+local reclaimed = reclaim(now, 64)
+maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]))
+local c = tonumber(ARGV[10])
+local held, accs = {}, {}
+for i = 1, c do held[i] = redis.call('HEXISTS', CONFLICTS, ARGV[10 + i]) end
+for i = 11 + c, #ARGV do accs[#accs + 1] = redis.call('HGET', ACC, ARGV[i]) or '0' end
+local mine = redis.call('ZLEXCOUNT', BYWORKER, '[' .. worker .. '\0', '[' .. worker .. '\1')
+local tiers, types = counts()
+return {epoch, fmt(now), mine, reclaimed, tiers, types, held, accs}

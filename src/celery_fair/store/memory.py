@@ -1,0 +1,274 @@
+"""The in-memory store: the same contract as Redis, for one worker and for the simulator.
+
+It keeps the state the Redis scripts keep, with the same rules, in plain dicts, and takes its
+time from a ``Clock``. Several engines in one process may share one instance, which is how the
+simulator and the tests model a fleet without Redis. It never restarts, so its epoch is fixed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
+from itertools import count
+from typing import Any
+
+from ..core.clock import Clock, WallClock
+from ..core.types import CostLifecycle
+from .base import Ask, Done, Finished, Grant, Reply, Running, Verdict, View, estimate_field
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass(slots=True)
+class _Job:
+    worker: str
+    token: int
+    type: str
+    priority: int
+    conflict: str
+    estimate_key: str
+    key: str
+    default_cost: float
+
+
+class MemoryStore:
+    """Shared state in this process. Arguments as for ``RedisStore``, plus the clock."""
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.3,
+        lifecycle: CostLifecycle | None = None,
+        lease: float = 30.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.alpha = alpha
+        self.lifecycle = lifecycle or CostLifecycle()
+        self.lease = float(lease)
+        self.clock = clock or WallClock()
+        self.epoch = "memory"
+        self.tiers: dict[int, int] = {}
+        self.types: dict[str, int] = {}
+        self.conflicts: dict[str, str] = {}
+        self.jobs: dict[str, _Job] = {}
+        self.workers: dict[str, float] = {}  # worker -> lease expiry
+        self.acc: dict[str, float] = {}
+        self.active: dict[str, int] = {}
+        self._idle: OrderedDict[str, float] = OrderedDict()  # key -> idle since, oldest first
+        self.est: dict[str, float] = {}
+        self._est_used: OrderedDict[str, float] = OrderedDict()
+        self._min: list[tuple[float, int, str]] = []  # lazy min-heap over active keys' acc
+        self._ids = count()
+        self._token = 0
+        self._reset_at: float | None = None
+
+    # -- operations ------------------------------------------------------------------------
+
+    def admit(self, worker: str, asks: list[Ask]) -> Reply:
+        now = self.clock.now()
+        self._reclaim(now)
+        self._maintain(now)
+        self.workers[worker] = now + self.lease
+        grants = []
+        for a in asks:
+            verdict = self._verdict(a)
+            if verdict is not Verdict.ADMITTED:
+                grants.append(Grant(a.uid, verdict, 0, None, self.acc.get(a.fairness_key, 0.0)))
+                continue
+            est = a.cost
+            if est is None:
+                learned = self.est.get(a.estimate_key)
+                if learned is None:
+                    est = a.default_cost
+                else:
+                    est = learned
+                    self._used(a.estimate_key, now)
+            k = a.fairness_key
+            acc = self.acc.get(k, 0.0)
+            if self.lifecycle.advance_idle and k not in self.active:
+                low = self._min_active()
+                if low is not None and low > acc:
+                    acc = low
+            acc = acc + est
+            self.acc[k] = acc
+            self._key_active(k, acc)
+            self._token += 1
+            self.tiers[a.priority] = self.tiers.get(a.priority, 0) + 1
+            self.types[a.type] = self.types.get(a.type, 0) + 1
+            if a.conflict:
+                self.conflicts[a.conflict] = a.uid
+            self.jobs[a.uid] = _Job(
+                worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
+                a.default_cost,
+            )  # fmt: skip
+            grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc))
+        return Reply(self.epoch, grants, dict(self.tiers), dict(self.types))
+
+    def finish(self, worker: str, done: list[Done]) -> list[Finished]:
+        now = self.clock.now()
+        self._maintain(now)
+        alpha = self.alpha
+        out = []
+        for d in done:
+            job = self.jobs.get(d.uid)
+            if job is None or job.token != d.token:
+                out.append(Finished(d.uid, False, None))
+                continue
+            prev = self.est.get(job.estimate_key, job.default_cost)
+            value = prev
+            if d.elapsed is not None:
+                value = alpha * d.elapsed + (1 - alpha) * prev
+                self.est[job.estimate_key] = value
+                self._used(job.estimate_key, now)
+            self._drop(d.uid, job, now)
+            out.append(Finished(d.uid, True, value))
+        return out
+
+    def heartbeat(self, worker: str, conflicts: list[str], keys: list[str]) -> View:
+        now = self.clock.now()
+        self.workers[worker] = now + self.lease
+        reclaimed = self._reclaim(now)
+        self._maintain(now)
+        mine = sum(1 for job in self.jobs.values() if job.worker == worker)
+        return View(
+            self.epoch,
+            now,
+            mine,
+            reclaimed,
+            dict(self.tiers),
+            dict(self.types),
+            {c: c in self.conflicts for c in conflicts},
+            {k: self.acc.get(k, 0.0) for k in keys},
+        )
+
+    def register(self, worker: str, jobs: list[Running]) -> int:
+        now = self.clock.now()
+        self.workers[worker] = now + self.lease
+        registered = 0
+        for j in jobs:
+            if j.uid in self.jobs:
+                continue
+            self.tiers[j.priority] = self.tiers.get(j.priority, 0) + 1
+            self.types[j.type] = self.types.get(j.type, 0) + 1
+            if j.conflict and j.conflict not in self.conflicts:
+                self.conflicts[j.conflict] = j.uid
+            self._key_active(j.fairness_key, self.acc.get(j.fairness_key, 0.0))
+            self._token = max(self._token, j.token)
+            self.jobs[j.uid] = _Job(
+                worker, j.token, j.type, j.priority, j.conflict, j.estimate_key, j.fairness_key,
+                j.default_cost,
+            )  # fmt: skip
+            registered += 1
+        return registered
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def estimate(self, type: str, job_id: str | None, default: float) -> float:
+        return self.est.get(estimate_field(type, job_id), default)
+
+    def accumulated_cost(self, fairness_key: str) -> float:
+        return self.acc.get(fairness_key, 0.0)
+
+    def close(self) -> None:
+        pass
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _verdict(self, a: Ask) -> Verdict:
+        if a.uid in self.jobs:
+            return Verdict.RUNNING
+        if a.tier_cap is not None and self.tiers.get(a.priority, 0) >= a.tier_cap:
+            return Verdict.TIER_CAP
+        if a.type_cap is not None and self.types.get(a.type, 0) >= a.type_cap:
+            return Verdict.TYPE_CAP
+        if a.conflict and a.conflict in self.conflicts:
+            return Verdict.CONFLICT
+        return Verdict.ADMITTED
+
+    def _key_active(self, k: str, acc: float) -> None:
+        self.active[k] = self.active.get(k, 0) + 1
+        self._idle.pop(k, None)
+        if self.lifecycle.advance_idle:
+            heapq.heappush(self._min, (acc, next(self._ids), k))
+
+    def _min_active(self) -> float | None:
+        heap = self._min
+        while heap:
+            acc, _, k = heap[0]
+            if k not in self.active:
+                heapq.heappop(heap)
+            elif acc != self.acc.get(k, 0.0):
+                heapq.heapreplace(heap, (self.acc.get(k, 0.0), next(self._ids), k))
+            else:
+                return acc
+        return None
+
+    def _drop(self, uid: str, job: _Job, now: float) -> None:
+        del self.jobs[uid]
+        _decrement(self.tiers, job.priority)
+        _decrement(self.types, job.type)
+        if job.conflict and self.conflicts.get(job.conflict) == uid:
+            del self.conflicts[job.conflict]
+        k = job.key
+        left = self.active[k] - 1
+        if left <= 0:
+            del self.active[k]
+            if k in self.acc:
+                self._idle[k] = now
+                self._idle.move_to_end(k)
+        else:
+            self.active[k] = left
+
+    def _reclaim(self, now: float) -> int:
+        dead = [w for w, expiry in self.workers.items() if expiry < now]
+        if not dead:
+            return 0
+        n = 0
+        for uid, job in list(self.jobs.items()):
+            if job.worker in dead:
+                self._drop(uid, job, now)
+                n += 1
+        for w in dead:
+            del self.workers[w]
+        return n
+
+    def _used(self, field: str, now: float) -> None:
+        self._est_used[field] = now
+        self._est_used.move_to_end(field)
+
+    def _maintain(self, now: float) -> None:
+        life = self.lifecycle
+        if life.cost_ttl is not None:
+            idle = self._idle
+            while idle:
+                k = next(iter(idle))
+                if idle[k] > now - life.cost_ttl:
+                    break
+                del idle[k]
+                self.acc.pop(k, None)
+        if life.estimate_ttl is not None:
+            used = self._est_used
+            while used:
+                f = next(iter(used))
+                if used[f] > now - life.estimate_ttl:
+                    break
+                del used[f]
+                self.est.pop(f, None)
+        if life.reset_interval is not None:
+            if self._reset_at is None:
+                self._reset_at = now + life.reset_interval
+            elif now >= self._reset_at:
+                while self._reset_at <= now:
+                    self._reset_at += life.reset_interval
+                self.acc = dict.fromkeys(self.active, 0.0)
+                self._idle.clear()
+                self._min = [(0.0, next(self._ids), k) for k in self.active]
+
+
+def _decrement(counts: dict[Any, int], name: object) -> None:
+    left = counts[name] - 1
+    if left <= 0:
+        del counts[name]
+    else:
+        counts[name] = left

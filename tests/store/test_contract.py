@@ -1,0 +1,262 @@
+"""One behavioural suite for both stores: every shared rule holds the same way in each."""
+
+from __future__ import annotations
+
+import math
+
+from harness import wait_until
+
+from celery_fair.core import CostLifecycle
+from celery_fair.store import Ask, Done, Running, Verdict, conflict_field, estimate_field
+
+NEVER = CostLifecycle.never()
+
+
+def ask(
+    uid: str,
+    key: str = "k",
+    *,
+    type: str = "clone",
+    priority: int = 8,
+    tier_cap: int | None = None,
+    type_cap: int | None = None,
+    group: str = "git",
+    job_id: str | None = None,
+    cost: float | None = None,
+    default_cost: float = 1.0,
+) -> Ask:
+    return Ask(
+        uid,
+        type,
+        priority,
+        tier_cap,
+        type_cap,
+        conflict_field(group, job_id),
+        estimate_field(type, job_id),
+        key,
+        cost,
+        default_cost,
+    )
+
+
+def verdicts(reply) -> list[Verdict]:
+    return [g.verdict for g in reply.grants]
+
+
+def test_a_full_tier_refuses_and_a_blocked_job_does_not_stop_the_ones_after_it(make_store):
+    store = make_store(lifecycle=NEVER)
+    reply = store.admit(
+        "w1",
+        [
+            ask("a", tier_cap=2),
+            ask("b", tier_cap=2),
+            ask("c", tier_cap=2),  # the tier is full
+            ask("d", type="pull", priority=4, tier_cap=1),  # another tier still has room
+        ],
+    )
+    assert verdicts(reply) == [
+        Verdict.ADMITTED,
+        Verdict.ADMITTED,
+        Verdict.TIER_CAP,
+        Verdict.ADMITTED,
+    ]
+    assert reply.tiers == {8: 2, 4: 1}
+    assert reply.types == {"clone": 2, "pull": 1}
+
+
+def test_caps_count_every_worker(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    assert verdicts(one.admit("w1", [ask("a", type_cap=1)])) == [Verdict.ADMITTED]
+    assert verdicts(two.admit("w2", [ask("b", type_cap=1)])) == [Verdict.TYPE_CAP]
+    [done] = one.finish("w1", [Done("a", 1, None)])
+    assert done.applied
+    assert verdicts(two.admit("w2", [ask("b", type_cap=1)])) == [Verdict.ADMITTED]
+
+
+def test_conflicts_exclude_the_same_job_id_in_the_same_group_only(make_store):
+    store = make_store(lifecycle=NEVER)
+    reply = store.admit(
+        "w1",
+        [
+            ask("a", job_id="linux"),
+            ask("b", job_id="linux"),  # same group, same id
+            ask("c", job_id="git"),  # same group, other id
+            ask("d", group="", job_id="linux"),  # no group
+            ask("e", group="other", job_id="linux"),  # other group
+            ask("f", job_id=None),  # no job_id
+        ],
+    )
+    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.CONFLICT] + [Verdict.ADMITTED] * 4
+    token = reply.grants[0].token
+    store.finish("w1", [Done("a", token, 1.0)])
+    assert verdicts(store.admit("w1", [ask("b", job_id="linux")])) == [Verdict.ADMITTED]
+
+
+def test_tokens_increase_and_a_redelivered_running_job_is_not_admitted_twice(make_store):
+    store = make_store(lifecycle=NEVER)
+    first = store.admit("w1", [ask("a"), ask("b")])
+    again = store.admit("w2", [ask("a"), ask("c")])
+    tokens = [g.token for g in first.grants] + [again.grants[1].token]
+    assert tokens == sorted(tokens)
+    assert len(set(tokens)) == 3
+    assert again.grants[0].verdict is Verdict.RUNNING
+    assert again.tiers == {8: 3}
+
+
+def test_admission_charges_the_estimate_and_a_given_cost_overrides_it(make_store):
+    store = make_store(lifecycle=NEVER)
+    reply = store.admit("w1", [ask("a", "alice", default_cost=2.5), ask("b", "alice", cost=4.0)])
+    assert [(g.estimate, g.accumulated) for g in reply.grants] == [(2.5, 2.5), (4.0, 6.5)]
+    assert store.accumulated_cost("alice") == 6.5
+    assert store.accumulated_cost("nobody") == 0.0
+    # A refused job reports the key's current cost and charges nothing.
+    refused = store.admit("w1", [ask("c", "alice", type_cap=1)])
+    assert refused.grants[0].accumulated == 6.5
+
+
+def test_completion_learns_the_estimate_with_the_exact_rule(make_store):
+    store = make_store(alpha=0.3, lifecycle=NEVER)
+    expected = 1.0
+    token = 0
+    for i, elapsed in enumerate([5.0, 0.1, 7.3, 1e-9, 123.456]):
+        [grant] = store.admit("w1", [ask(f"j{i}", job_id="linux")]).grants
+        assert grant.estimate == expected
+        token = grant.token
+        [done] = store.finish("w1", [Done(f"j{i}", token, elapsed)])
+        expected = 0.3 * elapsed + (1 - 0.3) * expected
+        assert done.estimate == expected  # bit for bit, not approximately
+    assert store.estimate("clone", "linux", 1.0) == expected
+    assert store.estimate("clone", None, 1.0) == 1.0  # per (type, job_id)
+
+
+def test_release_without_elapsed_frees_without_learning(make_store):
+    store = make_store(lifecycle=NEVER)
+    [grant] = store.admit("w1", [ask("a", job_id="linux", type_cap=1)]).grants
+    [done] = store.finish("w1", [Done("a", grant.token, None)])
+    assert done.applied
+    assert done.estimate == 1.0
+    assert store.estimate("clone", "linux", 1.0) == 1.0
+    assert verdicts(store.admit("w1", [ask("b", job_id="linux", type_cap=1)])) == [Verdict.ADMITTED]
+
+
+def test_a_stale_token_changes_nothing(make_store):
+    store = make_store(lifecycle=NEVER)
+    [grant] = store.admit("w1", [ask("a", job_id="linux")]).grants
+    [stale] = store.finish("w1", [Done("a", grant.token + 1, 9.0)])
+    assert not stale.applied
+    assert verdicts(store.admit("w1", [ask("b", job_id="linux")])) == [Verdict.CONFLICT]
+    [ok, twice] = store.finish("w1", [Done("a", grant.token, 2.0), Done("a", grant.token, 2.0)])
+    assert ok.applied
+    assert not twice.applied
+    assert store.estimate("clone", "linux", 1.0) == 0.3 * 2.0 + (1 - 0.3) * 1.0
+
+
+def test_a_dead_workers_jobs_are_reclaimed_after_its_lease_and_its_late_finish_is_stale(make_store):
+    dead, alive = make_store(lease=0.5, lifecycle=NEVER), make_store(lease=0.5, lifecycle=NEVER)
+    [grant] = dead.admit("dead", [ask("a", job_id="linux", type_cap=1)]).grants
+    assert verdicts(alive.admit("alive", [ask("b", job_id="linux")])) == [Verdict.CONFLICT]
+
+    def reclaimed():
+        view = alive.heartbeat("alive", [conflict_field("git", "linux")], [])
+        return view if not view.held[conflict_field("git", "linux")] else None
+
+    view = wait_until(reclaimed, 10, "the dead worker's lease to expire")
+    assert view.types == {}
+    [grant_b] = alive.admit("alive", [ask("b", job_id="linux", type_cap=1)]).grants
+    assert grant_b.verdict is Verdict.ADMITTED
+    # The dead worker wakes up and reports its job: nothing changes, b keeps its conflict.
+    [late] = dead.finish("dead", [Done("a", grant.token, 50.0)])
+    assert not late.applied
+    assert store_estimate_untouched(alive)
+    assert verdicts(alive.admit("alive", [ask("c", job_id="linux")])) == [Verdict.CONFLICT]
+
+
+def store_estimate_untouched(store) -> bool:
+    return store.estimate("clone", "linux", 1.0) == 1.0
+
+
+def test_a_worker_that_keeps_beating_keeps_its_jobs(make_store):
+    store = make_store(lease=0.6, lifecycle=NEVER)
+    other = make_store(lease=0.6, lifecycle=NEVER)
+    store.admit("w1", [ask("a", job_id="linux")])
+    beats = 0
+
+    def beaten_for_two_leases():
+        nonlocal beats
+        view = store.heartbeat("w1", [], [])
+        assert view.mine == 1
+        beats += 1
+        other.heartbeat("w2", [], [])  # reclaims whatever has expired
+        return beats >= 12
+
+    wait_until(beaten_for_two_leases, 10, "heartbeats over two leases", every=0.1)
+    assert verdicts(other.admit("w2", [ask("b", job_id="linux")])) == [Verdict.CONFLICT]
+
+
+def test_heartbeat_reads_counts_conflicts_and_costs(make_store):
+    store = make_store(lifecycle=NEVER)
+    store.admit("w1", [ask("a", "alice", job_id="linux", cost=3.0)])
+    view = store.heartbeat(
+        "w1", [conflict_field("git", "linux"), conflict_field("git", "git")], ["alice", "bob"]
+    )
+    assert view.mine == 1
+    assert view.reclaimed == 0
+    assert view.tiers == {8: 1}
+    assert view.types == {"clone": 1}
+    assert view.held == {conflict_field("git", "linux"): True, conflict_field("git", "git"): False}
+    assert view.accumulated == {"alice": 3.0, "bob": 0.0}
+    assert math.isfinite(view.now)
+
+
+def test_register_puts_back_only_what_the_store_forgot(make_store):
+    store = make_store(lifecycle=NEVER)
+    [grant] = store.admit("w1", [ask("a", job_id="linux")]).grants
+    jobs = [
+        Running("a", grant.token, "clone", 8, conflict_field("git", "linux"),
+                estimate_field("clone", "linux"), "k", 1.0, 1.0),
+        Running("z", 99, "clone", 8, conflict_field("git", "git"),
+                estimate_field("clone", "git"), "k", 1.0, 1.0),
+    ]  # fmt: skip
+    assert store.register("w1", jobs) == 1
+    view = store.heartbeat("w1", [conflict_field("git", "git")], [])
+    assert view.mine == 2
+    assert view.tiers == {8: 2}
+    assert view.held[conflict_field("git", "git")]
+    # The registered token stays valid and later tokens are larger.
+    assert store.finish("w1", [Done("z", 99, None)])[0].applied
+    assert store.admit("w1", [ask("b")]).grants[0].token > 99
+
+
+def test_idle_keys_and_unused_estimates_expire(make_store):
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=0.3, estimate_ttl=0.3))
+    [a, _b] = store.admit("w1", [ask("a", "gone", job_id="x"), ask("b", "busy")]).grants
+    store.finish("w1", [Done("a", a.token, 2.0)])  # "gone" is idle now; "busy" still runs
+    assert store.accumulated_cost("gone") == 1.0
+    assert store.estimate("clone", "x", 1.0) != 1.0
+
+    def expired():
+        store.heartbeat("w1", [], [])
+        return store.accumulated_cost("gone") == 0.0 and store.estimate("clone", "x", 1.0) == 1.0
+
+    wait_until(expired, 10, "the idle key and the estimate to expire")
+    assert store.accumulated_cost("busy") == 1.0  # a key with a running job is never evicted
+
+
+def test_periodic_reset_zeroes_every_accumulated_cost(make_store):
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=None, reset_interval=0.3))
+    store.admit("w1", [ask("a", "alice", cost=5.0), ask("b", "bob", cost=2.0)])
+
+    def reset():
+        store.heartbeat("w1", [], [])
+        return store.accumulated_cost("alice") == 0.0 and store.accumulated_cost("bob") == 0.0
+
+    wait_until(reset, 10, "the periodic reset")
+
+
+def test_advance_idle_raises_a_returning_key_to_the_least_active_cost(make_store):
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=None, advance_idle=True))
+    store.admit("w1", [ask("a", "alice", cost=5.0), ask("b", "bob", cost=8.0)])
+    [new] = store.admit("w1", [ask("c", "carol", cost=1.0)]).grants
+    assert new.accumulated == 5.0 + 1.0  # starts from alice's 5, the least among active keys
+    [again] = store.admit("w1", [ask("d", "carol", cost=1.0)]).grants
+    assert again.accumulated == 7.0  # carol is active now: charged normally

@@ -1,0 +1,174 @@
+"""What only the Redis store has: schema, scripts by SHA, restarts, outages, and its equality
+with the in-memory store on random histories."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+from harness import wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.crc import key_slot
+from test_contract import ask
+
+from celery_fair.core import CostLifecycle
+from celery_fair.core.clock import SimClock
+from celery_fair.errors import ConfigurationError, StoreUnavailable
+from celery_fair.store import Done, MemoryStore, RedisStore, Running, Verdict, conflict_field
+from celery_fair.store.redis import KEY_NAMES
+from conftest import REDIS_URL, clean
+
+NEVER = CostLifecycle.never()
+
+
+@pytest.fixture
+def prefix(redis_client):
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    yield name
+    clean(redis_client, name)
+
+
+def test_every_key_shares_one_hash_slot(redis_client, prefix):
+    store = RedisStore(redis_client, prefix)
+    assert len(store.keys) == len(KEY_NAMES)
+    assert len({key_slot(key.encode()) for key in store.keys}) == 1
+
+
+def test_an_unknown_schema_is_refused_loudly(redis_client, prefix):
+    store = RedisStore(redis_client, prefix, lifecycle=NEVER)
+    store.admit("w1", [ask("a")])
+    redis_client.hset(f"{{{prefix}}}:meta", "schema", "999")
+    with pytest.raises(ConfigurationError, match="schema 999"):
+        store.admit("w1", [ask("b")])
+
+
+def test_scripts_come_back_after_script_flush(redis_client, prefix):
+    store = RedisStore(redis_client, prefix, lifecycle=NEVER)
+    store.admit("w1", [ask("a")])
+    redis_client.script_flush()
+    assert store.admit("w1", [ask("b")]).grants[0].verdict is Verdict.ADMITTED
+
+
+def test_an_unreachable_redis_raises_store_unavailable():
+    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    store = RedisStore(client, "nowhere")
+    with pytest.raises(StoreUnavailable):
+        store.admit("w1", [ask("a")])
+    with pytest.raises(StoreUnavailable):
+        store.accumulated_cost("k")
+
+
+def test_a_store_that_comes_back_empty_admits_nothing_until_workers_re_register(
+    redis_client, prefix
+):
+    # Given two workers with running jobs,
+    one = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lease=1.0, lifecycle=NEVER)
+    two = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lease=1.0, lifecycle=NEVER)
+    [a] = one.admit("w1", [ask("a", job_id="linux", type_cap=2)]).grants
+    [b] = two.admit("w2", [ask("b", job_id="git", type_cap=2)]).grants
+    before = one.epoch
+    # when Redis loses everything (a restart without persistence),
+    clean(redis_client, prefix)
+    # then the first worker to call opens a recovery window: nothing is admitted,
+    reply = one.admit("w1", [ask("c", job_id="other", type_cap=2)])
+    assert reply.grants[0].verdict is Verdict.RECOVERING
+    assert one.epoch != before
+    # each worker notices the new epoch and registers what it runs,
+    assert one.register("w1", [running(a, "linux")]) == 1
+    assert two.admit("w2", [ask("d", type_cap=2)]).grants[0].verdict is Verdict.RECOVERING
+    assert two.epoch != before
+    assert two.register("w2", [running(b, "git")]) == 1
+    # and once the window has passed, the counts are right again: the type cap of 2 is full.
+
+    def admits():
+        two.heartbeat("w2", [], [])  # live workers keep beating
+        verdict = one.admit("w1", [ask("e", type_cap=2)]).grants[0].verdict
+        return verdict if verdict is not Verdict.RECOVERING else None
+
+    assert wait_until(admits, 10, "the recovery window to end") is Verdict.TYPE_CAP
+    assert one.finish("w1", [Done("a", a.token, None)])[0].applied
+    [e] = one.admit("w1", [ask("e", type_cap=2)]).grants
+    assert e.verdict is Verdict.ADMITTED
+    assert e.token > max(a.token, b.token)
+
+
+def running(grant, job_id):
+    return Running(
+        grant.uid, grant.token, "clone", 8, conflict_field("git", job_id),
+        f"5:clone={job_id}", "k", 1.0, 1.0,
+    )  # fmt: skip
+
+
+# -- the two stores agree on random histories -------------------------------------------------
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("admit"),
+            st.lists(
+                st.tuples(
+                    st.sampled_from(["clone", "pull", "repack"]),
+                    st.sampled_from(["alice", "bob", ""]),
+                    st.sampled_from([None, "linux", "git"]),
+                    st.one_of(st.none(), st.floats(0, 50, allow_nan=False)),
+                ),
+                min_size=1,
+                max_size=4,
+            ),
+        ),
+        st.tuples(
+            st.just("finish"),
+            st.integers(0, 30),
+            st.one_of(st.none(), st.floats(0, 100, allow_nan=False)),
+        ),
+    ),
+    max_size=25,
+)
+
+_TYPES = {
+    "clone": {"priority": 8, "tier_cap": 3, "type_cap": None, "group": "git"},
+    "pull": {"priority": 8, "tier_cap": 3, "type_cap": 1, "group": "git"},
+    "repack": {"priority": 4, "tier_cap": 1, "type_cap": None, "group": ""},
+}
+
+
+@settings(max_examples=60)
+@given(ops=_ops)
+def test_memory_and_redis_stores_answer_every_history_identically(ops):
+    redis_client = redis.Redis.from_url(REDIS_URL)
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    stores = [
+        MemoryStore(lifecycle=NEVER, clock=SimClock()),
+        RedisStore(redis_client, prefix, lifecycle=NEVER),
+    ]
+    try:
+        answers: list[list] = [[], []]
+        running_: list[list] = [[], []]
+        uid = 0
+        for op in ops:
+            if op[0] == "admit":
+                batch = []
+                for type_, key, job_id, cost in op[1]:
+                    uid += 1
+                    t = _TYPES[type_]
+                    batch.append(
+                        ask(f"j{uid}", key, type=type_, priority=t["priority"],
+                            tier_cap=t["tier_cap"], type_cap=t["type_cap"], group=t["group"],
+                            job_id=job_id, cost=cost, default_cost=2.0)
+                    )  # fmt: skip
+                for i, store in enumerate(stores):
+                    reply = store.admit("w", batch)
+                    answers[i].append((reply.grants, reply.tiers, reply.types))
+                    running_[i] += [(g.uid, g.token) for g in reply.grants if g.token]
+            else:
+                _, pick, elapsed = op
+                for i, store in enumerate(stores):
+                    if running_[i]:
+                        uid_, token = running_[i].pop(pick % len(running_[i]))
+                        answers[i].append(store.finish("w", [Done(uid_, token, elapsed)]))
+        assert answers[0] == answers[1]
+    finally:
+        clean(redis_client, prefix)
+        redis_client.close()
