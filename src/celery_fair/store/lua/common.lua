@@ -109,17 +109,18 @@ local function reclaim(now, limit)
   return n
 end
 
--- Bounded housekeeping: TTLs of idle keys and unused estimates, and the periodic reset.
-local function maintain(now, cost_ttl, est_ttl, reset_interval)
+-- Bounded housekeeping (at most ``limit`` evictions of each kind per call): TTLs of idle keys and unused estimates, and the periodic reset.
+local function maintain(now, cost_ttl, est_ttl, reset_interval, limit)
+  limit = limit or 64
   if cost_ttl then
-    local old = redis.call('ZRANGEBYSCORE', SEEN, '-inf', fmt(now - cost_ttl), 'LIMIT', 0, 64)
+    local old = redis.call('ZRANGEBYSCORE', SEEN, '-inf', fmt(now - cost_ttl), 'LIMIT', 0, limit)
     for _, k in ipairs(old) do
       redis.call('HDEL', ACC, k)
       redis.call('ZREM', SEEN, k)
     end
   end
   if est_ttl then
-    local old = redis.call('ZRANGEBYSCORE', ESTSEEN, '-inf', fmt(now - est_ttl), 'LIMIT', 0, 64)
+    local old = redis.call('ZRANGEBYSCORE', ESTSEEN, '-inf', fmt(now - est_ttl), 'LIMIT', 0, limit)
     for _, f in ipairs(old) do
       redis.call('HDEL', EST, f)
       redis.call('ZREM', ESTSEEN, f)

@@ -9,7 +9,7 @@ local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
 local worker = ARGV[3]
 redis.call('ZADD', WORKERS, fmt(now + tonumber(ARGV[4])), worker)
 local reclaimed = reclaim(now, 64)
-maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]))
+maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]), 2048)
 local c = tonumber(ARGV[10])
 local held, accs = {}, {}
 for i = 1, c do held[i] = redis.call('HEXISTS', CONFLICTS, ARGV[10 + i]) end

@@ -1,0 +1,83 @@
+"""A process holding slots and conflicts is killed with SIGKILL: another process reclaims them
+within the lease, and the dead holder's late completion changes nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import redis
+from harness import wait_until
+from test_contract import ask
+
+from celery_fair.core import CostLifecycle
+from celery_fair.store import Done, RedisStore, Verdict, conflict_field
+from conftest import REDIS_URL, clean
+
+LEASE = 1.0
+
+HOLDER = """
+import sys, threading
+import redis
+from celery_fair.core import CostLifecycle
+from celery_fair.store import Ask, RedisStore, conflict_field, estimate_field
+store = RedisStore(redis.Redis.from_url(sys.argv[1]), sys.argv[2], lease=float(sys.argv[3]),
+                   lifecycle=CostLifecycle.never())
+asks = [Ask(uid, "clone", 8, None, 2, conflict_field("git", job_id),
+            estimate_field("clone", job_id), "k", None, 1.0)
+        for uid, job_id in (("a", "linux"), ("b", "git"))]
+print(" ".join(str(g.token) for g in store.admit("holder", asks).grants), flush=True)
+threading.Event().wait()  # hold them until killed
+"""
+
+
+def test_sigkilled_holder_loses_its_slots_within_the_lease_and_its_late_finish_is_stale(
+    redis_client,
+):
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, REDIS_URL, prefix, str(LEASE)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        tokens = [int(t) for t in holder.stdout.readline().split()]
+        assert len(tokens) == 2
+        other = RedisStore(
+            redis.Redis.from_url(REDIS_URL), prefix, lease=LEASE, lifecycle=CostLifecycle.never()
+        )
+        # While the holder lives, its type cap of 2 and both conflicts are taken.
+        assert other.admit("other", [ask("c", type_cap=2)]).grants[0].verdict is Verdict.TYPE_CAP
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        killed = time.monotonic()
+        linux, git = conflict_field("git", "linux"), conflict_field("git", "git")
+
+        def reclaimed():
+            view = other.heartbeat("other", [linux, git], [])
+            return view if view.types == {} and not any(view.held.values()) else None
+
+        wait_until(reclaimed, 10, "the holder's lease to expire", every=0.05)
+        assert time.monotonic() - killed < LEASE + 1.0
+        [c] = other.admit("other", [ask("c", job_id="linux", type_cap=2)]).grants
+        assert c.verdict is Verdict.ADMITTED
+        # The holder's completion arrives late (as from a process that only paused): stale.
+        late = RedisStore(
+            redis.Redis.from_url(REDIS_URL), prefix, lease=LEASE, lifecycle=CostLifecycle.never()
+        )
+        done = late.finish("holder", [Done("a", tokens[0], 9.0), Done("b", tokens[1], 9.0)])
+        assert [d.applied for d in done] == [False, False]
+        assert other.estimate("clone", "linux", 1.0) == 1.0
+        view = other.heartbeat("other", [linux], [])
+        assert view.held[linux]
+        assert view.types == {"clone": 1}
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+        clean(redis_client, prefix)
