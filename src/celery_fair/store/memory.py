@@ -240,21 +240,9 @@ class MemoryStore:
     def _maintain(self, now: float) -> None:
         life = self.lifecycle
         if life.cost_ttl is not None:
-            idle = self._idle
-            while idle:
-                k = next(iter(idle))
-                if idle[k] > now - life.cost_ttl:
-                    break
-                del idle[k]
-                self.acc.pop(k, None)
+            _expire(self._idle, self.acc, now - life.cost_ttl)
         if life.estimate_ttl is not None:
-            used = self._est_used
-            while used:
-                f = next(iter(used))
-                if used[f] > now - life.estimate_ttl:
-                    break
-                del used[f]
-                self.est.pop(f, None)
+            _expire(self._est_used, self.est, now - life.estimate_ttl)
         if life.reset_interval is not None:
             if self._reset_at is None:
                 self._reset_at = now + life.reset_interval
@@ -272,3 +260,13 @@ def _decrement(counts: dict[Any, int], name: object) -> None:
         del counts[name]
     else:
         counts[name] = left
+
+
+def _expire(since: OrderedDict[str, float], values: dict[str, Any], cutoff: float) -> None:
+    """Forget the entries of ``values`` whose time in ``since`` (oldest first) is <= cutoff."""
+    while since:
+        name = next(iter(since))
+        if since[name] > cutoff:
+            break
+        del since[name]
+        values.pop(name, None)

@@ -109,23 +109,21 @@ local function reclaim(now, limit)
   return n
 end
 
--- Bounded housekeeping (at most ``limit`` evictions of each kind per call): TTLs of idle keys and unused estimates, and the periodic reset.
+-- Forget the members of ``hash`` whose time in ``since`` is older than ``ttl``; at most ``limit``.
+local function expire(hash, since, now, ttl, limit)
+  local old = redis.call('ZRANGEBYSCORE', since, '-inf', fmt(now - ttl), 'LIMIT', 0, limit)
+  for _, field in ipairs(old) do
+    redis.call('HDEL', hash, field)
+    redis.call('ZREM', since, field)
+  end
+end
+
+-- Bounded housekeeping: TTLs of idle keys and unused estimates (at most ``limit`` evictions
+-- of each per call), and the periodic reset.
 local function maintain(now, cost_ttl, est_ttl, reset_interval, limit)
   limit = limit or 64
-  if cost_ttl then
-    local old = redis.call('ZRANGEBYSCORE', SEEN, '-inf', fmt(now - cost_ttl), 'LIMIT', 0, limit)
-    for _, k in ipairs(old) do
-      redis.call('HDEL', ACC, k)
-      redis.call('ZREM', SEEN, k)
-    end
-  end
-  if est_ttl then
-    local old = redis.call('ZRANGEBYSCORE', ESTSEEN, '-inf', fmt(now - est_ttl), 'LIMIT', 0, limit)
-    for _, f in ipairs(old) do
-      redis.call('HDEL', EST, f)
-      redis.call('ZREM', ESTSEEN, f)
-    end
-  end
+  if cost_ttl then expire(ACC, SEEN, now, cost_ttl, limit) end
+  if est_ttl then expire(EST, ESTSEEN, now, est_ttl, limit) end
   if reset_interval then
     local at = tonumber(redis.call('HGET', META, 'reset_at') or '')
     if at == nil then
