@@ -52,6 +52,10 @@ class RefScheduler:
         self.estimates: dict[tuple[str, str | None], float] = {}
         self.estimate_used: dict[tuple[str, str | None], float] = {}
         self.seq = 0
+        # What a shared store says other workers run and hold.
+        self.elsewhere_tiers: dict[int, int] = {}
+        self.elsewhere_types: dict[str, int] = {}
+        self.elsewhere_conflicts: set[tuple[str, str]] = set()
         self.next_reset = (
             math.inf if self.reset_interval is None else self.start + self.reset_interval
         )
@@ -113,12 +117,16 @@ class RefScheduler:
         if len(self.running) >= self.capacity:
             return False
         same_tier = [r for r in self.running if self.types[r.type].priority == jt.priority]
-        if len(same_tier) >= self.tier_cap(jt.priority):
+        elsewhere = self.elsewhere_tiers.get(jt.priority, 0)
+        if len(same_tier) + elsewhere >= self.tier_cap(jt.priority):
             return False
         same_type = [r for r in self.running if r.type == job.type]
-        if jt.max_concurrency is not None and len(same_type) >= jt.max_concurrency:
+        elsewhere = self.elsewhere_types.get(job.type, 0)
+        if jt.max_concurrency is not None and len(same_type) + elsewhere >= jt.max_concurrency:
             return False
         if jt.conflict_group and job.job_id is not None:
+            if (jt.conflict_group, job.job_id) in self.elsewhere_conflicts:
+                return False
             for r in self.running:
                 if (
                     r.job_id == job.job_id
@@ -166,6 +174,22 @@ class RefScheduler:
             self.estimate_used[ekey] = now
         if not self.active(job.key):
             self.idle_since[job.key] = now
+
+    # -- what a shared store says --
+
+    def revert(self, ref) -> None:
+        job = next(j for j in self.running if j.ref == ref)
+        self.running.remove(job)
+        self.pending.append(job)
+        self.acc[job.key] = self.acc[job.key] - job.estimate
+
+    def set_accumulated(self, key: str, value: float) -> None:
+        if key in self.acc:
+            self.acc[key] = value
+
+    def set_estimate(self, type: str, job_id: str | None, value: float, now: float) -> None:
+        self.estimates[(type, job_id)] = value
+        self.estimate_used[(type, job_id)] = now
 
 
 def reference_simulate(trace: dict) -> list[dict]:

@@ -19,7 +19,7 @@ from celery_fair.core import (
     SimClock,
 )
 from reference import RefScheduler, RefType
-from strategies import JOB_IDS, KEYS, costs, job_types
+from strategies import GROUPS, JOB_IDS, KEYS, PRIORITIES, costs, job_types
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -135,6 +135,54 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(dt=st.sampled_from([0.25, 1, 2.5, 5]))
     def advance(self, dt):
         self.clock.advance(dt)
+
+    # What a shared store feeds back: refusals, fleet costs, other workers' jobs.
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def revert(self, data):
+        ref = data.draw(st.sampled_from(self.running))
+        self.core.revert(ref)
+        self.ref.revert(ref)
+        self.running.remove(ref)
+        self.pending.append(ref)
+
+    @rule(key=st.sampled_from(KEYS), value=st.sampled_from([0, 0.5, 1, 3.3, 10, 40]))
+    def set_accumulated(self, key, value):
+        self.core.set_accumulated(key, value)
+        self.ref.set_accumulated(key, value)
+
+    @rule(data=st.data(), job_id=st.sampled_from(JOB_IDS), value=st.sampled_from([0, 0.7, 9]))
+    def set_estimate(self, data, job_id, value):
+        jtype = data.draw(st.sampled_from(self.types))
+        self.core.set_estimate(jtype, job_id, value)
+        self.ref.set_estimate(jtype, job_id, value, self.now)
+
+    @rule(data=st.data())
+    def set_running_elsewhere(self, data):
+        tiers = data.draw(st.dictionaries(st.sampled_from(PRIORITIES), st.integers(0, 3)))
+        types = data.draw(st.dictionaries(st.sampled_from(self.types), st.integers(0, 3)))
+        self.core.set_running_elsewhere(tiers, types)
+        self.ref.elsewhere_tiers = tiers
+        self.ref.elsewhere_types = types
+
+    @rule(group=st.sampled_from(GROUPS[1:]), job_id=st.sampled_from(JOB_IDS[1:]))
+    def hold_elsewhere(self, group, job_id):
+        self.core.hold_elsewhere(group, job_id)
+        self.ref.elsewhere_conflicts.add((group, job_id))
+
+    @rule(group=st.sampled_from(GROUPS[1:]), job_id=st.sampled_from(JOB_IDS[1:]))
+    def release_elsewhere(self, group, job_id):
+        self.core.release_elsewhere(group, job_id)
+        self.ref.elsewhere_conflicts.discard((group, job_id))
+
+    @rule()
+    def held_elsewhere(self):
+        # Forgetting conflicts nobody here waits for must not change any decision.
+        waited = set(self.core.held_elsewhere())
+        assert waited <= self.ref.elsewhere_conflicts
+        for ckey in self.ref.elsewhere_conflicts - waited:
+            self.ref.elsewhere_conflicts.discard(ckey)
 
     @invariant()
     def bookkeeping_equals_the_oracle(self):

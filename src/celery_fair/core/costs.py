@@ -53,6 +53,17 @@ class Estimates:
             self._values.move_to_end(key)
         return entry[0]
 
+    def set(self, key: EstimateKey, value: float, now: float) -> None:
+        """Make the estimate for ``key`` ``value``, as if just observed. O(1)."""
+        entry = self._values.get(key)
+        if entry is None:
+            self._values[key] = [value, now]
+            return
+        entry[0] = value
+        entry[1] = now
+        if self.ttl is not None:
+            self._values.move_to_end(key)
+
     def peek(self, key: EstimateKey, default: float) -> float:
         """The estimate for ``key`` without marking it used. O(1)."""
         entry = self._values.get(key)
@@ -105,10 +116,12 @@ class KeyState:
       - ``pending`` / ``running`` count this key's jobs in each state;
       - ``lent`` is a heap of ``(bound, id, conflict_lane)``: the conflict lanes that lent one
         of this key's jobs (see ``fairqueue.ConflictLane``), each with the accumulated cost at
-        or above which the loan must be checked again.
+        or above which the loan must be checked again;
+      - ``queues`` lists every key queue (``fairqueue.KeyQueue``) of this key that its keyed
+        queue still holds, or is ``None`` when there is none.
     """
 
-    __slots__ = ("acc", "lent", "name", "pending", "running")
+    __slots__ = ("acc", "lent", "name", "pending", "queues", "running")
 
     def __init__(self, name: str, acc: float = 0.0) -> None:
         self.name = name
@@ -116,6 +129,7 @@ class KeyState:
         self.pending = 0
         self.running = 0
         self.lent: list[tuple[float, int, Any]] = []
+        self.queues: list[Any] | None = None
 
     @property
     def is_active(self) -> bool:
@@ -160,16 +174,22 @@ class Accounts:
             floor = self.min_active()
             if floor is not None and floor > ks.acc:
                 ks.acc = floor
-            heapq.heappush(self._active, (ks.acc, next(self._ids), ks))
-            if len(self._active) > 64 and len(self._active) > 4 * (
-                len(self.keys) - len(self._idle)
-            ):
-                self._rebuild_active()
+            self._push_active(ks)
 
     def deactivate(self, ks: KeyState, now: float) -> None:
         """Called when ``ks`` has no pending and no running job any more. O(1)."""
         self._idle[ks.name] = now
         self._idle.move_to_end(ks.name)
+
+    def lowered(self, ks: KeyState) -> None:
+        """``ks``'s cost went down: keep the lazy minimum right (entries never above truth)."""
+        if self.lifecycle.advance_idle and ks.is_active:
+            self._push_active(ks)
+
+    def _push_active(self, ks: KeyState) -> None:
+        heapq.heappush(self._active, (ks.acc, next(self._ids), ks))
+        if len(self._active) > 64 and len(self._active) > 4 * (len(self.keys) - len(self._idle)):
+            self._rebuild_active()
 
     def min_active(self) -> float | None:
         """The smallest accumulated cost among active keys, or ``None``. Amortised O(log n)."""

@@ -19,6 +19,13 @@ lane's next admission. The conflict *lends* that one job back to its lane and re
 bound: the accumulated cost of the next waiter. While the borrower's cost stays below the
 bound the loan is right; when the borrower's key is charged past it, the loan is checked again
 and possibly moved to the new best waiter (``KeyState.lent`` indexes loans by bound).
+
+Costs can also go *down* (a shared store says so, or an admission is reverted). Each key knows
+its key queues (``KeyState.queues``), so ``reposition`` pushes a fresh entry for each and
+re-checks the loans of the conflict lanes it waits in: O(q log n) for its q queues, never a scan.
+
+A conflict may be held by a job on another worker (``Conflict.elsewhere``): its holder is then
+the ``ELSEWHERE`` sentinel, and waiters park on it exactly as on a local holder.
 """
 
 from __future__ import annotations
@@ -37,7 +44,17 @@ if TYPE_CHECKING:
     from .costs import KeyState
     from .types import JobType
 
-__all__ = ["Conflict", "ConflictLane", "KeyQueue", "KeyedQueue", "Lane", "PendingJob", "Tier"]
+__all__ = [
+    "ELSEWHERE",
+    "Conflict",
+    "ConflictLane",
+    "KeyQueue",
+    "KeyedQueue",
+    "Lane",
+    "PendingJob",
+    "Tier",
+    "reposition",
+]
 
 ConflictKey = tuple[str, str]
 """``(conflict group, job_id)``."""
@@ -235,15 +252,22 @@ class KeyedQueue:
     id equals ``key_queue.ver``, and a current entry is never later than the queue's true
     position. ``queues`` maps each key to its queue; ``size`` counts live jobs. ``conflicts``
     is the scheduler's registry, where a lane looks up whether a head's conflict is held.
+    ``cl`` is the conflict lane whose waiters this queue holds, ``None`` for a lane's queue.
+    Every key queue in ``queues`` is also listed in its key's ``KeyState.queues``.
     """
 
-    __slots__ = ("conflicts", "heap", "queues", "size")
+    __slots__ = ("cl", "conflicts", "heap", "queues", "size")
 
-    def __init__(self, conflicts: dict[ConflictKey, Conflict] | None = None) -> None:
+    def __init__(
+        self,
+        conflicts: dict[ConflictKey, Conflict] | None = None,
+        cl: ConflictLane | None = None,
+    ) -> None:
         self.heap: list[tuple[float, float, int, int, KeyQueue]] = []
         self.queues: dict[KeyState, KeyQueue] = {}
         self.size = 0
         self.conflicts: dict[ConflictKey, Conflict] = {} if conflicts is None else conflicts
+        self.cl = cl
 
     def push(self, job: PendingJob) -> None:
         """Add ``job``; O(log n)."""
@@ -251,6 +275,10 @@ class KeyedQueue:
         kq = self.queues.get(key)
         if kq is None:
             kq = self.queues[key] = KeyQueue(key, self)
+            if key.queues is None:
+                key.queues = [kq]
+            else:
+                key.queues.append(kq)
         job.home = kq
         arrival = job.arrival
         seq = job.seq
@@ -283,7 +311,7 @@ class KeyedQueue:
                 heappop(heap)
                 kq.ver = -1
                 if kq.live == 0:
-                    del self.queues[kq.key]
+                    self._drop(kq)
                 continue
             key_acc = kq.key.acc
             if key_acc == acc and job.seq == seq:
@@ -301,7 +329,7 @@ class KeyedQueue:
             job = kq.head(False)
             if job is None:
                 kq.ver = -1
-                del self.queues[key]
+                self._drop(kq)
                 continue
             kq.ver = ver = _next_id()
             kq.rec_arrival = job.arrival
@@ -309,6 +337,16 @@ class KeyedQueue:
             entries.append((key.acc, job.arrival, job.seq, ver, kq))
         heapify(entries)
         self.heap = entries
+
+    def _drop(self, kq: KeyQueue) -> None:
+        """Forget the empty key queue ``kq``. O(queues of its key)."""
+        key = kq.key
+        del self.queues[key]
+        queues = key.queues
+        if queues is not None:
+            queues.remove(kq)
+            if not queues:
+                key.queues = None
 
     def min_acc_excluding(self, key: KeyState) -> float | None:
         """A lower bound of the accumulated cost of every key but ``key`` with jobs here.
@@ -360,18 +398,41 @@ def discard(job: PendingJob) -> None:
         job.home = None
 
 
+def reposition(key: KeyState) -> None:
+    """``key``'s accumulated cost went down: move its key queues back to their true places.
+
+    Each key queue of ``key`` gets a fresh heap entry (older ones die by their id), and each
+    conflict lane it waits in checks its loan again, since a bound recorded with the old cost
+    may now be too high. O(q log n) for the q key queues of ``key``.
+    """
+    for kq in list(key.queues or ()):
+        job = kq.head(False)
+        if job is None:
+            continue
+        owner = kq.owner
+        kq.ver = ver = _next_id()
+        kq.rec_arrival = job.arrival
+        kq.rec_seq = job.seq
+        heappush(owner.heap, (key.acc, job.arrival, job.seq, ver, kq))
+        if owner.cl is not None:
+            owner.cl.revalidate()
+
+
 class Tier:
     """All lanes of one priority.
 
     ``running`` is the number of admitted, not yet released jobs of this tier; ``pending``
-    the number of pending ones (parked included).
+    the number of pending ones (parked included). ``limit`` is the tier's cap, ``elsewhere``
+    the jobs of this tier that other workers run (as a shared store last said), and ``cap``
+    what this scheduler may run: ``limit - elsewhere`` (``UNLIMITED`` stays unlimited).
     """
 
-    __slots__ = ("cap", "lanes", "pending", "priority", "running")
+    __slots__ = ("cap", "elsewhere", "lanes", "limit", "pending", "priority", "running")
 
     def __init__(self, priority: int, cap: int) -> None:
         self.priority = priority
-        self.cap = cap
+        self.limit = self.cap = cap
+        self.elsewhere = 0
         self.lanes: list[Lane] = []
         self.running = 0
         self.pending = 0
@@ -382,15 +443,17 @@ class Lane:
 
     ``running`` is the number of admitted, not yet released jobs of this type; ``pending``
     the number of pending ones (parked included); ``queue`` holds the pending jobs that are
-    not parked on a held conflict.
+    not parked on a held conflict. ``limit``, ``elsewhere`` and ``cap`` as for ``Tier``.
     """
 
-    __slots__ = ("cap", "pending", "queue", "running", "tier", "type")
+    __slots__ = ("cap", "elsewhere", "limit", "pending", "queue", "running", "tier", "type")
 
     def __init__(self, jtype: JobType, tier: Tier, conflicts: dict[ConflictKey, Conflict]) -> None:
         self.type = jtype
         self.tier = tier
-        self.cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
+        cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
+        self.limit = self.cap = cap
+        self.elsewhere = 0
         self.running = 0
         self.pending = 0
         self.queue = KeyedQueue(conflicts)
@@ -401,16 +464,19 @@ class Conflict:
 
     It exists in ``registry`` (the scheduler's) exactly while a job holds it or a conflict
     lane waits on it, so the many jobs whose ids never meet cost no conflict object at all.
-    ``holder`` is the running job that holds it, if any; ``lanes`` maps each lane to the
-    conflict lane of jobs parked (or lent) there.
+    ``holder`` is the running job that holds it, if any, or ``ELSEWHERE`` while only a job on
+    another worker does; ``elsewhere`` says a shared store reported it held by another worker
+    (it stays held after a local holder is released, until the store says it is free);
+    ``lanes`` maps each lane to the conflict lane of jobs parked (or lent) there.
     """
 
-    __slots__ = ("holder", "key", "lanes", "registry")
+    __slots__ = ("elsewhere", "holder", "key", "lanes", "registry")
 
     def __init__(self, key: ConflictKey, registry: dict[ConflictKey, Conflict]) -> None:
         self.key = key
         self.registry = registry
         self.holder: PendingJob | None = None
+        self.elsewhere = False
         self.lanes: dict[Lane, ConflictLane] = {}
 
     def forget_if_idle(self) -> None:
@@ -429,7 +495,13 @@ class Conflict:
         cl.parked.push(job)
 
     def release(self) -> None:
-        """The holder is done: lend the best waiter of each lane to its lane."""
+        """The holder is done: lend the best waiter of each lane to its lane.
+
+        While another worker holds it too (``elsewhere``), it stays held by ``ELSEWHERE``.
+        """
+        if self.elsewhere:
+            self.holder = ELSEWHERE
+            return
         self.holder = None
         if self.lanes:
             for cl in list(self.lanes.values()):
@@ -454,7 +526,7 @@ class ConflictLane:
     def __init__(self, conflict: Conflict, lane: Lane) -> None:
         self.conflict = conflict
         self.lane = lane
-        self.parked = KeyedQueue()
+        self.parked = KeyedQueue(cl=self)
         self.lent: PendingJob | None = None
         self.bound_id = 0
 
@@ -531,3 +603,19 @@ def recheck_loans(key: KeyState) -> None:
     for _, ident, cl in due:
         if cl.bound_id == ident and cl.lent is not None and cl.lent.key is key:
             cl.revalidate()
+
+
+class _Elsewhere(PendingJob):
+    """The holder of a conflict that only a job on another worker holds."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "<held elsewhere>"
+
+
+ELSEWHERE: PendingJob = _Elsewhere()
+"""``Conflict.holder`` while a job of another worker, and none of ours, holds the conflict."""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from itertools import count
 
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
 from .clock import Clock
-from .costs import Accounts, Estimates
+from .costs import Accounts, Estimates, KeyState
 from .fairqueue import (
+    ELSEWHERE,
     UNLIMITED,
     Conflict,
     Lane,
@@ -17,6 +18,7 @@ from .fairqueue import (
     Tier,
     discard,
     recheck_loans,
+    reposition,
     take,
 )
 from .policy import blocked_by, select
@@ -229,6 +231,118 @@ class Scheduler:
         """
         return self._release(ref, None)
 
+    # -- what a shared store says ------------------------------------------------------
+    #
+    # A fleet of workers shares caps, conflicts and costs through a store; each worker's core
+    # orders its own pending jobs and proposes admissions, and the store confirms or refuses
+    # them (celery_fair.engine). These methods feed the store's answers back in.
+
+    def revert(self, ref: Hashable) -> None:
+        """Undo the admission of running job ``ref``, as if it had never been admitted.
+
+        The job is pending again at its old place (same arrival and submission order), its
+        slot and conflict are released, and its charge is refunded. The engine calls this
+        when the store refuses an admission. O((1 + q) log n), q the key queues of its key.
+
+        Raises:
+            UnknownJob: ``ref`` is not a running job.
+        """
+        job = self._jobs.get(ref)
+        if job is None or job.state is not JobState.RUNNING:
+            raise UnknownJob(f"job {ref!r} is not running")
+        lane = job.lane
+        tier = lane.tier
+        key = job.key
+        lane.running -= 1
+        lane.pending += 1
+        tier.running -= 1
+        tier.pending += 1
+        self._running -= 1
+        self._pending += 1
+        key.running -= 1
+        key.pending += 1
+        job.state = JobState.PENDING
+        conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
+        if conflict is not None and conflict.holder is job:
+            # Back into the lane first, so that the release lends it like any waiter.
+            conflict.holder = None
+            lane.queue.push(job)
+            conflict.release()
+        else:
+            lane.queue.push(job)
+        self._set_acc(key, key.acc - job.estimate)
+
+    def set_accumulated(self, fairness_key: str, value: float) -> None:
+        """Make ``fairness_key``'s accumulated cost ``value`` (the fleet's, from a store).
+
+        Unknown keys are ignored: the core tracks only keys with pending or running jobs, or
+        idle ones not yet forgotten. O(1) when the cost grows (plus the loans it crosses);
+        O(q log n) when it shrinks, q the key queues of the key.
+        """
+        if not (_type_of(value) in _NUMBER and 0 <= value < _INF):
+            raise SchedulerError(f"accumulated cost must be a finite number >= 0, got {value!r}")
+        key = self._accounts.keys.get(fairness_key)
+        if key is not None and key.acc != value:
+            self._set_acc(key, float(value))
+
+    def set_estimate(self, type: str, job_id: str | None, value: float) -> None:
+        """Make the estimate of ``(type, job_id)`` ``value`` (the fleet's, from a store). O(1)."""
+        if type not in self._lanes:
+            raise UnknownJobType(f"unknown job type {type!r}")
+        if not (_type_of(value) in _NUMBER and 0 <= value < _INF):
+            raise SchedulerError(f"estimate must be a finite number >= 0, got {value!r}")
+        self._estimates.set((type, job_id), float(value), self._clock.now())
+
+    def set_running_elsewhere(self, tiers: Mapping[int, int], types: Mapping[str, int]) -> None:
+        """Count, against each cap, the jobs that other workers run (by priority, by type).
+
+        A tier may then admit ``cap - elsewhere`` jobs here. Tiers and types not named run
+        nothing elsewhere. O(tiers + types).
+        """
+        for tier in self._tiers:
+            n = tiers.get(tier.priority, 0)
+            tier.elsewhere = n
+            tier.cap = tier.limit if tier.limit == UNLIMITED else tier.limit - n
+        for name, lane in self._lanes.items():
+            n = types.get(name, 0)
+            lane.elsewhere = n
+            lane.cap = lane.limit if lane.limit == UNLIMITED else lane.limit - n
+
+    def hold_elsewhere(self, group: str, job_id: str) -> None:
+        """Another worker holds the conflict ``(group, job_id)``: its waiters here wait. O(1)."""
+        ckey = (group, job_id)
+        conflict = self._conflicts.get(ckey)
+        if conflict is None:
+            conflict = self._conflicts[ckey] = Conflict(ckey, self._conflicts)
+        conflict.elsewhere = True
+        if conflict.holder is None:
+            conflict.holder = ELSEWHERE
+
+    def release_elsewhere(self, group: str, job_id: str) -> None:
+        """No other worker holds ``(group, job_id)`` any more. O(lanes waiting · log n)."""
+        conflict = self._conflicts.get((group, job_id))
+        if conflict is None or not conflict.elsewhere:
+            return
+        conflict.elsewhere = False
+        if conflict.holder is ELSEWHERE:
+            conflict.release()
+
+    def held_elsewhere(self) -> list[tuple[str, str]]:
+        """The conflicts held elsewhere that pending jobs here wait for. O(conflicts).
+
+        Conflicts held elsewhere that nobody here waits for are forgotten on the way: there
+        is nothing to wake, and the store is asked again if a job meets one later.
+        """
+        out = []
+        for ckey, conflict in list(self._conflicts.items()):
+            if not conflict.elsewhere:
+                continue
+            if conflict.lanes:
+                out.append(ckey)
+            else:
+                self.release_elsewhere(*ckey)
+        return out
+
     # -- decisions out -----------------------------------------------------------------
 
     def next_admission(self) -> Admission | None:
@@ -401,6 +515,17 @@ class Scheduler:
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
         return Release(ref, jtype.name, job.job_id, key.name, elapsed, estimate)
+
+    def _set_acc(self, key: KeyState, value: float) -> None:
+        """Set a key's accumulated cost, keeping every order that uses it right."""
+        old = key.acc
+        key.acc = value
+        if value > old:
+            if key.lent and key.lent[0][0] <= value:
+                recheck_loans(key)
+        elif value < old:
+            reposition(key)
+            self._accounts.lowered(key)
 
     def _maintain(self, now: float) -> None:
         if self._accounts.expire(now):

@@ -1,0 +1,123 @@
+"""The core's side of a fleet: what a shared store feeds back, one rule at a time."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make, refs
+
+from celery_fair.core import BlockReason
+from celery_fair.errors import UnknownJob
+
+FG = ("clone", 8, None, "git", 10)
+LIMITED = ("repack", 4, 2, "git", 20)
+
+
+def test_a_reverted_admission_goes_back_to_its_place_and_is_refunded():
+    s, _ = make(2, [FG])
+    s.submit("a1", "clone", "x1", "a")
+    s.submit("a2", "clone", "x2", "a")
+    s.submit("b1", "clone", "x3", "b")
+    assert refs(s.schedule()) == ["a1", "b1"]
+    # The store refused a1: it is pending again, first in line, and a pays nothing for it.
+    s.revert("a1")
+    assert s.accumulated_cost("a") == 0
+    assert s.running == 1
+    assert refs(s.schedule()) == ["a1"]
+
+
+def test_reverting_a_job_that_holds_a_conflict_frees_it_for_its_waiters():
+    s, _ = make(3, [FG])
+    s.submit("first", "clone", "linux", "a")
+    s.submit("waiter", "clone", "linux", "b")
+    assert refs(s.schedule()) == ["first"]  # waiter parks behind the conflict
+    s.revert("first")
+    s.cancel("first")
+    assert refs(s.schedule()) == ["waiter"]
+
+
+def test_only_running_jobs_can_be_reverted():
+    s, _ = make(1, [FG])
+    s.submit("p", "clone", "x")
+    with pytest.raises(UnknownJob):
+        s.revert("p")
+
+
+def test_jobs_running_elsewhere_count_against_tier_and_type_caps():
+    s, _ = make(8, [FG, LIMITED])  # repack: tier cap 4, type cap 2
+    for i in range(4):
+        s.submit(f"r{i}", "repack", f"repo{i}")
+    s.set_running_elsewhere({}, {"repack": 1})
+    assert refs(s.schedule()) == ["r0"]  # 2 - 1 elsewhere
+    s.set_running_elsewhere({4: 4}, {})
+    assert s.schedule() == []  # the tier is full across the fleet
+    view = s.status("r1")
+    assert view is not None
+    assert BlockReason.TIER_CAP in view.blocked_by
+    s.set_running_elsewhere({}, {})
+    assert refs(s.schedule()) == ["r1"]
+
+
+def test_a_conflict_held_elsewhere_parks_its_waiters_until_it_is_released():
+    s, _ = make(4, [FG])
+    s.hold_elsewhere("git", "linux")
+    s.submit("w1", "clone", "linux", "a")
+    s.submit("other", "clone", "git", "a")
+    assert refs(s.schedule()) == ["other"]
+    assert s.held_elsewhere() == [("git", "linux")]
+    s.release_elsewhere("git", "linux")
+    assert refs(s.schedule()) == ["w1"]
+
+
+def test_a_conflict_held_here_and_elsewhere_stays_held_until_both_let_go():
+    s, _ = make(4, [FG])
+    s.submit("mine", "clone", "linux", "a")
+    assert refs(s.schedule()) == ["mine"]
+    s.hold_elsewhere("git", "linux")
+    s.submit("waiter", "clone", "linux", "b")
+    s.complete("mine", 1.0)
+    assert s.schedule() == []
+    s.release_elsewhere("git", "linux")
+    assert refs(s.schedule()) == ["waiter"]
+
+
+def test_conflicts_held_elsewhere_that_nobody_here_waits_for_are_forgotten():
+    s, _ = make(4, [FG])
+    s.hold_elsewhere("git", "linux")
+    assert s.held_elsewhere() == []
+    s.submit("j", "clone", "linux")
+    assert refs(s.schedule()) == ["j"]
+
+
+def test_a_fleet_cost_that_is_lower_moves_the_key_ahead_again():
+    s, _ = make(1, [FG])
+    s.submit("a1", "clone", "x1", "a", cost=5)
+    s.submit("b1", "clone", "x2", "b", cost=5)
+    s.submit("a2", "clone", "x3", "a", cost=5)
+    assert refs(s.schedule()) == ["a1"]
+    s.complete("a1", 1.0)
+    # Locally a has 5 and b 0, but the fleet's record (a reset, say) puts a at 0 and b at 2.
+    s.set_accumulated("b", 2.0)
+    s.set_accumulated("a", 0.0)
+    assert refs(s.schedule()) == ["a2"]
+
+
+def test_a_lower_cost_also_reorders_the_waiters_of_a_conflict():
+    s, _ = make(2, [FG])
+    s.submit("holder", "clone", "linux", "z", cost=1)
+    assert refs(s.schedule()) == ["holder"]
+    s.submit("a", "clone", "linux", "a", cost=1)
+    s.submit("b", "clone", "linux", "b", cost=1)
+    s.set_accumulated("a", 9.0)
+    s.set_accumulated("b", 4.0)
+    s.complete("holder", 1.0)  # the conflict lends its best waiter, b, back to the lane
+    s.set_accumulated("a", 1.0)  # a is lowered while parked: the loan must move to a
+    assert refs(s.schedule()) == ["a"]
+
+
+def test_the_fleet_estimate_is_what_the_next_admission_charges():
+    s, _ = make(1, [FG])
+    s.set_estimate("clone", "linux", 3.5)
+    s.submit("j", "clone", "linux", "k")
+    (admission,) = s.schedule()
+    assert admission.estimate == 3.5
+    assert s.accumulated_cost("k") == 3.5
