@@ -260,3 +260,51 @@ def test_advance_idle_raises_a_returning_key_to_the_least_active_cost(make_store
     assert new.accumulated == 5.0 + 1.0  # starts from alice's 5, the least among active keys
     [again] = store.admit("w1", [ask("d", "carol", cost=1.0)]).grants
     assert again.accumulated == 7.0  # carol is active now: charged normally
+
+
+# -- one round trip for the whole exchange ------------------------------------------------------
+
+
+def test_one_call_releases_what_finished_before_it_admits_anything(make_store):
+    store = make_store(lifecycle=NEVER)
+    [a] = store.admit("w1", [ask("a", tier_cap=1)]).grants
+    reply = store.admit("w1", [ask("b", tier_cap=1)], done=[Done("a", a.token, 2.0)])
+    assert [f.applied for f in reply.finished] == [True]
+    assert reply.finished[0].estimate == 0.3 * 2.0 + 0.7 * 1.0
+    assert verdicts(reply) == [Verdict.ADMITTED]
+    assert reply.tiers == {8: 1}
+
+
+def test_watched_conflicts_and_live_workers_are_reported(make_store):
+    store = make_store(lifecycle=NEVER)
+    store.admit("w1", [ask("a", job_id="linux")])
+    reply = store.admit(
+        "w2", [], watch=[conflict_field("git", "linux"), conflict_field("git", "redis")]
+    )
+    assert reply.held == {
+        conflict_field("git", "linux"): True,
+        conflict_field("git", "redis"): False,
+    }
+    assert reply.workers == 2
+    assert store.heartbeat("w3", [], []).workers == 3
+
+
+def test_a_late_copy_of_a_job_that_finished_for_good_is_answered_done_for_a_while(make_store):
+    store = make_store(lifecycle=NEVER, dedupe=0.5)
+    [a] = store.admit("w1", [ask("a")]).grants
+    [b] = store.admit("w1", [ask("b")]).grants
+    # a's message was acknowledged (final); b was only released (its message may come back).
+    store.finish("w1", [Done("a", a.token, 1.0, final=True), Done("b", b.token, None)])
+    assert verdicts(store.admit("w2", [ask("a"), ask("b")])) == [Verdict.DONE, Verdict.ADMITTED]
+
+    def admitted_again():
+        [grant] = store.admit("w2", [ask("a")]).grants
+        return grant.verdict is Verdict.ADMITTED
+
+    wait_until(admitted_again, 10, "the tombstone of a to expire")
+
+
+def test_a_copy_of_a_running_job_is_answered_running_whoever_asks(make_store):
+    store = make_store(lifecycle=NEVER)
+    store.admit("w1", [ask("a")])
+    assert verdicts(store.admit("w2", [ask("a")])) == [Verdict.RUNNING]

@@ -114,14 +114,16 @@ _ops = st.lists(
                     st.sampled_from([None, "linux", "git"]),
                     st.one_of(st.none(), st.floats(0, 50, allow_nan=False)),
                 ),
-                min_size=1,
                 max_size=4,
             ),
+            st.lists(st.sampled_from(["linux", "git", "redis"]), max_size=2),  # watched
+            st.integers(0, 2),  # finished jobs carried along
         ),
         st.tuples(
             st.just("finish"),
             st.integers(0, 30),
             st.one_of(st.none(), st.floats(0, 100, allow_nan=False)),
+            st.booleans(),  # final
         ),
     ),
     max_size=25,
@@ -149,8 +151,9 @@ def test_memory_and_redis_stores_answer_every_history_identically(ops):
         uid = 0
         for op in ops:
             if op[0] == "admit":
+                _, jobs, watched, carried = op
                 batch = []
-                for type_, key, job_id, cost in op[1]:
+                for type_, key, job_id, cost in jobs:
                     uid += 1
                     t = _TYPES[type_]
                     batch.append(
@@ -158,16 +161,19 @@ def test_memory_and_redis_stores_answer_every_history_identically(ops):
                             tier_cap=t["tier_cap"], type_cap=t["type_cap"], group=t["group"],
                             job_id=job_id, cost=cost, default_cost=2.0)
                     )  # fmt: skip
+                watch = [conflict_field("git", w) for w in watched]
                 for i, store in enumerate(stores):
-                    reply = store.admit("w", batch)
-                    answers[i].append((reply.grants, reply.tiers, reply.types))
+                    done = [Done(*running_[i].pop(0), 1.5, True) for _ in range(carried)
+                            if running_[i]]  # fmt: skip
+                    reply = store.admit("w", batch, done=done, watch=watch)
+                    answers[i].append(reply[1:])  # all but the epoch
                     running_[i] += [(g.uid, g.token) for g in reply.grants if g.token]
             else:
-                _, pick, elapsed = op
+                _, pick, elapsed, final = op
                 for i, store in enumerate(stores):
                     if running_[i]:
                         uid_, token = running_[i].pop(pick % len(running_[i]))
-                        answers[i].append(store.finish("w", [Done(uid_, token, elapsed)]))
+                        answers[i].append(store.finish("w", [Done(uid_, token, elapsed, final)]))
         assert answers[0] == answers[1]
     finally:
         clean(redis_client, prefix)

@@ -61,7 +61,8 @@ class Verdict(str, enum.Enum):
     TIER_CAP = "tier"  # its tier runs as many jobs as its cap, fleet-wide
     TYPE_CAP = "type"  # its type runs max_concurrency jobs, fleet-wide
     CONFLICT = "conflict"  # another job, on any worker, holds its conflict
-    RUNNING = "running"  # a job with this uid is already running (a redelivery)
+    RUNNING = "running"  # a job with this uid runs now, on a live lease (a copy of its message)
+    DONE = "done"  # a job with this uid finished for good recently (a late copy of its message)
     RECOVERING = "recovering"  # the store came back empty; workers are re-registering
 
 
@@ -90,21 +91,18 @@ class Grant(NamedTuple):
     accumulated: float  # the key's accumulated cost, fleet-wide, after this decision
 
 
-class Reply(NamedTuple):
-    """The answer to a batch, with the fleet-wide running counts after it."""
-
-    epoch: str
-    grants: list[Grant]
-    tiers: dict[int, int]
-    types: dict[str, int]
-
-
 class Done(NamedTuple):
-    """A running job that ended: ``elapsed`` seconds to learn from, or ``None`` to only release."""
+    """A running job that ended: ``elapsed`` seconds to learn from, or ``None`` to only release.
+
+    ``final`` says its message was acknowledged, so the broker will not deliver it again: the
+    store then remembers the uid for a while (``dedupe`` seconds) and answers ``DONE`` to a
+    copy that was already on its way.
+    """
 
     uid: str
     token: int
     elapsed: float | None
+    final: bool = False
 
 
 class Finished(NamedTuple):
@@ -113,6 +111,26 @@ class Finished(NamedTuple):
     uid: str
     applied: bool
     estimate: float | None  # the estimate after learning, when applied
+
+
+class Reply(NamedTuple):
+    """The answer to one ``admit`` call, with the fleet-wide state after it.
+
+    Attributes:
+        finished: One per ``Done`` given, in order (they are applied before any ``Ask``).
+        grants: One per ``Ask``, in order.
+        tiers, types: Running jobs per priority and per type, fleet-wide, this worker's included.
+        held: For each watched conflict field, whether some job holds it now.
+        workers: Workers holding a live lease (this one included).
+    """
+
+    epoch: str
+    finished: list[Finished]
+    grants: list[Grant]
+    tiers: dict[int, int]
+    types: dict[str, int]
+    held: dict[str, bool]
+    workers: int
 
 
 class Running(NamedTuple):
@@ -140,6 +158,7 @@ class View(NamedTuple):
     types: dict[str, int]
     held: dict[str, bool]  # per asked conflict field
     accumulated: dict[str, float]  # per asked fairness key
+    workers: int  # workers holding a live lease (this one included)
 
 
 class Store(Protocol):
@@ -147,8 +166,15 @@ class Store(Protocol):
 
     epoch: str  # the store's identity, as last seen ("" before the first call)
 
-    def admit(self, worker: str, asks: list[Ask]) -> Reply:
-        """Try each job in order; admit those that fit. One round trip."""
+    def admit(
+        self,
+        worker: str,
+        asks: list[Ask],
+        done: list[Done] | None = None,
+        watch: list[str] | None = None,
+    ) -> Reply:
+        """Release ``done`` (as ``finish``), then try each job in order and admit those that fit;
+        report whether each ``watch`` conflict is held. One round trip."""
         ...
 
     def finish(self, worker: str, done: list[Done]) -> list[Finished]:

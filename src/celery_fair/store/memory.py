@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
@@ -41,11 +42,13 @@ class MemoryStore:
         alpha: float = 0.3,
         lifecycle: CostLifecycle | None = None,
         lease: float = 30.0,
+        dedupe: float = 300.0,
         clock: Clock | None = None,
     ) -> None:
         self.alpha = alpha
         self.lifecycle = lifecycle or CostLifecycle()
         self.lease = float(lease)
+        self.dedupe = float(dedupe)
         self.clock = clock or WallClock()
         self.epoch = "memory"
         self.tiers: dict[int, int] = {}
@@ -62,14 +65,22 @@ class MemoryStore:
         self._ids = count()
         self._token = 0
         self._reset_at: float | None = None
+        self._done: OrderedDict[str, float] = OrderedDict()  # tombstone uid -> when, oldest first
 
     # -- operations ------------------------------------------------------------------------
 
-    def admit(self, worker: str, asks: list[Ask]) -> Reply:
+    def admit(
+        self,
+        worker: str,
+        asks: list[Ask],
+        done: list[Done] | None = None,
+        watch: list[str] | None = None,
+    ) -> Reply:
         now = self.clock.now()
         self._reclaim(now)
         self._maintain(now)
         self.workers[worker] = now + self.lease
+        finished = self._finish(done or (), now)
         grants = []
         for a in asks:
             verdict = self._verdict(a)
@@ -103,11 +114,22 @@ class MemoryStore:
                 a.default_cost,
             )  # fmt: skip
             grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc))
-        return Reply(self.epoch, grants, dict(self.tiers), dict(self.types))
+        return Reply(
+            self.epoch,
+            finished,
+            grants,
+            dict(self.tiers),
+            dict(self.types),
+            {c: c in self.conflicts for c in watch or ()},
+            len(self.workers),
+        )
 
     def finish(self, worker: str, done: list[Done]) -> list[Finished]:
         now = self.clock.now()
         self._maintain(now)
+        return self._finish(done, now)
+
+    def _finish(self, done: Iterable[Done], now: float) -> list[Finished]:
         alpha = self.alpha
         out = []
         for d in done:
@@ -122,6 +144,9 @@ class MemoryStore:
                 self.est[job.estimate_key] = value
                 self._used(job.estimate_key, now)
             self._drop(d.uid, job, now)
+            if d.final and self.dedupe > 0:
+                self._done[d.uid] = now
+                self._done.move_to_end(d.uid)
             out.append(Finished(d.uid, True, value))
         return out
 
@@ -140,6 +165,7 @@ class MemoryStore:
             dict(self.types),
             {c: c in self.conflicts for c in conflicts},
             {k: self.acc.get(k, 0.0) for k in keys},
+            len(self.workers),
         )
 
     def register(self, worker: str, jobs: list[Running]) -> int:
@@ -178,6 +204,8 @@ class MemoryStore:
     def _verdict(self, a: Ask) -> Verdict:
         if a.uid in self.jobs:
             return Verdict.RUNNING
+        if self.dedupe > 0 and a.uid in self._done:
+            return Verdict.DONE
         if a.tier_cap is not None and self.tiers.get(a.priority, 0) >= a.tier_cap:
             return Verdict.TIER_CAP
         if a.type_cap is not None and self.types.get(a.type, 0) >= a.type_cap:
@@ -243,6 +271,8 @@ class MemoryStore:
             _expire(self._idle, self.acc, now - life.cost_ttl)
         if life.estimate_ttl is not None:
             _expire(self._est_used, self.est, now - life.estimate_ttl)
+        if self.dedupe > 0:
+            _expire(self._done, {}, now - self.dedupe)
         if life.reset_interval is not None:
             if self._reset_at is None:
                 self._reset_at = now + life.reset_interval

@@ -8,6 +8,7 @@ SCRIPT FLUSH). Time is the Redis server's clock (``TIME``), so worker clocks may
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ KEY_NAMES = (
     "est",
     "estseen",
     "minacc",
+    "done",
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
@@ -58,6 +60,20 @@ def _source(name: str) -> str:
 
 def _opt(value: float | None) -> str:
     return "" if value is None else repr(float(value))
+
+
+def _pack_done(args: list[str], done: Iterable[Done]) -> None:
+    done = list(done)
+    args.append(str(len(done)))
+    for d in done:
+        args += (d.uid, str(d.token), _opt(d.elapsed), "1" if d.final else "0")
+
+
+def _finished(done: Iterable[Done], results: list[Any]) -> list[Finished]:
+    return [
+        Finished(d.uid, status == b"ok", float(value) if status == b"ok" else None)
+        for d, (status, value) in zip(done, results, strict=True)
+    ]
 
 
 def _pairs(flat: list[Any], key: type) -> dict[Any, int]:
@@ -75,6 +91,8 @@ class RedisStore:
         lifecycle: TTLs, periodic reset and idle advancing, as in the core.
         lease: Seconds a worker's jobs stay counted after its last call; a worker calls at
             least every ``lease / 3``.
+        dedupe: Seconds the store remembers the uid of a job that finished for good
+            (``Done.final``), answering ``DONE`` to a late copy of its message; 0 for never.
     """
 
     def __init__(
@@ -85,6 +103,7 @@ class RedisStore:
         alpha: float = 0.3,
         lifecycle: CostLifecycle | None = None,
         lease: float = 30.0,
+        dedupe: float = 300.0,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix:
             raise ConfigurationError(
@@ -97,6 +116,7 @@ class RedisStore:
         self.alpha = alpha
         self.lifecycle = lifecycle or CostLifecycle()
         self.lease = float(lease)
+        self.dedupe = float(dedupe)
         self.epoch = ""
         self.keys = [f"{{{prefix}}}:{name}" for name in KEY_NAMES]
         self._scripts = {name: client.register_script(_source(name)) for name in _SCRIPTS}
@@ -111,8 +131,16 @@ class RedisStore:
 
     # -- operations ------------------------------------------------------------------------
 
-    def admit(self, worker: str, asks: list[Ask]) -> Reply:
+    def admit(
+        self,
+        worker: str,
+        asks: list[Ask],
+        done: list[Done] | None = None,
+        watch: list[str] | None = None,
+    ) -> Reply:
+        """One round trip: release ``done``, admit what fits of ``asks``, read ``watch``."""
         args = self._head(worker)
+        _pack_done(args, done or ())
         args.append(str(len(asks)))
         for a in asks:
             args += (
@@ -127,7 +155,9 @@ class RedisStore:
                 _opt(a.cost),
                 repr(float(a.default_cost)),
             )
-        _, _, results, tiers, types = self._call("admit", args)
+        watch = watch or []
+        args += watch
+        _, _, finished, results, tiers, types, held, workers = self._call("admit", args)
         grants = []
         for a, (status, token, estimate, acc) in zip(asks, results, strict=True):
             verdict = Verdict(status.decode())
@@ -140,25 +170,29 @@ class RedisStore:
                     float(acc),
                 )
             )
-        return Reply(self.epoch, grants, _pairs(tiers, int), _pairs(types, str))
+        return Reply(
+            self.epoch,
+            _finished(done or (), finished),
+            grants,
+            _pairs(tiers, int),
+            _pairs(types, str),
+            {c: bool(h) for c, h in zip(watch, held, strict=True)},
+            int(workers),
+        )
 
     def finish(self, worker: str, done: list[Done]) -> list[Finished]:
+        """Release ``done`` in one round trip."""
         args = self._head(worker)
-        args += (repr(float(self.alpha)), str(len(done)))
-        for d in done:
-            args += (d.uid, str(d.token), _opt(d.elapsed))
+        _pack_done(args, done)
         _, _, results, _, _ = self._call("complete", args)
-        return [
-            Finished(d.uid, status == b"ok", float(value) if status == b"ok" else None)
-            for d, (status, value) in zip(done, results, strict=True)
-        ]
+        return _finished(done, results)
 
     def heartbeat(self, worker: str, conflicts: list[str], keys: list[str]) -> View:
         args = self._head(worker)
         args.append(str(len(conflicts)))
         args += conflicts
         args += keys
-        _, now, mine, reclaimed, tiers, types, held, accs = self._call("heartbeat", args)
+        _, now, mine, reclaimed, tiers, types, held, accs, workers = self._call("heartbeat", args)
         return View(
             self.epoch,
             float(now),
@@ -168,6 +202,7 @@ class RedisStore:
             _pairs(types, str),
             {c: bool(h) for c, h in zip(conflicts, held, strict=True)},
             {k: float(v) for k, v in zip(keys, accs, strict=True)},
+            int(workers),
         )
 
     def register(self, worker: str, jobs: list[Running]) -> int:
@@ -215,6 +250,8 @@ class RedisStore:
             _opt(life.estimate_ttl),
             _opt(life.reset_interval),
             "1" if life.advance_idle else "0",
+            repr(float(self.alpha)),
+            repr(self.dedupe),
         ]
 
     def _call(self, name: str, args: list[str]) -> Any:

@@ -14,15 +14,19 @@
 --  11 est       hash  estimate field -> learned estimate
 --  12 estseen   zset  estimate field -> when it was last used or updated
 --  13 minacc    zset  active fairness key -> accumulated cost (for advance_idle)
--- ARGV of every script starts with the same head: schema, the epoch the caller last saw ('' for
--- none), worker, lease seconds, recovery window seconds, cost_ttl, estimate_ttl,
--- reset_interval ('' = none for these three), advance_idle ('1' or '0'); then its own.
+--  14 done      zset  uid of a job that finished for good -> when (a tombstone, for dedupe)
+-- ARGV of every script starts with the same head (HEAD = 11 values): schema, the epoch the
+-- caller last saw ('' for none), worker, lease seconds, recovery window seconds, cost_ttl,
+-- estimate_ttl, reset_interval ('' = none for these three), advance_idle ('1' or '0'), alpha,
+-- dedupe seconds (how long a tombstone is kept; '0' = none); then its own.
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
 -- so the estimate rule computes bit for bit what the Python core computes.
 
 local META, TIERS, TYPES, CONFLICTS, JOBS, BYWORKER, WORKERS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local DONE = KEYS[14]
+local HEAD = 11
 
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -118,12 +122,17 @@ local function expire(hash, since, now, ttl, limit)
   end
 end
 
--- Bounded housekeeping: TTLs of idle keys and unused estimates (at most ``limit`` evictions
--- of each per call), and the periodic reset.
+-- Bounded housekeeping: TTLs of idle keys, unused estimates and tombstones (at most ``limit``
+-- evictions of each per call), and the periodic reset.
 local function maintain(now, cost_ttl, est_ttl, reset_interval, limit)
   limit = limit or 64
   if cost_ttl then expire(ACC, SEEN, now, cost_ttl, limit) end
   if est_ttl then expire(EST, ESTSEEN, now, est_ttl, limit) end
+  local dedupe = tonumber(ARGV[11])
+  if dedupe > 0 then
+    local old = redis.call('ZRANGEBYSCORE', DONE, '-inf', fmt(now - dedupe), 'LIMIT', 0, limit)
+    if #old > 0 then redis.call('ZREM', DONE, unpack(old)) end
+  end
   if reset_interval then
     local at = tonumber(redis.call('HGET', META, 'reset_at') or '')
     if at == nil then
@@ -136,4 +145,34 @@ local function maintain(now, cost_ttl, est_ttl, reset_interval, limit)
       for _, k in ipairs(active) do redis.call('ZADD', MINACC, 0, k) end
     end
   end
+end
+
+-- Finish ``n`` running jobs given as (uid, token, elapsed, final) from ARGV[b]: each fenced by
+-- its token; with an elapsed time the estimate learns alpha * elapsed + (1 - alpha) * previous;
+-- a final one leaves a tombstone. Returns {status, estimate} per job; status ok or stale.
+local function finish_jobs(b, n, now)
+  local alpha, est_ttl, dedupe = tonumber(ARGV[10]), optnum(ARGV[7]), tonumber(ARGV[11])
+  local results = {}
+  for i = 0, n - 1 do
+    local at = b + i * 4
+    local uid, token, elapsed = ARGV[at], tonumber(ARGV[at + 1]), optnum(ARGV[at + 2])
+    local packed = redis.call('HGET', JOBS, uid)
+    local rec = packed and cmsgpack.unpack(packed)
+    if not rec or rec.tok ~= token then
+      results[#results + 1] = {'stale', ''}
+    else
+      local prev = tonumber(redis.call('HGET', EST, rec.e) or '')
+      if prev == nil then prev = tonumber(rec.d) end
+      local value = prev
+      if elapsed then
+        value = alpha * elapsed + (1 - alpha) * prev
+        redis.call('HSET', EST, rec.e, fmt(value))
+        if est_ttl then redis.call('ZADD', ESTSEEN, fmt(now), rec.e) end
+      end
+      drop_job(uid, rec, now)
+      if dedupe > 0 and ARGV[at + 3] == '1' then redis.call('ZADD', DONE, fmt(now), uid) end
+      results[#results + 1] = {'ok', fmt(value)}
+    end
+  end
+  return results
 end

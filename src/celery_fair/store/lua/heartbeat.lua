@@ -3,17 +3,19 @@
 -- ARGV: the common head (see common.lua), the number c of conflict fields, c conflict fields,
 --       then fairness keys.
 -- Returns {epoch, now, mine (this worker's running jobs in the store), reclaimed,
---          tiers, types, {1/0 held per conflict field}, {accumulated cost per key}}.
+--          tiers, types, {1/0 held per conflict field}, {accumulated cost per key},
+--          live workers}.
+-- Cost: O(conflicts + keys + 64 dead workers' jobs + housekeeping bounded at 2,048 per kind).
 local now = now_s()
 local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
 local worker = ARGV[3]
 redis.call('ZADD', WORKERS, fmt(now + tonumber(ARGV[4])), worker)
 local reclaimed = reclaim(now, 64)
 maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]), 2048)
-local c = tonumber(ARGV[10])
+local c = tonumber(ARGV[HEAD + 1])
 local held, accs = {}, {}
-for i = 1, c do held[i] = redis.call('HEXISTS', CONFLICTS, ARGV[10 + i]) end
-for i = 11 + c, #ARGV do accs[#accs + 1] = redis.call('HGET', ACC, ARGV[i]) or '0' end
+for i = 1, c do held[i] = redis.call('HEXISTS', CONFLICTS, ARGV[HEAD + 1 + i]) end
+for i = HEAD + 2 + c, #ARGV do accs[#accs + 1] = redis.call('HGET', ACC, ARGV[i]) or '0' end
 local mine = redis.call('ZLEXCOUNT', BYWORKER, '[' .. worker .. '\0', '[' .. worker .. '\1')
 local tiers, types = counts()
-return {epoch, fmt(now), mine, reclaimed, tiers, types, held, accs}
+return {epoch, fmt(now), mine, reclaimed, tiers, types, held, accs, redis.call('ZCARD', WORKERS)}

@@ -6,14 +6,15 @@
 --       uid, token, type, priority, conflict field, estimate field, fairness key, estimate,
 --       default cost.
 -- Returns {epoch, registered}.
+-- Cost: O(n).
 local now = now_s()
 local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
 local worker = ARGV[3]
 redis.call('ZADD', WORKERS, fmt(now + tonumber(ARGV[4])), worker)
 local registered = 0
-local n = tonumber(ARGV[10])
+local n = tonumber(ARGV[HEAD + 1])
 for i = 0, n - 1 do
-  local b = 11 + i * 9
+  local b = HEAD + 2 + i * 9
   local uid, token = ARGV[b], tonumber(ARGV[b + 1])
   if redis.call('HEXISTS', JOBS, uid) == 0 then
     local jtype, prio, cf, ef, k = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6]
