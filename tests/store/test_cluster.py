@@ -483,24 +483,11 @@ def test_a_prefix_whose_master_is_down_raises_store_unavailable(outage):
         outage.lost.accumulated_cost("k")
 
 
-# src/celery_fair/store/redis.py converts only ConnectionError and TimeoutError. A live master
-# of a cluster that has lost coverage answers CLUSTERDOWN, which redis-py raises (after its own
-# retries, ~2.8 s) as ClusterDownError, a ResponseError: _call re-raises it as it is and _read
-# does not catch it, so the caller gets a redis exception instead of StoreUnavailable.
-CLUSTERDOWN = pytest.mark.xfail(
-    raises=redis.exceptions.ClusterDownError,
-    strict=True,
-    reason="RedisStore does not convert ClusterDownError to StoreUnavailable",
-)
-
-
-@CLUSTERDOWN
 def test_admit_on_a_live_master_of_a_failed_cluster_raises_store_unavailable(outage):
     with pytest.raises(StoreUnavailable):
         outage.kept.admit("w1", [ask("b")])
 
 
-@CLUSTERDOWN
 def test_a_read_on_a_live_master_of_a_failed_cluster_raises_store_unavailable(outage):
     with pytest.raises(StoreUnavailable):
         outage.kept.accumulated_cost("k")

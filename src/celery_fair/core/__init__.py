@@ -52,7 +52,7 @@ Rules for this package
 
 from __future__ import annotations
 
-from .clock import Clock, SimClock, WallClock
+from .clock import Clock, MonotonicClock, SimClock, WallClock
 from .scheduler import Scheduler
 from .types import (
     Admission,
@@ -76,6 +76,7 @@ __all__ = [
     "JobState",
     "JobType",
     "JobView",
+    "MonotonicClock",
     "Release",
     "Scheduler",
     "SchedulerConfig",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "SimClock", "WallClock"]
+__all__ = ["Clock", "MonotonicClock", "SimClock", "WallClock"]
 
 
 @runtime_checkable
@@ -32,6 +32,15 @@ class WallClock:
 
     def now(self) -> float:
         return time.time()
+
+
+class MonotonicClock:
+    """Seconds from an arbitrary start that never go back: for intervals and deadlines."""
+
+    __slots__ = ()
+
+    def now(self) -> float:
+        return time.monotonic()
 
 
 class SimClock:

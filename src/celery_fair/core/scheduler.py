@@ -71,6 +71,8 @@ class Scheduler:
         self._jobs: dict[Hashable, PendingJob] = {}
         # _conflicts holds every (group, job_id) that a job holds or that jobs wait for.
         self._conflicts: dict[tuple[str, str], Conflict] = {}
+        # _elsewhere holds exactly the conflicts whose ``elsewhere`` flag is set.
+        self._elsewhere: dict[tuple[str, str], Conflict] = {}
         self._seq = count()
         self._tokens = count(1)
         self._estimates = Estimates(config.alpha, config.lifecycle.estimate_ttl)
@@ -242,7 +244,9 @@ class Scheduler:
 
         The job is pending again at its old place (same arrival and submission order), its
         slot and conflict are released, and its charge is refunded. The engine calls this
-        when the store refuses an admission. O((1 + q) log n), q the key queues of its key.
+        when the store refuses an admission; when the refusal is a conflict held elsewhere,
+        it calls ``hold_elsewhere`` first, and the job then waits on that conflict at once.
+        O((1 + q) log n), q the key queues of its key.
 
         Raises:
             UnknownJob: ``ref`` is not a running job.
@@ -264,10 +268,16 @@ class Scheduler:
         job.state = JobState.PENDING
         conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
         if conflict is not None and conflict.holder is job:
-            # Back into the lane first, so that the release lends it like any waiter.
             conflict.holder = None
-            lane.queue.push(job)
-            conflict.release()
+            if conflict.elsewhere:  # refused because another worker holds it: wait for it
+                conflict.holder = ELSEWHERE
+                self._elsewhere[conflict.key] = conflict
+                conflict.park(job)
+            else:  # back into the lane first, so that the release lends it like any waiter
+                lane.queue.push(job)
+                conflict.release()
+        elif conflict is not None and conflict.holder is not None:
+            conflict.park(job)
         else:
             lane.queue.push(job)
         self._set_acc(key, key.acc - job.estimate)
@@ -315,28 +325,27 @@ class Scheduler:
         if conflict is None:
             conflict = self._conflicts[ckey] = Conflict(ckey, self._conflicts)
         conflict.elsewhere = True
+        self._elsewhere[ckey] = conflict
         if conflict.holder is None:
             conflict.holder = ELSEWHERE
 
     def release_elsewhere(self, group: str, job_id: str) -> None:
         """No other worker holds ``(group, job_id)`` any more. O(lanes waiting · log n)."""
-        conflict = self._conflicts.get((group, job_id))
-        if conflict is None or not conflict.elsewhere:
+        conflict = self._elsewhere.pop((group, job_id), None)
+        if conflict is None:
             return
         conflict.elsewhere = False
         if conflict.holder is ELSEWHERE:
             conflict.release()
 
     def held_elsewhere(self) -> list[tuple[str, str]]:
-        """The conflicts held elsewhere that pending jobs here wait for. O(conflicts).
+        """The conflicts held elsewhere that pending jobs here wait for. O(those held elsewhere).
 
         Conflicts held elsewhere that nobody here waits for are forgotten on the way: there
         is nothing to wake, and the store is asked again if a job meets one later.
         """
         out = []
-        for ckey, conflict in list(self._conflicts.items()):
-            if not conflict.elsewhere:
-                continue
+        for ckey, conflict in list(self._elsewhere.items()):
             if conflict.lanes:
                 out.append(ckey)
             else:
@@ -376,6 +385,10 @@ class Scheduler:
     @property
     def running(self) -> int:
         return self._running
+
+    def pending_keys(self) -> list[str]:
+        """The fairness keys that have pending jobs. O(keys)."""
+        return [name for name, key in self._accounts.keys.items() if key.pending]
 
     def __contains__(self, ref: object) -> bool:
         return ref in self._jobs

@@ -259,7 +259,7 @@ class RedisStore:
 
         try:
             reply = self._scripts[name](keys=self.keys, args=args)
-        except (redis_py.ConnectionError, redis_py.TimeoutError) as exc:
+        except _unavailable() as exc:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
         except redis_py.ResponseError as exc:
             if "celery-fair:" in str(exc):
@@ -269,9 +269,27 @@ class RedisStore:
         return reply
 
     def _read(self, op: Any) -> Any:
-        import redis as redis_py
-
         try:
             return op(self.client)
-        except (redis_py.ConnectionError, redis_py.TimeoutError) as exc:
+        except _unavailable() as exc:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
+
+
+def _unavailable() -> tuple[type[Exception], ...]:
+    """The redis-py errors that mean "the store cannot answer now", not "the call is wrong".
+
+    Besides a lost connection or a timeout: a cluster that lost a master answers CLUSTERDOWN
+    (or TRYAGAIN while slots move) on every node, a slot nobody serves cannot be reached, and
+    after a failover a former master answers writes with READONLY.
+    """
+    from redis import exceptions as e
+
+    return (
+        e.ConnectionError,
+        e.TimeoutError,
+        e.ClusterDownError,
+        e.TryAgainError,
+        e.ReadOnlyError,
+        e.SlotNotCoveredError,
+        e.RedisClusterException,
+    )

@@ -1,0 +1,603 @@
+"""The engine: one worker's scheduling core and the fleet's shared store, composed.
+
+No Celery here: the gate, the simulator and the tests drive the same code.
+
+How it works
+------------
+The core orders this worker's pending jobs and proposes admissions as if it were alone, but
+with the fleet's view folded in: jobs that other workers run count against tier and type caps,
+conflicts that other workers hold park their waiters here, and accumulated costs and estimates
+are the fleet's. The engine sends the proposals to the store in one call, together with the
+jobs that finished since the last call; the store confirms or refuses each one atomically for
+the whole fleet. A refused admission is reverted in the core, and the refusal teaches the core
+what blocked it, so the job is not proposed again until that changes.
+
+At most one call is in flight. Whatever happens meanwhile (jobs finishing, messages arriving)
+rides on the next call, so under load one call carries many events (group commit), and the
+store's answer always describes a state that the core has not moved past.
+
+The glue drives it with two calls: ``decide()`` returns the jobs to start, the copies to drop,
+and the store call to make now (if any); ``apply(call, result)`` feeds back that call's reply or
+the exception it raised. Who makes the call (inline, or on a thread) is the glue's business:
+``Call.execute(store)`` touches nothing but the store.
+
+Modes
+-----
+``alone``: no store; the core is the authority (a single worker).
+``shared``: the store confirms every admission.
+``hold`` and ``local``: the store is unreachable. ``hold`` admits nothing new; ``local`` admits on
+this worker's own share of each cap (``ceil(cap / live workers)``, the number of live workers
+as the store last reported it), never a job with a conflict (exclusion needs the store). Either
+way the engine probes the store with backoff, and when it answers, re-registers the jobs it
+runs that the store does not know (after a restart that lost them, or admitted in ``local``
+mode) before admitting anything.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .core import Admission, CancelOutcome, Clock, JobType, MonotonicClock, Scheduler
+from .errors import UnknownJob
+from .store.base import (
+    Ask,
+    Done,
+    Reply,
+    Running,
+    Store,
+    Verdict,
+    View,
+    conflict_field,
+    estimate_field,
+)
+
+__all__ = ["OUTAGE_POLICIES", "Call", "Decision", "Engine", "Mode"]
+
+logger = logging.getLogger(__name__)
+
+OUTAGE_POLICIES = ("hold", "local")
+
+
+class Mode(str, enum.Enum):
+    """Who decides admissions right now."""
+
+    ALONE = "alone"  # no store: the core decides
+    SHARED = "shared"  # the store confirms every admission
+    HOLD = "hold"  # the store is unreachable: admit nothing new
+    LOCAL = "local"  # the store is unreachable: admit on this worker's share of each cap
+
+
+class Decision(NamedTuple):
+    """What the glue must do now."""
+
+    start: list[Admission]  # jobs to hand to the pool, in order
+    drop: list[Hashable]  # copies of jobs that already finished for good: acknowledge, never run
+    call: Call | None  # the store call to make now, then feed back with ``apply``
+
+
+NOTHING = Decision([], [], None)
+
+
+@dataclass(slots=True)
+class Call:
+    """One exchange with the store, planned by the engine; ``execute`` may run on any thread."""
+
+    kind: str  # "admit", "beat" or "register"
+    worker: str
+    done: list[Done] = field(default_factory=list)
+    asks: list[Ask] = field(default_factory=list)
+    admissions: list[Admission] = field(default_factory=list)  # tentative, one per ask
+    watch: list[tuple[str, str]] = field(default_factory=list)  # conflicts held elsewhere
+    keys: list[str] = field(default_factory=list)
+    running: list[Running] = field(default_factory=list)
+    # The engine's own records: whose finishes ride on this call, whose registration.
+    finished: list[Any] = field(default_factory=list)
+    flipped: list[Any] = field(default_factory=list)
+
+    def execute(self, store: Store) -> Any:
+        """Make the call. Raises whatever the store raises (``StoreUnavailable``...)."""
+        watch = [conflict_field(*ckey) for ckey in self.watch]
+        if self.kind == "admit":
+            return store.admit(self.worker, self.asks, self.done, watch)
+        if self.kind == "beat":
+            return store.heartbeat(self.worker, watch, self.keys)
+        return store.register(self.worker, self.running)
+
+
+@dataclass(slots=True)
+class _Job:
+    """The engine's record of one job it was given (pending, stalled or running)."""
+
+    ask: Ask
+    group: str
+    job_id: str | None
+    arrival: float
+    cost: float | None
+    token: int = 0
+    estimate: float = 0.0
+    in_store: bool = False  # the store counts it as running under this worker
+    cancelled: bool = False  # withdrawn while its admission was in flight
+
+
+class Engine:
+    """A worker's core and the fleet's store, composed (see the module docstring).
+
+    Args:
+        scheduler: The core, with every job type registered.
+        store: The shared store, or ``None`` to decide alone.
+        worker: This worker's identity in the store; unique per process start.
+        outage: ``"hold"`` or ``"local"``: what to do while the store is unreachable.
+        poll_interval: Seconds between two looks at the store while jobs here wait only for
+            what other workers run or hold, and between two retries of a job whose uid runs
+            elsewhere.
+        clock: The engine's own clock for intervals (monotonic by default).
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        store: Store | None = None,
+        *,
+        worker: str = "worker",
+        outage: str = "hold",
+        poll_interval: float = 0.5,
+        clock: Clock | None = None,
+    ) -> None:
+        if outage not in OUTAGE_POLICIES:
+            raise ValueError(f"outage must be one of {OUTAGE_POLICIES}, got {outage!r}")
+        self.core = scheduler
+        self.store = store
+        self.worker = worker
+        self.outage = outage
+        self.poll_interval = poll_interval
+        self.clock: Clock = clock or MonotonicClock()
+        self.mode = Mode.ALONE if store is None else Mode.SHARED
+        lease = float(getattr(store, "lease", 30.0))
+        # A beat renews the lease (every call does) and refreshes the costs of the keys held
+        # here, which other workers charge too: at least every 2 s, and thrice per lease.
+        self.beat_interval = min(lease / 3, 2.0)
+        self.epoch = ""
+        self.workers = 1
+        self.counts = dict.fromkeys(
+            ("calls", "refused", "stalled", "dropped", "registered", "outages"), 0
+        )
+        # _jobs: every job given to submit() and not yet finished or cancelled, by ref.
+        self._jobs: dict[Hashable, _Job] = {}
+        # _done: finished jobs the store has not been told about yet (it still counts them as
+        # running under this worker), oldest first, each with its record.
+        self._done: list[tuple[Done, _Job]] = []
+        # _stalled: jobs whose uid runs elsewhere, withdrawn from the core until this time.
+        self._stalled: dict[Hashable, float] = {}
+        # _local_holds: conflicts held "elsewhere" only because local mode cannot check them.
+        self._local_holds: set[tuple[str, str]] = set()
+        self._inflight: Call | None = None
+        self._must_register = False
+        self._elsewhere_any = False
+        now = self.clock.now()
+        self._beat_due = now
+        self._poll_due = now
+        self._pause_until = now
+        self._backoff = 0.0
+        self._max_token = 0
+        self._local_tokens = 0
+
+    # -- events in -------------------------------------------------------------------------
+
+    def submit(
+        self,
+        ref: Hashable,
+        type: str,
+        job_id: str | None,
+        fairness_key: str,
+        *,
+        arrival: float,
+        cost: float | None = None,
+    ) -> None:
+        """A job to schedule. ``ref`` is its uid in the store (``str(ref)``)."""
+        core = self.core
+        core.submit(ref, type, job_id, fairness_key, arrival=arrival, cost=cost)
+        if self.store is None:
+            return
+        jtype = core.types[type]
+        job = _Job(self._ask(ref, jtype, job_id, fairness_key, cost), "", job_id, arrival, cost)
+        job.group = jtype.conflict_group
+        self._jobs[ref] = job
+        if self.mode is Mode.LOCAL:
+            self._hold_locally(job)
+
+    def cancel(self, ref: Hashable) -> bool:
+        """Withdraw a job that has not started; ``False`` if it runs (or is about to)."""
+        job = self._jobs.get(ref)
+        if self._stalled.pop(ref, None) is not None:
+            del self._jobs[ref]
+            return True
+        outcome = self.core.cancel(ref)
+        if outcome is CancelOutcome.RUNNING:
+            if job is not None and self._is_in_flight(ref):
+                job.cancelled = True  # released as soon as the store answers
+                return True
+            return False
+        self._jobs.pop(ref, None)
+        return outcome is CancelOutcome.CANCELLED
+
+    def finish(self, ref: Hashable, elapsed: float | None, *, final: bool = False) -> None:
+        """A started job ended after ``elapsed`` seconds (``None``: released without learning).
+
+        ``final``: its message was acknowledged, so the broker will not deliver it again.
+        """
+        core = self.core
+        try:
+            release = core.release(ref) if elapsed is None else core.complete(ref, elapsed)
+        except UnknownJob:
+            return
+        del release
+        job = self._jobs.pop(ref, None)
+        if job is not None and job.in_store:
+            self._done.append((Done(job.ask.uid, job.token, elapsed, final), job))
+
+    # -- decisions out ---------------------------------------------------------------------
+
+    def decide(self) -> Decision:
+        """What to do now: jobs to start, copies to drop, and the store call to make, if any."""
+        mode = self.mode
+        if mode is Mode.ALONE:
+            return Decision(self.core.schedule(), [], None)
+        if self._inflight is not None:
+            return NOTHING
+        now = self.clock.now()
+        if mode is not Mode.SHARED:
+            start = self._admit_locally() if mode is Mode.LOCAL else []
+            if now >= self._pause_until:  # the backoff has passed: probe the store
+                return Decision(start, [], self._send(self._beat_call()))
+            return Decision(start, [], None)
+        if self._must_register:
+            return Decision([], [], self._send(self._register_call()))
+        if self._stalled:
+            self._retry_stalled(now)
+        admissions = self.core.schedule() if now >= self._pause_until else []
+        poll = now >= self._poll_due and self._waits_on_others()
+        if admissions or self._done or poll:
+            call = Call("admit", self.worker)
+            call.done = [d for d, _ in self._done]
+            call.finished = [job for _, job in self._done]
+            self._done.clear()
+            call.admissions = admissions
+            jobs = self._jobs
+            call.asks = [jobs[a.ref].ask for a in admissions]
+            if poll:
+                call.watch = self.core.held_elsewhere()
+                self._poll_due = now + self.poll_interval
+            return Decision([], [], self._send(call))
+        if now >= self._beat_due:
+            return Decision([], [], self._send(self._beat_call()))
+        return NOTHING
+
+    def apply(self, call: Call, result: Any) -> Decision:
+        """Feed back what ``call`` returned (or the exception it raised)."""
+        self._inflight = None
+        if isinstance(result, BaseException):
+            return self._failed(call, result)
+        if self.mode is not Mode.SHARED:
+            self._recovered()
+        self._backoff = 0.0
+        self._beat_due = self.clock.now() + self.beat_interval
+        if call.kind == "admit":
+            return self._apply_admit(call, result)
+        if call.kind == "beat":
+            self._apply_beat(call, result)
+        else:
+            self.counts["registered"] += int(result)
+            self._must_register = False
+            if result:
+                logger.info(
+                    "celery-fair: registered %d running job(s) the store did not know.",
+                    int(result),
+                )
+        return NOTHING
+
+    def run_inline(self) -> Decision:
+        """Decide and make every store call here and now, until nothing is left to do.
+
+        For stores that live in this process (``MemoryStore``), for event loops that may
+        block (the synchronous consumer loop), and for tests. Returns everything to start
+        and to drop; the call of the returned decision is always ``None``.
+        """
+        start: list[Admission] = []
+        drop: list[Hashable] = []
+        store = self.store
+        while True:
+            decision = self.decide()
+            start += decision.start
+            drop += decision.drop
+            call = decision.call
+            if call is None or store is None:
+                return Decision(start, drop, None)
+            try:
+                result = call.execute(store)
+            except Exception as exc:  # every failure is the engine's to handle
+                result = exc
+            decision = self.apply(call, result)
+            start += decision.start
+            drop += decision.drop
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def info(self) -> dict[str, object]:
+        return {
+            "mode": self.mode.value,
+            "workers": self.workers,
+            "stalled": len(self._stalled),
+            **self.counts,
+        }
+
+    # -- internals: the shared path --------------------------------------------------------
+
+    def _send(self, call: Call) -> Call:
+        self._inflight = call
+        self.counts["calls"] += 1
+        return call
+
+    def _is_in_flight(self, ref: Hashable) -> bool:
+        call = self._inflight
+        return call is not None and any(a.ref == ref for a in call.admissions)
+
+    def _ask(
+        self,
+        ref: Hashable,
+        jtype: JobType,
+        job_id: str | None,
+        fairness_key: str,
+        cost: float | None,
+    ) -> Ask:
+        return Ask(
+            str(ref),
+            jtype.name,
+            jtype.priority,
+            self.core.config.tier_cap(jtype.priority),
+            jtype.max_concurrency,
+            conflict_field(jtype.conflict_group, job_id),
+            estimate_field(jtype.name, job_id),
+            fairness_key,
+            cost,
+            jtype.default_cost,
+        )
+
+    def _apply_admit(self, call: Call, reply: Reply) -> Decision:
+        core = self.core
+        jobs = self._jobs
+        self._see_epoch(reply.epoch)
+        for done, job, fin in zip(call.done, call.finished, reply.finished, strict=True):
+            if fin.applied and done.elapsed is not None and fin.estimate is not None:
+                core.set_estimate(job.ask.type, job.job_id, fin.estimate)  # the fleet's
+        start: list[Admission] = []
+        drop: list[Hashable] = []
+        costs: dict[str, float] = {}
+        now = self.clock.now()
+        for admission, grant in zip(call.admissions, reply.grants, strict=True):
+            ref = admission.ref
+            job = jobs[ref]
+            costs[job.ask.fairness_key] = grant.accumulated
+            verdict = grant.verdict
+            if verdict is Verdict.ADMITTED:
+                job.token = grant.token
+                job.estimate = grant.estimate if grant.estimate is not None else 0.0
+                job.in_store = True
+                self._max_token = max(self._max_token, grant.token)
+                if job.cancelled:
+                    self.finish(ref, None)
+                    continue
+                start.append(admission._replace(token=grant.token, estimate=job.estimate))
+                continue
+            self.counts["refused"] += 1
+            if verdict is Verdict.CONFLICT and job.job_id is not None:
+                core.hold_elsewhere(job.group, job.job_id)  # first: the revert parks it there
+            core.revert(ref)
+            if verdict is Verdict.RECOVERING:
+                self._pause_until = now + self.poll_interval
+            elif verdict is Verdict.RUNNING:
+                core.cancel(ref)
+                self._stalled[ref] = now + self.poll_interval
+                self.counts["stalled"] += 1
+                logger.info(
+                    "celery-fair: job %s runs on another worker; holding this copy until it "
+                    "ends or its worker's lease expires.",
+                    ref,
+                )
+            elif verdict is Verdict.DONE:
+                core.cancel(ref)
+                del jobs[ref]
+                drop.append(ref)
+                self.counts["dropped"] += 1
+            if job.cancelled and ref in jobs:
+                core.cancel(ref)
+                self._stalled.pop(ref, None)
+                del jobs[ref]
+        for key, value in costs.items():
+            core.set_accumulated(key, value)
+        self._see_fleet(reply.tiers, reply.types, reply.workers)
+        self._see_conflicts(call.watch, [reply.held[conflict_field(*c)] for c in call.watch])
+        return Decision(start, drop, None)
+
+    def _apply_beat(self, call: Call, view: View) -> None:
+        self._see_epoch(view.epoch)
+        for key, value in view.accumulated.items():
+            self.core.set_accumulated(key, value)
+        self._see_fleet(view.tiers, view.types, view.workers)
+        self._see_conflicts(call.watch, [view.held[conflict_field(*c)] for c in call.watch])
+        expected = sum(1 for job in self._jobs.values() if job.in_store) + len(self._done)
+        if view.mine < expected:
+            # The store lost some of our jobs (our lease expired during a pause, or it came
+            # back empty): they do run, so they must count again.
+            self._must_register = True
+
+    def _beat_call(self) -> Call:
+        call = Call("beat", self.worker)
+        call.watch = self.core.held_elsewhere()
+        call.keys = self.core.pending_keys()
+        return call
+
+    def _register_call(self) -> Call:
+        """Every job running here, for the store to put back those it does not know.
+
+        They are marked as known at once, so that one finishing meanwhile is reported after
+        the registration; if the call fails, the marks are taken back.
+        """
+        call = Call("register", self.worker)
+        for job in self._jobs.values():
+            if job.token:  # admitted (by the store, or locally during an outage): running
+                ask = job.ask
+                call.running.append(
+                    Running(
+                        ask.uid,
+                        job.token,
+                        ask.type,
+                        ask.priority,
+                        ask.conflict,
+                        ask.estimate_key,
+                        ask.fairness_key,
+                        job.estimate,
+                        ask.default_cost,
+                    )
+                )
+                if not job.in_store:
+                    job.in_store = True
+                    call.flipped.append(job)
+        return call
+
+    def _see_epoch(self, epoch: str) -> None:
+        if self.epoch and epoch != self.epoch:
+            logger.warning(
+                "celery-fair: the store came back empty (epoch %s, was %s); re-registering "
+                "the jobs this worker runs.",
+                epoch,
+                self.epoch,
+            )
+            self._must_register = True
+        self.epoch = epoch
+
+    def _see_fleet(self, tiers: dict[int, int], types: dict[str, int], workers: int) -> None:
+        """The fleet's running counts: what is not ours runs elsewhere."""
+        self.workers = max(1, workers)
+        core = self.core
+        mine_tiers: dict[int, int] = {}
+        mine_types: dict[str, int] = {}
+        for job in self._jobs.values():
+            if job.in_store:
+                ask = job.ask
+                mine_tiers[ask.priority] = mine_tiers.get(ask.priority, 0) + 1
+                mine_types[ask.type] = mine_types.get(ask.type, 0) + 1
+        for _, job in self._done:  # finished here, but the store has not been told yet
+            ask = job.ask
+            mine_tiers[ask.priority] = mine_tiers.get(ask.priority, 0) + 1
+            mine_types[ask.type] = mine_types.get(ask.type, 0) + 1
+        tiers_else = {p: max(0, n - mine_tiers.get(p, 0)) for p, n in tiers.items()}
+        types_else = {t: max(0, n - mine_types.get(t, 0)) for t, n in types.items()}
+        core.set_running_elsewhere(tiers_else, types_else)
+        self._elsewhere_any = any(n > 0 for n in tiers_else.values()) or any(
+            n > 0 for n in types_else.values()
+        )
+
+    def _see_conflicts(self, watched: list[tuple[str, str]], held: list[bool]) -> None:
+        for ckey, is_held in zip(watched, held, strict=True):
+            if not is_held:
+                self.core.release_elsewhere(*ckey)
+
+    def _waits_on_others(self) -> bool:
+        """Could something here start if other workers let go of what they run or hold?"""
+        core = self.core
+        if self._stalled:
+            return True
+        if core.pending == 0 or core.running >= core.capacity:
+            return False
+        return self._elsewhere_any or bool(core.held_elsewhere())
+
+    def _retry_stalled(self, now: float) -> None:
+        for ref, due in list(self._stalled.items()):
+            if due <= now:
+                del self._stalled[ref]
+                job = self._jobs[ref]
+                ask = job.ask
+                self.core.submit(
+                    ref, ask.type, job.job_id, ask.fairness_key, arrival=job.arrival, cost=job.cost
+                )
+
+    # -- internals: outages ----------------------------------------------------------------
+
+    def _failed(self, call: Call, exc: BaseException) -> Decision:
+        core = self.core
+        for admission in call.admissions:
+            core.revert(admission.ref)
+            job = self._jobs.get(admission.ref)
+            if job is not None and job.cancelled:
+                core.cancel(admission.ref)
+                del self._jobs[admission.ref]
+        if call.kind == "admit":
+            self._done[:0] = list(zip(call.done, call.finished, strict=True))
+        elif call.kind == "register":
+            self._must_register = True
+            for job in call.flipped:
+                job.in_store = False
+        now = self.clock.now()
+        self._backoff = min(10.0, max(0.5, self._backoff * 2))
+        self._pause_until = now + self._backoff
+        if self.mode is Mode.SHARED:
+            self.counts["outages"] += 1
+            self.mode = Mode.LOCAL if self.outage == "local" else Mode.HOLD
+            logger.warning(
+                "celery-fair: the shared store is unreachable (%s); %s until it answers again.",
+                exc,
+                "admitting on this worker's share of each cap (jobs with a conflict wait)"
+                if self.mode is Mode.LOCAL
+                else "admitting nothing new",
+            )
+            if self.mode is Mode.LOCAL:
+                self._enter_local()
+        return Decision(self._admit_locally() if self.mode is Mode.LOCAL else [], [], None)
+
+    def _recovered(self) -> None:
+        was = self.mode
+        self.mode = Mode.SHARED
+        for ckey in self._local_holds:
+            self.core.release_elsewhere(*ckey)
+        self._local_holds.clear()
+        if any(job.token and not job.in_store for job in self._jobs.values()):
+            self._must_register = True
+        logger.warning("celery-fair: the shared store answers again (was %s).", was.value)
+
+    def _enter_local(self) -> None:
+        """Local mode: this worker's share of every cap; no job with a conflict starts."""
+        core = self.core
+        n = self.workers
+        tiers: dict[int, int] = {}
+        types: dict[str, int] = {}
+        for jtype in core.types.values():
+            cap = core.config.tier_cap(jtype.priority)
+            if cap is not None:
+                tiers[jtype.priority] = cap - math.ceil(cap / n)
+            if jtype.max_concurrency is not None:
+                types[jtype.name] = jtype.max_concurrency - math.ceil(jtype.max_concurrency / n)
+        core.set_running_elsewhere(tiers, types)
+        for job in self._jobs.values():
+            self._hold_locally(job)
+
+    def _hold_locally(self, job: _Job) -> None:
+        if job.group and job.job_id is not None:
+            ckey = (job.group, job.job_id)
+            self.core.hold_elsewhere(*ckey)
+            self._local_holds.add(ckey)
+
+    def _admit_locally(self) -> list[Admission]:
+        out = []
+        for admission in self.core.schedule():
+            self._local_tokens += 1
+            token = self._max_token + self._local_tokens
+            job = self._jobs[admission.ref]
+            job.token = token
+            job.estimate = admission.estimate
+            out.append(admission._replace(token=token))
+        return out

@@ -1,0 +1,253 @@
+"""The engine: several workers' cores sharing one store, on both stores.
+
+Each engine stands for one worker. Calls are made inline (``run_inline``), as the synchronous
+consumer loop makes them; the gate's threaded path makes the same calls elsewhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+from harness import wait_until
+
+from celery_fair.core import CostLifecycle, JobType, Scheduler, SchedulerConfig, SimClock
+from celery_fair.engine import Engine, Mode
+from celery_fair.errors import StoreUnavailable
+
+NEVER = CostLifecycle.never()
+TYPES = [
+    JobType("clone", 8, max_concurrency=2, conflict_group="git", default_cost=1.0),
+    JobType("bg", 2, conflict_group="git", default_cost=1.0),
+]
+
+
+class Cuttable:
+    """A store whose link can be cut: every call raises ``StoreUnavailable`` while cut."""
+
+    def __init__(self, store):
+        self.store = store
+        self.cut = False
+        self.lease = store.lease
+
+    def __getattr__(self, name):
+        attr = getattr(self.store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            if self.cut:
+                raise StoreUnavailable("the link to the store is cut (test)")
+            return attr(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def clock():
+    return SimClock(1000.0)
+
+
+@pytest.fixture
+def fleet(make_store, clock, kind):
+    """``fleet(n, **engine_options)``: n engines (workers) on one shared store."""
+
+    def factory(n=2, capacity=4, lease=30.0, store_options=None, **options):
+        store_options = dict(lifecycle=NEVER, lease=lease, **(store_options or {}))
+        if kind == "memory":
+            store_options["clock"] = clock
+        engines = []
+        for i in range(n):
+            store = make_store(**store_options)
+            core = Scheduler(SchedulerConfig(capacity, lifecycle=NEVER), clock, TYPES)
+            options.setdefault("poll_interval", 1.0)
+            engines.append(Engine(core, store, worker=f"w{i}", clock=clock, **options))
+        return engines
+
+    return factory
+
+
+def started(decision):
+    return [a.ref for a in decision.start]
+
+
+def test_alone_the_core_decides():
+    clock = SimClock()
+    core = Scheduler(SchedulerConfig(1, lifecycle=NEVER), clock, TYPES)
+    engine = Engine(core)
+    engine.submit("a", "clone", "linux", "k", arrival=0)
+    decision = engine.decide()
+    assert engine.mode is Mode.ALONE
+    assert started(decision) == ["a"]
+    assert decision.call is None
+
+
+def test_a_type_cap_counts_every_worker(fleet, clock):
+    one, two = fleet(2)
+    for i in range(3):
+        one.submit(f"a{i}", "clone", f"r{i}", "k", arrival=clock.now())
+    two.submit("b0", "clone", "x", "k", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0", "a1"]  # the type cap is 2
+    # The second worker proposes b0, the store refuses it, and its core learns why.
+    assert started(two.run_inline()) == []
+    assert two.counts["refused"] == 1
+    assert two.core.status("b0").blocked_by  # blocked by the type cap, fleet-wide
+    # The first worker's next job takes the slot its finished job frees, in the same call,
+    one.finish("a0", 1.0, final=True)
+    assert started(one.run_inline()) == ["a2"]
+    clock.advance(1.0)
+    assert started(two.run_inline()) == []
+    # and when the first worker lets go of one with nothing left to run, the second worker
+    # sees it at its next look at the store.
+    one.finish("a1", 1.0, final=True)
+    one.run_inline()
+    clock.advance(1.0)
+    assert started(two.run_inline()) == ["b0"]
+
+
+def test_a_conflict_held_by_another_worker_parks_the_job_until_it_is_released(fleet, clock):
+    one, two = fleet(2)
+    one.submit("a", "clone", "linux", "k", arrival=clock.now())
+    assert started(one.run_inline()) == ["a"]
+    two.submit("b", "clone", "linux", "k", arrival=clock.now())
+    two.submit("c", "clone", "git", "k", arrival=clock.now())
+    assert started(two.run_inline()) == ["c"]
+    assert two.core.held_elsewhere() == [("git", "linux")]
+    assert started(two.run_inline()) == []  # parked: not proposed again, no call wasted
+    one.finish("a", 1.0, final=True)
+    one.run_inline()
+    clock.advance(1.0)  # the next look at the store
+    assert started(two.run_inline()) == ["b"]
+
+
+def test_accumulated_costs_are_the_fleets(fleet, clock):
+    one, two = fleet(2, capacity=1)
+    # Key "heavy" has consumed 10 on the first worker...
+    one.submit("h0", "clone", "x0", "heavy", arrival=clock.now(), cost=10.0)
+    assert started(one.run_inline()) == ["h0"]
+    one.finish("h0", 10.0, final=True)
+    one.run_inline()
+    # ...so on the second worker, a later job of "light" goes first once costs are refreshed.
+    two.submit("h1", "clone", "x1", "heavy", arrival=clock.now())
+    two.submit("l1", "clone", "x2", "light", arrival=clock.now() + 1)
+    two.core.set_capacity(0)
+    two.run_inline()  # the first exchange (a beat) reads the held keys' costs
+    assert two.core.accumulated_cost("heavy") == 10.0
+    two.core.set_capacity(1)
+    assert started(two.run_inline()) == ["l1"]
+
+
+def test_the_fencing_token_comes_from_the_store_and_grows(fleet, clock):
+    one, two = fleet(2)
+    one.submit("a", "clone", "r1", "k", arrival=clock.now())
+    two.submit("b", "clone", "r2", "k", arrival=clock.now())
+    [a] = one.run_inline().start
+    [b] = two.run_inline().start
+    assert 0 < a.token < b.token
+
+
+def test_a_copy_of_a_job_that_finished_for_good_is_dropped(fleet, clock):
+    one, two = fleet(2)
+    one.submit("a", "clone", "linux", "k", arrival=clock.now())
+    one.run_inline()
+    one.finish("a", 1.0, final=True)
+    one.run_inline()
+    two.submit("a", "clone", "linux", "k", arrival=clock.now())  # a late copy of its message
+    decision = two.run_inline()
+    assert decision.start == []
+    assert decision.drop == ["a"]
+    assert "a" not in two.core
+
+
+def test_a_copy_of_a_job_running_elsewhere_waits_until_that_worker_is_gone(fleet, clock, kind):
+    one, two = fleet(2, lease=0.5)
+    one.submit("a", "clone", "linux", "k", arrival=clock.now())
+    assert started(one.run_inline()) == ["a"]
+    # The first worker dies (it never calls again); the broker gives the message to the second.
+    two.submit("a", "clone", "linux", "k", arrival=clock.now())
+    assert started(two.run_inline()) == []
+    assert two.counts["stalled"] == 1
+
+    def runs_once_the_lease_is_gone():
+        if kind == "memory":
+            clock.advance(0.25)
+        else:
+            clock.advance(1.0)  # the engine's own retry interval; the lease is Redis's time
+        return started(two.run_inline()) == ["a"]
+
+    wait_until(runs_once_the_lease_is_gone, 10, "the dead worker's job to be reclaimed")
+
+
+def test_a_job_cancelled_while_its_admission_is_in_flight_is_released(fleet, clock, kind):
+    (one,) = fleet(1)
+    one.submit("a", "clone", "linux", "k", arrival=clock.now())
+    decision = one.decide()
+    assert decision.call is not None
+    assert decision.call.kind == "admit"
+    assert [a.ref for a in decision.call.admissions] == ["a"]
+    assert one.cancel("a")  # revoked while the store decides
+    result = one.apply(decision.call, decision.call.execute(one.store))
+    assert result.start == []
+    one.submit("b", "clone", "linux", "k", arrival=clock.now())
+    assert started(one.run_inline()) == ["b"]  # the conflict was released with a
+
+
+def test_hold_mode_admits_nothing_while_the_store_is_down_and_catches_up_after(fleet, clock):
+    (engine,) = fleet(1)
+    store = Cuttable(engine.store)
+    engine.store = store
+    engine.submit("a", "clone", "r1", "k", arrival=clock.now())
+    assert started(engine.run_inline()) == ["a"]
+    store.cut = True
+    engine.finish("a", 2.0, final=True)  # finished during the outage: reported later
+    engine.submit("b", "clone", "r2", "k", arrival=clock.now())
+    assert started(engine.run_inline()) == []
+    assert engine.mode is Mode.HOLD
+    clock.advance(0.1)
+    assert started(engine.run_inline()) == []  # still backing off: no call at all
+    store.cut = False
+    clock.advance(10.0)
+    assert started(engine.run_inline()) == ["b"]
+    assert engine.mode is Mode.SHARED
+    assert store.store.estimate("clone", "r1", 1.0) == 0.3 * 2.0 + 0.7 * 1.0
+
+
+def test_local_mode_runs_on_this_workers_share_and_never_a_conflicting_job(fleet, clock):
+    one, two = fleet(2, outage="local")
+    two.submit("warmup", "bg", None, "", arrival=clock.now())
+    two.run_inline()  # two workers hold leases now
+    store = Cuttable(one.store)
+    one.store = store
+    one.submit("w", "bg", None, "", arrival=clock.now())
+    one.run_inline()
+    assert one.workers == 2
+    store.cut = True
+    for i in range(3):
+        one.submit(f"c{i}", "clone", None, "k", arrival=clock.now())  # no job_id: no conflict
+    one.submit("x", "clone", "linux", "k", arrival=clock.now())  # a conflict: must wait
+    got = started(one.run_inline())
+    assert one.mode is Mode.LOCAL
+    assert got == ["c0"]  # ceil(type cap 2 / 2 workers) = 1
+    # When the store answers again, the job admitted locally is registered, then it goes on.
+    store.cut = False
+    clock.advance(10.0)
+    later = started(one.run_inline())
+    assert one.mode is Mode.SHARED
+    assert one.counts["registered"] == 1  # c0, which the store had never seen
+    assert later == ["c1"]  # the fleet's type cap of 2: c0 and c1
+    # x no longer waits for its conflict, only for the type cap.
+    assert [r.value for r in one.core.status("x").blocked_by] == ["type_cap"]
+
+
+@pytest.mark.parametrize("kind", ["redis"])  # an in-memory store never loses its state
+def test_a_store_that_comes_back_empty_gets_our_running_jobs_back(fleet, clock, kind):
+    (engine,) = fleet(1, lease=0.5)
+    engine.submit("a", "clone", "linux", "k", arrival=clock.now())
+    engine.submit("b", "clone", "other", "k", arrival=clock.now())
+    assert started(engine.run_inline()) == ["a", "b"]
+    redis_client = engine.store.client
+    for key in engine.store.keys:
+        redis_client.delete(key)  # Redis restarted without persistence
+    engine.submit("c", "clone", "third", "k", arrival=clock.now())
+    clock.advance(10.0)
+    engine.run_inline()
+    assert engine.counts["registered"] == 2
+    assert engine.store.heartbeat("w0", [], []).types == {"clone": 2}
