@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .core import Admission, CancelOutcome, Clock, JobType, MonotonicClock, Scheduler
-from .errors import UnknownJob
+from .errors import DuplicateJob, UnknownJob
 from .store.base import (
     Ask,
     Done,
@@ -198,7 +198,20 @@ class Engine:
         arrival: float,
         cost: float | None = None,
     ) -> None:
-        """A job to schedule. ``ref`` is its uid in the store (``str(ref)``)."""
+        """A job to schedule. ``ref`` is its uid in the store (``str(ref)``).
+
+        A job cancelled while its admission was in flight may be submitted again (its message
+        came back): the new submission takes over that admission.
+
+        Raises:
+            DuplicateJob: ``ref`` is already pending, stalled or running here.
+        """
+        known = self._jobs.get(ref)
+        if known is not None and known.cancelled:
+            known.cancelled = False
+            return
+        if ref in self._stalled:
+            raise DuplicateJob(f"job {ref!r} is already held by the engine")
         core = self.core
         core.submit(ref, type, job_id, fairness_key, arrival=arrival, cost=cost)
         if self.store is None:
@@ -299,6 +312,26 @@ class Engine:
                     int(result),
                 )
         return NOTHING
+
+    def flush(self) -> None:
+        """Report the finished jobs to the store now, inline (at shutdown). Best effort.
+
+        What cannot be reported is released anyway when this worker's lease expires.
+        """
+        store = self.store
+        if store is None or not self._done or self.mode is not Mode.SHARED:
+            return
+        done = [d for d, _ in self._done]
+        self._done.clear()
+        try:
+            store.finish(self.worker, done)
+        except Exception as exc:
+            logger.warning(
+                "celery-fair: could not report %d finished job(s) to the store (%s); they are "
+                "released when this worker's lease expires.",
+                len(done),
+                exc,
+            )
 
     def run_inline(self) -> Decision:
         """Decide and make every store call here and now, until nothing is left to do.

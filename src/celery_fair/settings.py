@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .core import CostLifecycle, JobType, SchedulerConfig
+from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
 
 __all__ = ["BAD_MESSAGE_POLICIES", "DEFAULTS", "FairSettings"]
@@ -35,8 +36,18 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_max_header_length": 256,
         "fair_on_bad_message": "repair",  # or "reject": every bad message goes to dead letter
         "fair_dead_letter_queue": "celery_fair.dead_letter",
+        # Shared state (docs/store.md): None = the broker's Redis when the broker is Redis,
+        # else this worker alone; "memory" = this worker alone; or a redis:// URL.
+        "fair_store_url": None,
+        "fair_store_prefix": "celery_fair",
+        "fair_lease_seconds": 30.0,
+        "fair_store_outage": "hold",  # or "local"
+        "fair_store_poll_interval": 0.5,
+        "fair_dedupe_seconds": 60.0,
     }
 )
+
+STORE_SCHEMES = ("redis", "rediss", "unix")
 
 _TYPE_OPTIONS = {"priority", "max_concurrency", "conflict_group", "default_cost"}
 
@@ -65,6 +76,12 @@ class FairSettings:
     max_header_length: int = 256
     on_bad_message: str = "repair"
     dead_letter_queue: str = "celery_fair.dead_letter"
+    store_url: str | None = None
+    store_prefix: str = "celery_fair"
+    lease_seconds: float = 30.0
+    store_outage: str = "hold"
+    store_poll_interval: float = 0.5
+    dedupe_seconds: float = 60.0
 
     @classmethod
     def from_celery_conf(cls, conf: Any) -> FairSettings:
@@ -117,6 +134,12 @@ class FairSettings:
                 "fair_on_bad_message", v["fair_on_bad_message"], BAD_MESSAGE_POLICIES
             ),
             dead_letter_queue=_text("fair_dead_letter_queue", v["fair_dead_letter_queue"]),
+            store_url=_store_url(v["fair_store_url"]),
+            store_prefix=_prefix(v["fair_store_prefix"]),
+            lease_seconds=_seconds("fair_lease_seconds", v["fair_lease_seconds"]),
+            store_outage=_choice("fair_store_outage", v["fair_store_outage"], OUTAGE_POLICIES),
+            store_poll_interval=_seconds("fair_store_poll_interval", v["fair_store_poll_interval"]),
+            dedupe_seconds=_non_negative("fair_dedupe_seconds", v["fair_dedupe_seconds"]),
         )
         if len(settings.default_fairness_key) > settings.max_header_length:
             raise ConfigurationError(
@@ -139,6 +162,10 @@ class FairSettings:
             "max_held": self.max_held,
             "max_hold_seconds": self.max_hold_seconds or "from broker",
             "on_bad_message": self.on_bad_message,
+            "store": _redact(self.store_url) if self.store_url else "from broker",
+            "store_prefix": self.store_prefix,
+            "lease_seconds": self.lease_seconds,
+            "store_outage": self.store_outage,
         }
 
 
@@ -220,6 +247,41 @@ def _seconds(name: str, value: object) -> float:
 
 def _optional_seconds(name: str, value: object) -> float | None:
     return None if value is None else _seconds(name, value)
+
+
+def _non_negative(name: str, value: object) -> float:
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    return _seconds(name, value)
+
+
+def _store_url(value: object) -> str | None:
+    if value is None or value == "memory":
+        return value
+    url = _text("fair_store_url", value)
+    scheme = url.partition("://")[0]
+    if scheme not in STORE_SCHEMES:
+        raise ConfigurationError(
+            f"fair_store_url: must be 'memory' or a {'/'.join(STORE_SCHEMES)}:// URL, got "
+            f"{_redact(url)!r}"
+        )
+    return url
+
+
+def _prefix(value: object) -> str:
+    prefix = _text("fair_store_prefix", value)
+    if "{" in prefix or "}" in prefix:
+        raise ConfigurationError(f"fair_store_prefix: must not contain braces, got {prefix!r}")
+    return prefix
+
+
+def _redact(url: str) -> str:
+    """``url`` without its password, for logs."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def _text(name: str, value: object) -> str:

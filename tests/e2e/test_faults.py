@@ -7,13 +7,15 @@ from harness import gate_stats, wait_until
 from celery_fair import fair_headers
 
 # Short ack timeouts so the tests run in seconds; Redis restores unacked messages after
-# visibility_timeout, checking every second.
+# visibility_timeout, checking every second. The Redis broker is also the shared store by
+# default: a short lease lets a killed worker's jobs go in seconds.
 FAST_REDIS = {
     "broker_transport_options": {
         "visibility_timeout": 4,
         "unacked_restore_interval": 1,
         "unacked_restore_throttle": 1,
-    }
+    },
+    "fair_lease_seconds": 3,
 }
 
 

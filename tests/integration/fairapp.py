@@ -28,7 +28,14 @@ class Recorder:
         self.redis = redis.Redis.from_url(RECORD_URL)
 
     def record(self, event: str, tag: str, **extra: object) -> None:
-        entry = {"event": event, "tag": tag, "t": time.time(), "pid": os.getpid(), **extra}
+        entry = {
+            "event": event,
+            "tag": tag,
+            "t": time.time(),
+            "pid": os.getpid(),
+            "ppid": os.getppid(),  # the worker, under prefork
+            **extra,
+        }
         self.redis.rpush(f"{self.prefix}:events", json.dumps(entry))
 
     def done(self, tag: str) -> None:
@@ -97,6 +104,32 @@ def make_app(
     )
     def late(tag: str, seconds: float = 0.01) -> str:
         return run(tag, seconds, type="late")
+
+    @fair_task(
+        app=app,
+        name="fairapp.repack",
+        type="repack",
+        priority=4,
+        max_concurrency=2,
+        conflict_group="git",
+        default_cost=1,
+    )
+    def repack(tag: str, seconds: float = 0.01) -> str:
+        return run(tag, seconds, type="repack")
+
+    @fair_task(
+        app=app,
+        name="fairapp.locked",
+        type="locked",
+        priority=8,
+        max_concurrency=3,
+        conflict_group="git",
+        default_cost=1,
+        acks_late=True,
+        bind=True,
+    )
+    def locked(self, tag: str, seconds: float = 0.01) -> str:
+        return run(tag, seconds, type="locked", token=self.request.get("fair_token"))
 
     @app.task(name="fairapp.plain", shared=False)
     def plain(tag: str, seconds: float = 0.01) -> str:

@@ -61,6 +61,7 @@ class Run:
         self.prefix = f"cf-{self.id}"
         self.dead_letter = f"cf-{self.id}-dead"
         self.conf.setdefault("fair_dead_letter_queue", self.dead_letter)
+        self.conf.setdefault("fair_store_prefix", self.prefix)
         self.url = BROKERS[self.broker]
         if self.broker == "redis":
             options = dict(self.conf.get("broker_transport_options", {}))
@@ -96,8 +97,9 @@ class Run:
         self.recorder.clear()
         if self.broker == "redis":
             client = redis.Redis.from_url(self.url)
-            for key in client.scan_iter(match=f"{self.prefix}:*", count=1000):
-                client.delete(key)
+            for pattern in (f"{self.prefix}:*", f"{{{self.prefix}}}:*"):  # kombu's, the store's
+                for key in client.scan_iter(match=pattern, count=1000):
+                    client.delete(key)
         else:
             with self.app.connection_for_write() as conn:
                 channel = conn.default_channel

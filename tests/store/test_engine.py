@@ -251,3 +251,13 @@ def test_a_store_that_comes_back_empty_gets_our_running_jobs_back(fleet, clock, 
     engine.run_inline()
     assert engine.counts["registered"] == 2
     assert engine.store.heartbeat("w0", [], []).types == {"clone": 2}
+
+
+def test_a_message_that_comes_back_while_its_admission_is_in_flight_takes_it_over(fleet, clock):
+    (one,) = fleet(1)
+    one.submit("a", "clone", "linux", "k", arrival=clock.now())
+    decision = one.decide()
+    assert one.cancel("a")  # its message was returned to the broker meanwhile...
+    one.submit("a", "clone", "linux", "k", arrival=clock.now())  # ...and delivered again
+    result = one.apply(decision.call, decision.call.execute(one.store))
+    assert started(result) == ["a"]

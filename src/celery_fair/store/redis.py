@@ -223,6 +223,21 @@ class RedisStore:
         _, registered = self._call("register", args)
         return int(registered)
 
+    def check(self) -> None:
+        """Fail now, not at the first decision, if the store holds another schema.
+
+        Raises:
+            ConfigurationError: The prefix holds another schema version.
+            StoreUnavailable: Redis cannot be reached.
+        """
+        found = self._read(lambda c: c.hget(self.keys[0], "schema"))
+        if found is not None and found.decode() != SCHEMA:
+            raise ConfigurationError(
+                f"celery-fair: the store at {self.keys[0]} has schema {found.decode()}; this "
+                f"celery-fair speaks schema {SCHEMA}. Use another fair_store_prefix or upgrade "
+                "every worker."
+            )
+
     # -- inspection --------------------------------------------------------------------------
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:

@@ -2,16 +2,66 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Any
 
 from celery import bootsteps
 from celery.utils.log import get_logger
 
+from ..errors import StoreUnavailable
+from ..settings import FairSettings
+from ..store.redis import RedisStore
 from .gate import Gate
 
-__all__ = ["FairGateStep"]
+__all__ = ["FairGateStep", "open_store", "store_url"]
 
 logger = get_logger(__name__)
+
+
+def store_url(settings: FairSettings, app: Any) -> str | None:
+    """Where the shared state lives: ``fair_store_url``, else the broker's Redis, else nowhere.
+
+    ``None`` means this worker keeps its state alone (``fair_store_url = "memory"``, or a
+    broker that is not Redis and no store configured).
+    """
+    if settings.store_url == "memory":
+        return None
+    if settings.store_url is not None:
+        return settings.store_url
+    connection = app.connection_for_read()
+    try:
+        if connection.transport.driver_type != "redis":
+            return None
+        url: str = connection.as_uri(include_password=True)
+    finally:
+        connection.release()
+    return url if url.partition("://")[0] in ("redis", "rediss") else None
+
+
+def open_store(settings: FairSettings, app: Any) -> RedisStore | None:
+    """The worker's Redis store, checked before the worker consumes anything.
+
+    Raises:
+        ConfigurationError: The store holds another schema version. An unreachable Redis is
+            not an error here: the worker starts in the configured outage mode.
+    """
+    url = store_url(settings, app)
+    if url is None:
+        return None
+    store = RedisStore.from_url(
+        url,
+        prefix=settings.store_prefix,
+        alpha=settings.alpha,
+        lifecycle=settings.lifecycle,
+        lease=settings.lease_seconds,
+        dedupe=settings.dedupe_seconds,
+    )
+    try:
+        store.check()
+    except StoreUnavailable as exc:
+        logger.warning("celery-fair: the shared store is unreachable at startup (%s).", exc)
+    return store
 
 
 class FairGateStep(bootsteps.StartStopStep):
@@ -31,32 +81,43 @@ class FairGateStep(bootsteps.StartStopStep):
         settings = getattr(controller, "fair_settings", None)
         types = getattr(controller, "fair_types", None)
         self.gate: Gate | None = None
+        self._entries: list[Any] = []
         if settings is None or types is None or not hasattr(c.pool, "fair_gate"):
             logger.warning("Fair gate not installed: the pool is not the fair pool.")
             return
-        self.gate = Gate(c, settings, types, c.on_task_request)
+        worker_id = f"{c.hostname}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+        store = getattr(controller, "fair_store", None)
+        self.gate = Gate(c, settings, types, c.on_task_request, store=store, worker_id=worker_id)
         c.on_task_request = self.gate.on_request
         c.pool.fair_gate = self.gate
         c.fair_gate = self.gate
 
     def start(self, c: Any) -> None:
         gate = self.gate
-        if gate is not None:
-            gate.consumer = c
-            gate.pool = c.pool
-            gate.on_connected()
-            self._entry = c.timer.call_repeatedly(gate.settings.sweep_interval, gate.sweep)
+        if gate is None:
+            return
+        gate.consumer = c
+        gate.pool = c.pool
+        gate.on_connected()
+        gate.start_store_thread(c.hub)
+        settings = gate.settings
+        self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
+        if gate.engine.store is not None:
+            # Looks at the store while jobs wait for other workers, beats, retries.
+            interval = settings.store_poll_interval
+            self._entries.append(c.timer.call_repeatedly(interval, gate.dispatch))
 
     def stop(self, c: Any) -> None:
-        entry = getattr(self, "_entry", None)
-        if entry is not None:
+        for entry in self._entries:
             entry.cancel()
-            self._entry = None
+        self._entries.clear()
         if self.gate is not None:
             self.gate.on_connection_lost()
 
     def shutdown(self, c: Any) -> None:
         self.stop(c)
+        if self.gate is not None:
+            self.gate.close()
 
     def info(self, c: Any) -> dict[str, Any]:
         return {} if self.gate is None else {"fair": self.gate.pool_info()}

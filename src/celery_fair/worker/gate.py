@@ -26,6 +26,12 @@ Held messages and the broker (docs/operations.md):
 - *Connection loss.* Held copies are forgotten without ack (their delivery tags died with the
   channel); the broker redelivers them.
 
+Shared state (docs/store.md): decisions go through an ``Engine``. Alone (no store) the core
+decides at once. With the Redis store, every admission is confirmed by one script call that
+also carries the jobs that finished since the last one; with an event loop those calls run on
+a thread of their own (``StoreThread``), one at a time, and their answers come back to the
+loop, so the loop never waits for Redis; without one they are made inline.
+
 Threading: with an event loop (Redis, RabbitMQ) everything runs on the loop thread and pool
 callbacks from other threads are marshalled onto it with ``hub.call_soon``; without one
 (the in-memory transport, gevent, eventlet) the gate acts where it is called, under a lock.
@@ -33,6 +39,7 @@ callbacks from other threads are marshalled onto it with ``hub.call_soon``; with
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -45,9 +52,11 @@ from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 
 from ..core import JobType, Scheduler, WallClock
-from .headers import ERROR, REPUBLISHED, SUBMITTED, FairHeaders, parse_headers
+from ..engine import Call, Decision, Engine
+from ..store.base import Store
+from .headers import ERROR, REPUBLISHED, SUBMITTED, TOKEN, FairHeaders, job_uid, parse_headers
 
-__all__ = ["Gate"]
+__all__ = ["Gate", "StoreThread"]
 
 logger = get_logger(__name__)
 
@@ -75,8 +84,45 @@ class Started:
 
     fair: bool
     dispatched: float  # monotonic
+    req: Any = None
     accepted: float | None = None
     applied: bool = False
+
+
+class StoreThread:
+    """Makes the engine's store calls one at a time, off the event loop.
+
+    ``post(call, result)`` is called on this thread with each call's reply, or with the
+    exception it raised; the gate passes one that hands both back to the loop.
+    """
+
+    def __init__(self, store: Store, post: Callable[[Call, Any], None], name: str) -> None:
+        self._store = store
+        self._post = post
+        self._calls: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, call: Call) -> None:
+        self._calls.put(call)
+
+    def stop(self, timeout: float) -> None:
+        self._calls.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            try:
+                result: Any = call.execute(self._store)
+            except Exception as exc:  # the engine handles every failure of a call
+                result = exc
+            try:
+                self._post(call, result)
+            except Exception:
+                logger.exception("celery-fair: could not hand a store reply back to the loop.")
 
 
 class Gate:
@@ -88,6 +134,8 @@ class Gate:
         settings: Any,
         types: Mapping[str, JobType],
         process_task: Callable[[Any], Any],
+        store: Store | None = None,
+        worker_id: str = "worker",
     ) -> None:
         self.consumer = consumer
         self.app = consumer.app
@@ -99,6 +147,15 @@ class Gate:
         self.scheduler = Scheduler(
             settings.scheduler_config(self._slots()), WallClock(), self.types.values()
         )
+        self.engine = Engine(
+            self.scheduler,
+            store,
+            worker=worker_id,
+            outage=settings.store_outage,
+            poll_interval=settings.store_poll_interval,
+        )
+        self._runner: StoreThread | None = None
+        self._closed = False
         # held: fair requests not yet admitted, by task id, oldest first.
         self.held: dict[str, Held] = {}
         # started: requests handed to the pool and not finished, by task id.
@@ -118,10 +175,12 @@ class Gate:
         self._revoked_seen = (-1, -1)
         self._sweep_entry: Any = None
         logger.info(
-            "celery-fair gate ready: %d job type(s), max_held=%d, max_hold=%.0fs, settings=%r",
+            "celery-fair gate ready: %d job type(s), max_held=%d, max_hold=%.0fs, state=%s, "
+            "settings=%r",
             len(self.types),
             settings.max_held,
             self.max_hold,
+            f"shared as {worker_id}" if store is not None else "this worker alone",
             settings.describe(),
         )
 
@@ -158,75 +217,114 @@ class Gate:
             self.dispatch()
 
     def _hold(self, req: Any, parsed: FairHeaders) -> None:
-        task_id = req.id
-        earlier = self.held.get(task_id)
+        uid = job_uid(req.id, req.request_dict.get("retries"))
+        earlier = self.held.get(uid)
         if earlier is not None:
             # The broker redelivered a message we hold (an ack timeout ran out): keep one, the
             # newer delivery, at the place the first one had.
             self.counts["duplicates"] += 1
             logger.warning(
-                "Task %s[%s] was delivered again while held; keeping one copy.", req.name, task_id
+                "Task %s[%s] was delivered again while held; keeping one copy.", req.name, uid
             )
             _ack_quietly(earlier.req)
             earlier.req = req
             return
-        if task_id in self.started:
+        if uid in self.started:
             self.counts["duplicates"] += 1
             logger.warning(
                 "Task %s[%s] was delivered again while running; dropping the copy.",
                 req.name,
-                task_id,
+                uid,
             )
             _ack_quietly(req)
             return
         arrival = parsed.submitted if parsed.submitted is not None else time.time()
-        self.scheduler.submit(
-            task_id, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
+        self.engine.submit(
+            uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
-        self.held[task_id] = Held(req, time.monotonic(), parsed, arrival)
+        self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
         self._adjust_qos()
 
     def _start_plain(self, req: Any) -> None:
         self.nonfair_running += 1
-        self.started[req.id] = Started(False, time.monotonic())
-        self._handoff(req)
+        uid = job_uid(req.id, req.request_dict.get("retries"))
+        self.started[uid] = Started(False, time.monotonic(), req)
+        self._handoff(req, uid)
 
     # -- decisions -----------------------------------------------------------------------
 
     def dispatch(self) -> None:
-        """Start every held job the core admits now. O(admitted), independent of held jobs."""
+        """Start every held job that may start now. O(admitted), independent of held jobs.
+
+        Alone, the core decides here and now; with a shared store this starts the next store
+        call if none is in flight, and the jobs start when its answer comes back.
+        """
         with self._lock:
-            scheduler = self.scheduler
-            scheduler.set_capacity(max(0, self._slots() - self.nonfair_running))
-            for admission in scheduler.schedule():
-                held = self.held.pop(admission.ref)  # type: ignore[call-overload]
-                self.counts["admitted"] += 1
-                self.started[held.req.id] = Started(True, time.monotonic())
-                logger.debug(
-                    "Admitted %s[%s] job_type=%s job_id=%s fairness_key=%s estimate=%.3f",
-                    held.req.name,
-                    held.req.id,
-                    admission.type,
-                    admission.job_id,
-                    admission.fairness_key,
-                    admission.estimate,
-                )
-                self._handoff(held.req)
+            self.scheduler.set_capacity(max(0, self._slots() - self.nonfair_running))
+            runner = self._runner
+            if runner is None:
+                self._act(self.engine.run_inline())
+            else:
+                decision = self.engine.decide()
+                self._act(decision)
+                if decision.call is not None:
+                    runner.submit(decision.call)
             self._adjust_qos()
             if len(self.held) >= self.settings.max_held:
                 self._spill()
 
-    def _handoff(self, req: Any) -> None:
+    def on_reply(self, call: Call, result: Any) -> None:
+        """A store call came back (on the loop): act on it, then decide again."""
+        with self._lock:
+            self._act(self.engine.apply(call, result))
+            self.dispatch()
+
+    def _act(self, decision: Decision) -> None:
+        for admission in decision.start:
+            uid = admission.ref
+            held = self.held.pop(uid, None)  # type: ignore[call-overload]
+            if held is None:  # forgotten while the store decided: let its slot go at once
+                self.engine.finish(uid, None)
+                continue
+            req = held.req
+            self.counts["admitted"] += 1
+            self.started[uid] = Started(True, time.monotonic(), req)  # type: ignore[index]
+            req.request_dict[TOKEN] = admission.token
+            logger.debug(
+                "Admitted %s[%s] job_type=%s job_id=%s fairness_key=%s estimate=%.3f token=%d",
+                req.name,
+                uid,
+                admission.type,
+                admission.job_id,
+                admission.fairness_key,
+                admission.estimate,
+                admission.token,
+            )
+            self._handoff(req, uid)  # type: ignore[arg-type]
+        for uid in decision.drop:
+            held = self.held.pop(uid, None)  # type: ignore[call-overload]
+            if held is None:
+                continue
+            self.counts["duplicates"] += 1
+            logger.warning(
+                "Task %s[%s] already ran to the end on another worker; dropping this copy.",
+                held.req.name,
+                uid,
+            )
+            _ack_quietly(held.req)
+            worker_state.task_ready(held.req)
+
+    def _handoff(self, req: Any, uid: str) -> None:
         """Hand ``req`` to the worker's own path to the pool; notice if it never got there."""
         try:
             self.process_task(req)
         except Exception:
-            logger.exception("Task %s[%s] could not be handed to the pool.", req.name, req.id)
-            self._finished(req.id, None)
+            logger.exception("Task %s[%s] could not be handed to the pool.", req.name, uid)
+            self._finished(uid, None)
             return
-        info = self.started.get(req.id)
+        info = self.started.get(uid)
         if info is not None and not info.applied and getattr(req, "_already_revoked", False):
-            self._finished(req.id, None)  # revoked at the pool's door: Celery acked it
+            self._finished(uid, None)  # revoked at the pool's door: Celery acked it
 
     def _slots(self) -> int:
         """The pool's size now (autoscale moves it), or ``fair_capacity`` if smaller."""
@@ -240,11 +338,21 @@ class Gate:
 
     # -- pool callbacks ------------------------------------------------------------------
 
-    def wrap_callbacks(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Wrap one ``apply_async`` call's callbacks to learn when the job starts and ends."""
+    def wrap_callbacks(self, args: Any, options: dict[str, Any]) -> dict[str, Any]:
+        """Wrap one ``apply_async`` call's callbacks to learn when the job starts and ends.
+
+        ``args`` are the trace arguments Celery gives the pool: (type, task id, request, ...).
+        """
         task_id = options.get("correlation_id")
-        info = self.started.get(task_id) if isinstance(task_id, str) else None
-        if info is None or not isinstance(task_id, str):
+        if not isinstance(task_id, str):
+            return options
+        try:
+            retries = args[2].get("retries")
+        except (TypeError, IndexError, AttributeError):
+            retries = None
+        task_id = job_uid(task_id, retries)
+        info = self.started.get(task_id)
+        if info is None:
             return options
         info.applied = True
         accept = options.get("accept_callback")
@@ -281,24 +389,28 @@ class Gate:
         if observe:
             elapsed = max(0.0, time.monotonic() - (info.accepted or info.dispatched))
         hub = self.consumer.hub
-        if hub is not None:
+        if hub is not None and not self._closed:
             hub.call_soon(self._finished, task_id, elapsed)
         else:
             self._finished(task_id, elapsed)
 
-    def _finished(self, task_id: str, elapsed: float | None) -> None:
+    def _finished(self, uid: str, elapsed: float | None) -> None:
         """A job handed to the pool is done (any outcome): release its slot; learn if timed."""
         with self._lock:
-            info = self.started.pop(task_id, None)
+            info = self.started.pop(uid, None)
             if info is None:
                 return
             if not info.fair:
                 self.nonfair_running -= 1
-            elif elapsed is None:
-                self.scheduler.release(task_id)
             else:
-                self.scheduler.complete(task_id, elapsed)
-            self.dispatch()
+                # Acknowledged means the broker will not deliver it again: the store may then
+                # recognise a late copy of its message.
+                final = bool(getattr(info.req, "acknowledged", False))
+                self.engine.finish(uid, elapsed, final=final)
+            if self._closed:
+                self.engine.flush()
+            else:
+                self.dispatch()
 
     # -- housekeeping --------------------------------------------------------------------
 
@@ -314,15 +426,15 @@ class Gate:
         if marker == self._revoked_seen and not any(h.req.expires for h in self.held.values()):
             return
         self._revoked_seen = marker
-        for task_id, held in list(self.held.items()):
+        for uid, held in list(self.held.items()):
             # revoked() also handles expiry, and does Celery's bookkeeping: ack, events, state.
             if held.req.revoked():
-                self._forget(task_id)
+                self._forget(uid)
                 self.counts["revoked_held"] += 1
                 logger.info(
                     "Held task %s[%s] was revoked or expired; dropped from the gate.",
                     held.req.name,
-                    task_id,
+                    uid,
                 )
 
     def _refresh_old_holds(self) -> None:
@@ -354,9 +466,9 @@ class Gate:
             spilled,
         )
 
-    def _forget(self, task_id: str) -> None:
-        self.held.pop(task_id, None)
-        self.scheduler.cancel(task_id)
+    def _forget(self, uid: str) -> None:
+        self.held.pop(uid, None)
+        self.engine.cancel(uid)
         self._adjust_qos()
 
     def _adjust_qos(self) -> None:
@@ -392,10 +504,35 @@ class Gate:
                     "will deliver them again.",
                     len(self.held),
                 )
-            for task_id in list(self.held):
-                self.scheduler.cancel(task_id)
+            for uid in list(self.held):
+                self.engine.cancel(uid)
             self.held.clear()
             self.qos_raised = 0  # a new connection gets a new QoS
+
+    def start_store_thread(self, hub: Any) -> None:
+        """With an event loop, make store calls on a thread of their own (see StoreThread)."""
+        store = self.engine.store
+        if store is None or self._runner is not None or hub is None:
+            return
+        self._runner = StoreThread(
+            store,
+            lambda call, result: hub.call_soon(self.on_reply, call, result),
+            name="celery-fair-store",
+        )
+
+    def close(self) -> None:
+        """The worker is shutting down: report what finished; later finishes are reported inline.
+
+        A store call still in flight is abandoned; if it admitted jobs, they are released
+        when this worker's lease expires.
+        """
+        with self._lock:
+            self._closed = True
+            runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.stop(timeout=5.0)
+        with self._lock:
+            self.engine.flush()
 
     # -- republishing --------------------------------------------------------------------
 
@@ -420,7 +557,7 @@ class Gate:
             return False
         message.ack()
         worker_state.task_ready(req)
-        self._forget(req.id)
+        self._forget(job_uid(req.id, req.request_dict.get("retries")))
         logger.info("Returned held task %s[%s] to the broker: %s.", req.name, req.id, reason)
         return True
 
@@ -483,6 +620,7 @@ class Gate:
                 "plain-running": self.nonfair_running,
                 "fair-capacity": self.scheduler.capacity,
                 **{f"fair-{name.replace('_', '-')}": n for name, n in self.counts.items()},
+                **{f"fair-store-{name}": v for name, v in self.engine.info().items()},
             }
 
     def _default_max_hold(self) -> float:

@@ -32,8 +32,10 @@ __all__ = [
     "JOB_ID",
     "JOB_TYPE",
     "SUBMITTED",
+    "TOKEN",
     "FairHeaders",
     "HeaderProblem",
+    "job_uid",
     "parse_headers",
 ]
 
@@ -43,6 +45,21 @@ JOB_TYPE = "job_type"
 SUBMITTED = "fair_submitted"
 REPUBLISHED = "fair_republished"
 ERROR = "fair_error"
+TOKEN = "fair_token"  # set by the gate on admission: the job's fencing token
+
+
+def job_uid(task_id: str, retries: object) -> str:
+    """A job's identity in the gate and the store: its task id, plus the retry it is.
+
+    ``Task.retry`` sends a new message with the same task id; it is another job (it may even
+    arrive while the first run is still ending), so each retry gets its own uid.
+
+    >>> job_uid("1f0c", 0), job_uid("1f0c", 2)
+    ('1f0c', '1f0c/retry-2')
+    """
+    if not retries or not isinstance(retries, int):
+        return task_id
+    return f"{task_id}/retry-{retries}"
 
 
 @dataclass(frozen=True, slots=True)

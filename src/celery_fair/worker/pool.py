@@ -56,7 +56,7 @@ class FairPoolMixin:
     def apply_async(self, target: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         gate = self.fair_gate
         if gate is not None:
-            options = gate.wrap_callbacks(options)
+            options = gate.wrap_callbacks(args, options)
         return super().apply_async(target, args, kwargs, **options)  # type: ignore[misc]
 
     def _get_info(self) -> dict[str, Any]:
@@ -110,17 +110,20 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
         return
     from ..api import declared_types
     from ..settings import FairSettings
+    from .bootstep import open_store
 
     try:
         settings = FairSettings.from_celery_conf(sender.app.conf)
         types = declared_types(sender.app, dict(settings.types))
         inner = resolve_inner(settings.pool)
+        store = open_store(settings, sender.app)
     except ConfigurationError as exc:
         # Signal handlers' exceptions are only logged by Celery; a wrong setting must stop.
         print(f"celery-fair: invalid configuration: {exc}", file=sys.stderr)
         raise SystemExit(78) from None  # EX_CONFIG
     sender.fair_settings = settings
     sender.fair_types = types
+    sender.fair_store = store
     sender.pool_cls = fair_pool_class(inner)
 
 
