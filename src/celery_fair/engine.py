@@ -164,7 +164,7 @@ class Engine:
         self.epoch = ""
         self.workers = 1
         self.counts = dict.fromkeys(
-            ("calls", "refused", "stalled", "dropped", "registered", "outages"), 0
+            ("calls", "failed", "refused", "stalled", "dropped", "registered", "outages"), 0
         )
         # _jobs: every job given to submit() and not yet finished or cancelled, by ref.
         self._jobs: dict[Hashable, _Job] = {}
@@ -562,6 +562,7 @@ class Engine:
     # -- internals: outages ----------------------------------------------------------------
 
     def _failed(self, call: Call, exc: BaseException) -> Decision:
+        self.counts["failed"] += 1
         core = self.core
         for admission in call.admissions:
             core.revert(admission.ref)

@@ -117,6 +117,10 @@ def make_app(
     def repack(tag: str, seconds: float = 0.01) -> str:
         return run(tag, seconds, type="repack")
 
+    @fair_task(app=app, name="fairapp.snapshot", type="snapshot", priority=4, max_concurrency=2)
+    def snapshot(tag: str, seconds: float = 0.01) -> str:
+        return run(tag, seconds, type="snapshot")
+
     @fair_task(
         app=app,
         name="fairapp.locked",
