@@ -17,6 +17,10 @@ app.conf.update(
     task_ignore_result=True,
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
+    # "memory": this worker's state alone; a redis:// URL: the shared store (the default on a
+    # Redis broker is the broker's Redis).
+    fair_store_url=os.environ.get("BENCH_STORE") or None,
+    fair_store_prefix=f"bench-{os.environ.get('BENCH_QUEUE', 'bench')}",
 )
 KEY = os.environ.get("BENCH_KEY", "bench")
 RECORD = redis.Redis.from_url("redis://127.0.0.1:6379/0")

@@ -40,7 +40,7 @@ import logging
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .core import Admission, CancelOutcome, Clock, JobType, MonotonicClock, Scheduler
 from .errors import DuplicateJob, UnknownJob
@@ -55,6 +55,9 @@ from .store.base import (
     conflict_field,
     estimate_field,
 )
+
+if TYPE_CHECKING:
+    from .store.redis import RedisStore, Request
 
 __all__ = ["OUTAGE_POLICIES", "Call", "Decision", "Engine", "Mode"]
 
@@ -98,6 +101,15 @@ class Call:
     # The engine's own records: whose finishes ride on this call, whose registration.
     finished: list[Any] = field(default_factory=list)
     flipped: list[Any] = field(default_factory=list)
+
+    def request(self, store: RedisStore) -> Request:
+        """The same call, packed for a client that sends it and reads the reply itself."""
+        watch = [conflict_field(*ckey) for ckey in self.watch]
+        if self.kind == "admit":
+            return store.admit_request(self.worker, self.asks, self.done, watch)
+        if self.kind == "beat":
+            return store.heartbeat_request(self.worker, watch, self.keys)
+        return store.register_request(self.worker, self.running)
 
     def execute(self, store: Store) -> Any:
         """Make the call. Raises whatever the store raises (``StoreUnavailable``...)."""
@@ -173,6 +185,11 @@ class Engine:
         self._done: list[tuple[Done, _Job]] = []
         # _stalled: jobs whose uid runs elsewhere, withdrawn from the core until this time.
         self._stalled: dict[Hashable, float] = {}
+        # _mine_tiers / _mine_types: this worker's jobs that the store counts as running, by
+        # priority and by type: those with ``in_store`` set, plus the finished ones in _done
+        # and in the call in flight (the store has not heard of their end yet).
+        self._mine_tiers: dict[int, int] = {}
+        self._mine_types: dict[str, int] = {}
         # _local_holds: conflicts held "elsewhere" only because local mode cannot check them.
         self._local_holds: set[tuple[str, str]] = set()
         self._inflight: Call | None = None
@@ -405,6 +422,7 @@ class Engine:
         jobs = self._jobs
         self._see_epoch(reply.epoch)
         for done, job, fin in zip(call.done, call.finished, reply.finished, strict=True):
+            self._count_mine(job, -1)
             if fin.applied and done.elapsed is not None and fin.estimate is not None:
                 core.set_estimate(job.ask.type, job.job_id, fin.estimate)  # the fleet's
         start: list[Admission] = []
@@ -419,7 +437,7 @@ class Engine:
             if verdict is Verdict.ADMITTED:
                 job.token = grant.token
                 job.estimate = grant.estimate if grant.estimate is not None else 0.0
-                job.in_store = True
+                self._count_mine(job, 1)
                 self._max_token = max(self._max_token, grant.token)
                 if job.cancelled:
                     self.finish(ref, None)
@@ -462,7 +480,7 @@ class Engine:
             self.core.set_accumulated(key, value)
         self._see_fleet(view.tiers, view.types, view.workers)
         self._see_conflicts(call.watch, [view.held[conflict_field(*c)] for c in call.watch])
-        expected = sum(1 for job in self._jobs.values() if job.in_store) + len(self._done)
+        expected = sum(self._mine_types.values())
         if view.mine < expected:
             # The store lost some of our jobs (our lease expired during a pause, or it came
             # back empty): they do run, so they must count again.
@@ -498,9 +516,18 @@ class Engine:
                     )
                 )
                 if not job.in_store:
-                    job.in_store = True
+                    self._count_mine(job, 1)
                     call.flipped.append(job)
         return call
+
+    def _count_mine(self, job: _Job, n: int) -> None:
+        """``job`` starts (1) or stops (-1) counting as running here in the store's eyes."""
+        job.in_store = n > 0
+        ask = job.ask
+        tiers = self._mine_tiers
+        types = self._mine_types
+        tiers[ask.priority] = tiers.get(ask.priority, 0) + n
+        types[ask.type] = types.get(ask.type, 0) + n
 
     def _see_epoch(self, epoch: str) -> None:
         if self.epoch and epoch != self.epoch:
@@ -517,17 +544,8 @@ class Engine:
         """The fleet's running counts: what is not ours runs elsewhere."""
         self.workers = max(1, workers)
         core = self.core
-        mine_tiers: dict[int, int] = {}
-        mine_types: dict[str, int] = {}
-        for job in self._jobs.values():
-            if job.in_store:
-                ask = job.ask
-                mine_tiers[ask.priority] = mine_tiers.get(ask.priority, 0) + 1
-                mine_types[ask.type] = mine_types.get(ask.type, 0) + 1
-        for _, job in self._done:  # finished here, but the store has not been told yet
-            ask = job.ask
-            mine_tiers[ask.priority] = mine_tiers.get(ask.priority, 0) + 1
-            mine_types[ask.type] = mine_types.get(ask.type, 0) + 1
+        mine_tiers = self._mine_tiers
+        mine_types = self._mine_types
         tiers_else = {p: max(0, n - mine_tiers.get(p, 0)) for p, n in tiers.items()}
         types_else = {t: max(0, n - mine_types.get(t, 0)) for t, n in types.items()}
         core.set_running_elsewhere(tiers_else, types_else)
@@ -575,7 +593,7 @@ class Engine:
         elif call.kind == "register":
             self._must_register = True
             for job in call.flipped:
-                job.in_store = False
+                self._count_mine(job, -1)
         now = self.clock.now()
         self._backoff = min(10.0, max(0.5, self._backoff * 2))
         self._pause_until = now + self._backoff

@@ -10,15 +10,9 @@ import uuid
 
 import pytest
 import redis
+from shared_redis import REDIS_URL, clean
 
 from celery_fair.store import MemoryStore, RedisStore
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-def clean(client: redis.Redis, prefix: str) -> None:
-    for key in client.scan_iter(match=f"{{{prefix}}}:*", count=1000):
-        client.delete(key)
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import uuid
 
 import redis
 from harness import wait_until
+from shared_redis import REDIS_URL, clean
 from test_contract import ask
 
 from celery_fair.core import CostLifecycle
 from celery_fair.store import Done, RedisStore, Verdict, conflict_field
-from conftest import REDIS_URL, clean
 
 LEASE = 1.0
 

@@ -6,10 +6,10 @@ import uuid
 
 import redis
 from harness import wait_until
+from shared_redis import REDIS_URL, clean
 
 from celery_fair.core import CostLifecycle
 from celery_fair.store import Ask, Done, RedisStore
-from conftest import REDIS_URL, clean
 
 KEYS = 100_000
 BATCH = 1_000

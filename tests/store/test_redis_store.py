@@ -11,6 +11,7 @@ from harness import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
+from shared_redis import REDIS_URL, clean
 from test_contract import ask
 
 from celery_fair.core import CostLifecycle
@@ -18,7 +19,6 @@ from celery_fair.core.clock import SimClock
 from celery_fair.errors import ConfigurationError, StoreUnavailable
 from celery_fair.store import Done, MemoryStore, RedisStore, Running, Verdict, conflict_field
 from celery_fair.store.redis import KEY_NAMES
-from conftest import REDIS_URL, clean
 
 NEVER = CostLifecycle.never()
 

@@ -8,8 +8,9 @@ import sys
 import uuid
 from pathlib import Path
 
+from shared_redis import REDIS_URL, clean
+
 from celery_fair.store.redis import KEY_NAMES
-from conftest import REDIS_URL, clean
 
 CLIENTS = 8
 CYCLES = 600

@@ -8,9 +8,9 @@ SCRIPT FLUSH). Time is the Redis server's clock (``TIME``), so worker clocks may
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.types import CostLifecycle
 from ..errors import ConfigurationError, StoreUnavailable
@@ -30,7 +30,7 @@ from .base import (
 if TYPE_CHECKING:
     import redis as redis_py
 
-__all__ = ["KEY_NAMES", "RedisStore"]
+__all__ = ["KEY_NAMES", "RedisStore", "Request", "Wire", "script_reply_error"]
 
 KEY_NAMES = (
     "meta",
@@ -51,6 +51,14 @@ KEY_NAMES = (
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
 _SCRIPTS = ("admit", "complete", "heartbeat", "register")
+
+
+class Request(NamedTuple):
+    """One script call, packed: what to send, and how to read the reply."""
+
+    script: str
+    args: list[str]
+    parse: Callable[[Any], Any]
 
 
 def _source(name: str) -> str:
@@ -78,6 +86,61 @@ def _finished(done: Iterable[Done], results: list[Any]) -> list[Finished]:
 
 def _pairs(flat: list[Any], key: type) -> dict[Any, int]:
     return {key(flat[i].decode()): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+class Wire:
+    """One connection to Redis that speaks RESP through hiredis.
+
+    redis-py opens it (TLS, AUTH, SELECT, timeouts as the client was configured); after that,
+    commands are packed and replies parsed by hiredis on the socket, at a fraction of the cost
+    of a redis-py call. Blocking reads (``call``) and reads driven by an event loop (``feed``
+    when the socket is readable) use the same connection logic. Not thread-safe.
+    """
+
+    def __init__(self, client: redis_py.Redis) -> None:
+        self.client = client
+        self.conn: Any = None
+        self.sock: Any = None
+        self.reader: Any = None
+
+    def open(self) -> int:
+        """Connect if not connected; return the socket's file descriptor."""
+        if self.conn is None:
+            import hiredis
+
+            conn = self.client.connection_pool.make_connection()
+            conn.connect()  # type: ignore[no-untyped-call]
+            self.conn = conn
+            self.sock = conn._sock  # type: ignore[attr-defined]
+            self.reader = hiredis.Reader()
+        return int(self.sock.fileno())
+
+    def send(self, parts: tuple[str | int, ...]) -> None:
+        import hiredis
+
+        self.sock.sendall(hiredis.pack_command(parts))  # type: ignore[arg-type]
+
+    def feed(self) -> Any:
+        """Read what has arrived: the reply, or ``False`` while it is incomplete."""
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("Redis closed the connection")
+        self.reader.feed(data)
+        return self.reader.gets()
+
+    def close(self) -> None:
+        conn, self.conn, self.sock, self.reader = self.conn, None, None, None
+        if conn is not None:
+            conn.disconnect()
+
+
+def script_reply_error(message: str) -> Exception:
+    """The exception that an error reply from one of the scripts stands for."""
+    if "celery-fair:" in message:
+        return ConfigurationError(message)
+    if message.startswith(("LOADING", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "MASTERDOWN")):
+        return StoreUnavailable(f"Redis store cannot answer now: {message}")
+    return RuntimeError(f"a celery-fair script failed in Redis: {message}")
 
 
 class RedisStore:
@@ -118,8 +181,15 @@ class RedisStore:
         self.lease = float(lease)
         self.dedupe = float(dedupe)
         self.epoch = ""
+        self._head_cache: tuple[str, str, list[str]] | None = None
         self.keys = [f"{{{prefix}}}:{name}" for name in KEY_NAMES]
-        self._scripts = {name: client.register_script(_source(name)) for name in _SCRIPTS}
+        import redis as redis_lib
+
+        # Plain Redis: scripts go over a hiredis wire; Redis Cluster: through redis-py, which
+        # routes each call to the node that serves the prefix's hash slot.
+        self._wire = Wire(client) if type(client) is redis_lib.Redis else None
+        self._sources = {name: _source(name) for name in _SCRIPTS}
+        self._scripts = {name: client.register_script(self._sources[name]) for name in _SCRIPTS}
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
@@ -130,6 +200,10 @@ class RedisStore:
         return cls(redis_py.Redis.from_url(url, **client_options), **options)
 
     # -- operations ------------------------------------------------------------------------
+    #
+    # Each operation is a request (the script and its arguments) and the parsing of its reply,
+    # so the same packing serves the blocking calls below and an event loop that sends the
+    # request and reads the reply when it arrives (celery_fair.worker.link).
 
     def admit(
         self,
@@ -139,8 +213,44 @@ class RedisStore:
         watch: list[str] | None = None,
     ) -> Reply:
         """One round trip: release ``done``, admit what fits of ``asks``, read ``watch``."""
+        result: Reply = self.run(self.admit_request(worker, asks, done, watch))
+        return result
+
+    def finish(self, worker: str, done: list[Done]) -> list[Finished]:
+        """Release ``done`` in one round trip."""
+        result: list[Finished] = self.run(self.finish_request(worker, done))
+        return result
+
+    def heartbeat(self, worker: str, conflicts: list[str], keys: list[str]) -> View:
+        """Renew the lease, reclaim, read counts, conflicts and costs: one round trip."""
+        result: View = self.run(self.heartbeat_request(worker, conflicts, keys))
+        return result
+
+    def register(self, worker: str, jobs: list[Running]) -> int:
+        """Put back the running jobs the store forgot: one round trip."""
+        result: int = self.run(self.register_request(worker, jobs))
+        return result
+
+    def run(self, request: Request) -> Any:
+        """Make ``request`` now, blocking until Redis answers."""
+        return self.parse(request, self._call(request.script, request.args))
+
+    def parse(self, request: Request, raw: Any) -> Any:
+        """What ``request``'s reply means; every reply starts with the store's epoch."""
+        self.epoch = raw[0].decode()
+        return request.parse(raw)
+
+    def admit_request(
+        self,
+        worker: str,
+        asks: list[Ask],
+        done: list[Done] | None = None,
+        watch: list[str] | None = None,
+    ) -> Request:
+        done = done or []
+        watch = watch or []
         args = self._head(worker)
-        _pack_done(args, done or ())
+        _pack_done(args, done)
         args.append(str(len(asks)))
         for a in asks:
             args += (
@@ -155,57 +265,58 @@ class RedisStore:
                 _opt(a.cost),
                 repr(float(a.default_cost)),
             )
-        watch = watch or []
         args += watch
-        _, _, finished, results, tiers, types, held, workers = self._call("admit", args)
-        grants = []
-        for a, (status, token, estimate, acc) in zip(asks, results, strict=True):
-            verdict = Verdict(status.decode())
-            grants.append(
-                Grant(
-                    a.uid,
-                    verdict,
-                    int(token),
-                    float(estimate) if verdict is Verdict.ADMITTED else None,
-                    float(acc),
-                )
-            )
-        return Reply(
-            self.epoch,
-            _finished(done or (), finished),
-            grants,
-            _pairs(tiers, int),
-            _pairs(types, str),
-            {c: bool(h) for c, h in zip(watch, held, strict=True)},
-            int(workers),
-        )
 
-    def finish(self, worker: str, done: list[Done]) -> list[Finished]:
-        """Release ``done`` in one round trip."""
+        def parse(raw: Any) -> Reply:
+            _, _, finished, results, tiers, types, held, workers = raw
+            grants = []
+            for a, (status, token, estimate, acc) in zip(asks, results, strict=True):
+                verdict = Verdict(status.decode())
+                admitted = verdict is Verdict.ADMITTED
+                grants.append(
+                    Grant(a.uid, verdict, int(token), float(estimate) if admitted else None,
+                          float(acc))
+                )  # fmt: skip
+            return Reply(
+                self.epoch,
+                _finished(done, finished),
+                grants,
+                _pairs(tiers, int),
+                _pairs(types, str),
+                {c: bool(h) for c, h in zip(watch, held, strict=True)},
+                int(workers),
+            )
+
+        return Request("admit", args, parse)
+
+    def finish_request(self, worker: str, done: list[Done]) -> Request:
         args = self._head(worker)
         _pack_done(args, done)
-        _, _, results, _, _ = self._call("complete", args)
-        return _finished(done, results)
+        return Request("complete", args, lambda raw: _finished(done, raw[2]))
 
-    def heartbeat(self, worker: str, conflicts: list[str], keys: list[str]) -> View:
+    def heartbeat_request(self, worker: str, conflicts: list[str], keys: list[str]) -> Request:
         args = self._head(worker)
         args.append(str(len(conflicts)))
         args += conflicts
         args += keys
-        _, now, mine, reclaimed, tiers, types, held, accs, workers = self._call("heartbeat", args)
-        return View(
-            self.epoch,
-            float(now),
-            int(mine),
-            int(reclaimed),
-            _pairs(tiers, int),
-            _pairs(types, str),
-            {c: bool(h) for c, h in zip(conflicts, held, strict=True)},
-            {k: float(v) for k, v in zip(keys, accs, strict=True)},
-            int(workers),
-        )
 
-    def register(self, worker: str, jobs: list[Running]) -> int:
+        def parse(raw: Any) -> View:
+            _, now, mine, reclaimed, tiers, types, held, accs, workers = raw
+            return View(
+                self.epoch,
+                float(now),
+                int(mine),
+                int(reclaimed),
+                _pairs(tiers, int),
+                _pairs(types, str),
+                {c: bool(h) for c, h in zip(conflicts, held, strict=True)},
+                {k: float(v) for k, v in zip(keys, accs, strict=True)},
+                int(workers),
+            )
+
+        return Request("heartbeat", args, parse)
+
+    def register_request(self, worker: str, jobs: list[Running]) -> Request:
         args = self._head(worker)
         args.append(str(len(jobs)))
         for j in jobs:
@@ -220,8 +331,11 @@ class RedisStore:
                 repr(float(j.estimate)),
                 repr(float(j.default_cost)),
             )
-        _, registered = self._call("register", args)
-        return int(registered)
+        return Request("register", args, lambda raw: int(raw[1]))
+
+    def script(self, name: str) -> tuple[str, str]:
+        """A script's SHA1 and its source, for clients that send it themselves."""
+        return self._scripts[name].sha, self._sources[name]
 
     def check(self) -> None:
         """Fail now, not at the first decision, if the store holds another schema.
@@ -249,39 +363,69 @@ class RedisStore:
         return 0.0 if value is None else float(value)
 
     def close(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
         self.client.close()
 
     # -- internals ---------------------------------------------------------------------------
 
     def _head(self, worker: str) -> list[str]:
-        life = self.lifecycle
-        return [
-            SCHEMA,
-            self.epoch,
-            worker,
-            repr(self.lease),
-            repr(self.lease),  # the recovery window: every live worker calls within a lease
-            _opt(life.cost_ttl),
-            _opt(life.estimate_ttl),
-            _opt(life.reset_interval),
-            "1" if life.advance_idle else "0",
-            repr(float(self.alpha)),
-            repr(self.dedupe),
-        ]
+        """The arguments every script starts with (see lua/common.lua); fresh list each call."""
+        cached = self._head_cache
+        if cached is None or cached[0] != self.epoch or cached[1] != worker:
+            life = self.lifecycle
+            head = [
+                SCHEMA,
+                self.epoch,
+                worker,
+                repr(self.lease),
+                repr(self.lease),  # the recovery window: every live worker calls within a lease
+                _opt(life.cost_ttl),
+                _opt(life.estimate_ttl),
+                _opt(life.reset_interval),
+                "1" if life.advance_idle else "0",
+                repr(float(self.alpha)),
+                repr(self.dedupe),
+            ]
+            cached = self._head_cache = (self.epoch, worker, head)
+        return list(cached[2])
 
     def _call(self, name: str, args: list[str]) -> Any:
+        wire = self._wire
+        if wire is None:
+            return self._call_client(name, args)
+        import hiredis
+
+        keys = self.keys
+        full = False
+        failures: tuple[type[BaseException], ...] = (OSError, *_unavailable())
+        try:
+            wire.open()
+            while True:
+                head = ("EVAL", self._sources[name]) if full else ("EVALSHA", self.script(name)[0])
+                wire.send((*head, len(keys), *keys, *args))
+                raw = wire.feed()
+                while raw is False:
+                    raw = wire.feed()
+                if not isinstance(raw, hiredis.ReplyError):
+                    return raw
+                if str(raw).startswith("NOSCRIPT") and not full:
+                    full = True  # Redis forgot the script (a restart, SCRIPT FLUSH): send it
+                    continue
+                raise script_reply_error(str(raw))
+        except failures as exc:
+            wire.close()
+            raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
+
+    def _call_client(self, name: str, args: list[str]) -> Any:
         import redis as redis_py
 
         try:
-            reply = self._scripts[name](keys=self.keys, args=args)
+            return self._scripts[name](keys=self.keys, args=args)
         except _unavailable() as exc:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
         except redis_py.ResponseError as exc:
-            if "celery-fair:" in str(exc):
-                raise ConfigurationError(str(exc)) from None
-            raise
-        self.epoch = reply[0].decode()
-        return reply
+            raise script_reply_error(str(exc)) from None
 
     def _read(self, op: Any) -> Any:
         try:

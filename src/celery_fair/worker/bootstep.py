@@ -99,7 +99,7 @@ class FairGateStep(bootsteps.StartStopStep):
         gate.consumer = c
         gate.pool = c.pool
         gate.on_connected()
-        gate.start_store_thread(c.hub)
+        gate.start_link(c.hub)
         settings = gate.settings
         self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if gate.engine.store is not None:

@@ -28,9 +28,9 @@ Held messages and the broker (docs/operations.md):
 
 Shared state (docs/store.md): decisions go through an ``Engine``. Alone (no store) the core
 decides at once. With the Redis store, every admission is confirmed by one script call that
-also carries the jobs that finished since the last one; with an event loop those calls run on
-a thread of their own (``StoreThread``), one at a time, and their answers come back to the
-loop, so the loop never waits for Redis; without one they are made inline.
+also carries the jobs that finished since the last one; with an event loop the call is sent
+and its reply read when it arrives (``StoreLink``), one at a time, so the loop never waits for
+Redis; without one the calls are made inline.
 
 Threading: with an event loop (Redis, RabbitMQ) everything runs on the loop thread and pool
 callbacks from other threads are marshalled onto it with ``hub.call_soon``; without one
@@ -39,7 +39,6 @@ callbacks from other threads are marshalled onto it with ``hub.call_soon``; with
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -54,9 +53,11 @@ from celery.worker import state as worker_state
 from ..core import JobType, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
 from ..store.base import Store
+from ..store.redis import RedisStore
 from .headers import ERROR, REPUBLISHED, SUBMITTED, TOKEN, FairHeaders, job_uid, parse_headers
+from .link import StoreLink
 
-__all__ = ["Gate", "StoreThread"]
+__all__ = ["Gate"]
 
 logger = get_logger(__name__)
 
@@ -89,42 +90,6 @@ class Started:
     applied: bool = False
 
 
-class StoreThread:
-    """Makes the engine's store calls one at a time, off the event loop.
-
-    ``post(call, result)`` is called on this thread with each call's reply, or with the
-    exception it raised; the gate passes one that hands both back to the loop.
-    """
-
-    def __init__(self, store: Store, post: Callable[[Call, Any], None], name: str) -> None:
-        self._store = store
-        self._post = post
-        self._calls: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, call: Call) -> None:
-        self._calls.put(call)
-
-    def stop(self, timeout: float) -> None:
-        self._calls.put(None)
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while True:
-            call = self._calls.get()
-            if call is None:
-                return
-            try:
-                result: Any = call.execute(self._store)
-            except Exception as exc:  # the engine handles every failure of a call
-                result = exc
-            try:
-                self._post(call, result)
-            except Exception:
-                logger.exception("celery-fair: could not hand a store reply back to the loop.")
-
-
 class Gate:
     """One worker's fair gate. Created by the consumer bootstep; one per consumer."""
 
@@ -154,8 +119,12 @@ class Gate:
             outage=settings.store_outage,
             poll_interval=settings.store_poll_interval,
         )
-        self._runner: StoreThread | None = None
+        self._runner: StoreLink | None = None
+        self._hub: Any = None
+        self._dirty = False  # something changed since the last store call was planned
         self._closed = False
+        # _pool_slots: the pool's size (autoscale moves it), read again by every sweep.
+        self._pool_slots = self._slots()
         # held: fair requests not yet admitted, by task id, oldest first.
         self.held: dict[str, Held] = {}
         # started: requests handed to the pool and not finished, by task id.
@@ -256,27 +225,45 @@ class Gate:
     def dispatch(self) -> None:
         """Start every held job that may start now. O(admitted), independent of held jobs.
 
-        Alone, the core decides here and now; with a shared store this starts the next store
-        call if none is in flight, and the jobs start when its answer comes back.
+        Alone, the core decides here and now. With a shared store on an event loop, this only
+        notes that something changed: the loop's next turn makes one store call for all that
+        changed during this turn (``_tick``), and the jobs start when its answer comes back.
         """
         with self._lock:
-            self.scheduler.set_capacity(max(0, self._slots() - self.nonfair_running))
-            runner = self._runner
-            if runner is None:
-                self._act(self.engine.run_inline())
+            capacity = max(0, self._pool_slots - self.nonfair_running)
+            if capacity != self.scheduler.capacity:
+                self.scheduler.set_capacity(capacity)
+            if self._runner is None:
+                decision = self.engine.run_inline()
+                if decision.start or decision.drop:
+                    self._act(decision)
             else:
-                decision = self.engine.decide()
-                self._act(decision)
-                if decision.call is not None:
-                    runner.submit(decision.call)
+                self._dirty = True
             self._adjust_qos()
             if len(self.held) >= self.settings.max_held:
                 self._spill()
 
+    def _tick(self) -> None:
+        """Once per turn of the event loop, before it polls: the store call this turn needs."""
+        if not self._dirty:
+            return
+        with self._lock:
+            self._dirty = False
+            runner = self._runner
+            if runner is None:
+                return
+            decision = self.engine.decide()
+            if decision.start or decision.drop:
+                self._act(decision)
+            if decision.call is not None:
+                runner.submit(decision.call)
+
     def on_reply(self, call: Call, result: Any) -> None:
         """A store call came back (on the loop): act on it, then decide again."""
         with self._lock:
-            self._act(self.engine.apply(call, result))
+            decision = self.engine.apply(call, result)
+            if decision.start or decision.drop:
+                self._act(decision)
             self.dispatch()
 
     def _act(self, decision: Decision) -> None:
@@ -417,6 +404,7 @@ class Gate:
     def sweep(self) -> None:
         """Periodic: drop revoked and expired holds, refresh old holds, follow the pool size."""
         with self._lock:
+            self._pool_slots = self._slots()
             self._drop_revoked()
             self._refresh_old_holds()
             self.dispatch()
@@ -509,16 +497,20 @@ class Gate:
             self.held.clear()
             self.qos_raised = 0  # a new connection gets a new QoS
 
-    def start_store_thread(self, hub: Any) -> None:
-        """With an event loop, make store calls on a thread of their own (see StoreThread)."""
+    def start_link(self, hub: Any) -> None:
+        """With an event loop, make store calls on it without blocking it (see link.py).
+
+        Without one, or with a store the link cannot drive (Redis Cluster), calls are made
+        inline, which blocks for one round trip each.
+        """
         store = self.engine.store
-        if store is None or self._runner is not None or hub is None:
+        if self._runner is not None or hub is None or not StoreLink.supports(store):
             return
-        self._runner = StoreThread(
-            store,
-            lambda call, result: hub.call_soon(self.on_reply, call, result),
-            name="celery-fair-store",
-        )
+        assert isinstance(store, RedisStore)
+        self._runner = StoreLink(store, hub, self.on_reply)
+        self._hub = hub
+        hub.on_tick.add(self._tick)
+        self._dirty = True
 
     def close(self) -> None:
         """The worker is shutting down: report what finished; later finishes are reported inline.
@@ -529,9 +521,9 @@ class Gate:
         with self._lock:
             self._closed = True
             runner, self._runner = self._runner, None
-        if runner is not None:
-            runner.stop(timeout=5.0)
-        with self._lock:
+            if runner is not None:
+                runner.close()
+                self._hub.on_tick.discard(self._tick)
             self.engine.flush()
 
     # -- republishing --------------------------------------------------------------------
