@@ -47,7 +47,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
     }
 )
 
-STORE_SCHEMES = ("redis", "rediss", "unix")
+STORE_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 _TYPE_OPTIONS = {"priority", "max_concurrency", "conflict_group", "default_cost"}
 

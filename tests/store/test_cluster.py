@@ -491,3 +491,34 @@ def test_admit_on_a_live_master_of_a_failed_cluster_raises_store_unavailable(out
 def test_a_read_on_a_live_master_of_a_failed_cluster_raises_store_unavailable(outage):
     with pytest.raises(StoreUnavailable):
         outage.kept.accumulated_cost("k")
+
+
+def test_a_worker_names_the_cluster_by_url_and_its_engine_decides_through_it(cluster):
+    # fair_store_url = "redis+cluster://host:port" in a worker; here the same store, by hand,
+    # under two engines (two workers) sharing a conflict.
+    from celery_fair.core import JobType, Scheduler, SchedulerConfig, SimClock
+    from celery_fair.engine import Engine
+
+    prefix = f"test-url-{uuid.uuid4().hex[:8]}"
+    clock = SimClock()
+    stores = [
+        RedisStore.from_url(f"redis+cluster://{HOST}:{cluster.ports[1]}", prefix=prefix)
+        for _ in range(2)
+    ]
+    clone = JobType("clone", 8, conflict_group="git")
+    one, two = (
+        Engine(Scheduler(SchedulerConfig(2), clock, [clone]), store, worker=f"w{i}", clock=clock)
+        for i, store in enumerate(stores)
+    )
+    try:
+        one.submit("a", "clone", "linux", "k", arrival=0)
+        two.submit("b", "clone", "linux", "k", arrival=0)
+        assert [a.ref for a in one.run_inline().start] == ["a"]
+        assert two.run_inline().start == []  # the conflict is held on the cluster
+        one.finish("a", 1.0, final=True)
+        one.run_inline()
+        clock.advance(1.0)
+        assert [a.ref for a in two.run_inline().start] == ["b"]
+    finally:
+        for store in stores:  # the cluster is this module's own: its keys go with it
+            store.close()

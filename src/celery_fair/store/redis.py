@@ -193,10 +193,19 @@ class RedisStore:
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
-        """A store on the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        """A store on the Redis at ``url``.
+
+        ``redis://``, ``rediss://`` and ``unix://`` name one server; ``redis+cluster://host:port``
+        (or ``rediss+cluster://``) names any node of a Redis Cluster.
+        """
         import redis as redis_py
+        from redis.cluster import RedisCluster
 
         client_options = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+        scheme, sep, rest = url.partition("://")
+        if scheme in ("redis+cluster", "rediss+cluster"):
+            node_url = f"{scheme.split('+')[0]}{sep}{rest}"
+            return cls(RedisCluster.from_url(node_url, **client_options), **options)
         return cls(redis_py.Redis.from_url(url, **client_options), **options)
 
     # -- operations ------------------------------------------------------------------------
