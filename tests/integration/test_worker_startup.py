@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import redis
 from harness import HERE, gate_stats, wait_until
 
 from celery_fair import fair_headers
@@ -60,7 +61,37 @@ def test_fair_pool_wraps_the_pool_fair_pool_names(make_run, start_worker, inner)
 )
 def test_a_bad_setting_stops_the_worker_with_a_message_naming_it(make_run, conf, message):
     run = make_run(conf=conf)
-    proc = subprocess.run(
+    proc = run_worker_to_exit(run)
+    assert proc.returncode == 78
+    assert f"celery-fair: invalid configuration: {message}" in proc.stderr
+
+
+@pytest.mark.parametrize("broker", ["redis"])
+def test_a_store_holding_another_schema_stops_the_worker(make_run):
+    run = make_run()  # the broker's Redis is the store, under the run's prefix
+    client = redis.Redis.from_url(run.url)
+    client.hset(f"{{{run.prefix}}}:meta", "schema", "999")
+    client.close()
+    proc = run_worker_to_exit(run)
+    assert proc.returncode == 78
+    assert "celery-fair: invalid configuration: celery-fair: the store at" in proc.stderr
+    assert "has schema 999" in proc.stderr
+
+
+@pytest.mark.parametrize("broker", ["redis", "amqp"])
+@pytest.mark.parametrize(
+    ("store", "mode"), [(None, None), ("memory", None), ("redis://127.0.0.1:6379/3", "shared")]
+)
+def test_where_a_worker_keeps_its_state(make_run, start_worker, broker, store, mode):
+    # None: the broker's Redis on a Redis broker, this worker alone on RabbitMQ.
+    run = make_run(conf={} if store is None else {"fair_store_url": store})
+    worker = start_worker(run, concurrency=1)
+    expected = mode or ("shared" if broker == "redis" and store is None else "alone")
+    assert gate_stats(run, worker)["fair-store-mode"] == expected
+
+
+def run_worker_to_exit(run):
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -81,5 +112,3 @@ def test_a_bad_setting_stops_the_worker_with_a_message_naming_it(make_run, conf,
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 78
-    assert f"celery-fair: invalid configuration: {message}" in proc.stderr

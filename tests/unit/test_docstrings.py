@@ -7,7 +7,13 @@ import importlib
 
 import pytest
 
-MODULES = ["celery_fair.core.clock", "celery_fair.core.types", "celery_fair.core.scheduler"]
+MODULES = [
+    "celery_fair.core.clock",
+    "celery_fair.core.types",
+    "celery_fair.core.scheduler",
+    "celery_fair.store.base",
+    "celery_fair.worker.headers",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -33,6 +33,15 @@ Structures and what they index
   waiter's cost.
 - ``Accounts`` holds each key's accumulated cost and counts; ``Estimates`` the learned costs.
 
+A fleet
+-------
+When workers share a store, each core also hears what the others do (``celery_fair.engine``
+feeds it): jobs running elsewhere lower the effective cap of their tier and lane
+(``set_running_elsewhere``), a conflict held elsewhere gets the ``ELSEWHERE`` holder and parks
+its waiters (``hold_elsewhere``/``release_elsewhere``), costs and estimates become the fleet's
+(``set_accumulated``/``set_estimate``), and an admission the store refused is undone
+(``revert``). A cost that goes down moves only its own key queues (``KeyState.queues``).
+
 Complexity
 ----------
 submit O(log n); cancel O(1) (O(log n) for a lent job); an admission O(T + L + (1 + k) log n)
