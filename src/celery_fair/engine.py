@@ -357,9 +357,11 @@ class Engine:
         block (the synchronous consumer loop), and for tests. Returns everything to start
         and to drop; the call of the returned decision is always ``None``.
         """
+        store = self.store
+        if store is None:
+            return Decision(self.core.schedule(), [], None)
         start: list[Admission] = []
         drop: list[Hashable] = []
-        store = self.store
         while True:
             decision = self.decide()
             start += decision.start

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from .types import CostLifecycle
 
+_INF = float("inf")
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -98,6 +100,12 @@ class Estimates:
             del values[key]
             dropped += 1
         return dropped
+
+    def next_due(self) -> float:
+        """When the next estimate expires, if nothing is used before then. O(1)."""
+        if self.ttl is None or not self._values:
+            return _INF
+        return self._values[next(iter(self._values))][1] + self.ttl
 
     def items(self) -> Iterator[tuple[EstimateKey, float]]:
         for key, entry in self._values.items():
@@ -242,6 +250,14 @@ class Accounts:
         if self.lifecycle.advance_idle:
             self._rebuild_active()
         return True
+
+    def next_due(self) -> float:
+        """When the next idle key expires or the next reset falls. O(1)."""
+        due = self._next_reset
+        ttl = self.lifecycle.cost_ttl
+        if ttl is not None and self._idle:
+            due = min(due, self._idle[next(iter(self._idle))] + ttl)
+        return due
 
     def costs(self) -> dict[str, float]:
         return {name: ks.acc for name, ks in self.keys.items()}

@@ -77,6 +77,8 @@ class Scheduler:
         self._tokens = count(1)
         self._estimates = Estimates(config.alpha, config.lifecycle.estimate_ttl)
         self._accounts = Accounts(config.lifecycle, now)
+        # _due: no cost or estimate expires, and no reset falls, before this time.
+        self._due = self._accounts.next_due()
         for jtype in types:
             self.register_type(jtype)
 
@@ -208,6 +210,7 @@ class Scheduler:
             lent_from.on_lent_gone()
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
+            self._expiring(self._accounts.lifecycle.cost_ttl, now)
         return CancelOutcome.CANCELLED
 
     def complete(self, ref: Hashable, elapsed: float) -> Release:
@@ -301,7 +304,9 @@ class Scheduler:
             raise UnknownJobType(f"unknown job type {type!r}")
         if not (_type_of(value) in _NUMBER and 0 <= value < _INF):
             raise SchedulerError(f"estimate must be a finite number >= 0, got {value!r}")
-        self._estimates.set((type, job_id), float(value), self._clock.now())
+        now = self._clock.now()
+        self._estimates.set((type, job_id), float(value), now)
+        self._expiring(self._estimates.ttl, now)
 
     def set_running_elsewhere(self, tiers: Mapping[int, int], types: Mapping[str, int]) -> None:
         """Count, against each cap, the jobs that other workers run (by priority, by type).
@@ -520,6 +525,7 @@ class Scheduler:
             estimate = self._estimates.peek(ekey, jtype.default_cost)
         else:
             estimate = self._estimates.observe(ekey, elapsed, jtype.default_cost, now)
+            self._expiring(self._estimates.ttl, now)
         ckey = job.ckey
         if ckey is not None:
             conflict = self._conflicts.get(ckey)
@@ -527,6 +533,7 @@ class Scheduler:
                 conflict.release()
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
+            self._expiring(self._accounts.lifecycle.cost_ttl, now)
         return Release(ref, jtype.name, job.job_id, key.name, elapsed, estimate)
 
     def _set_acc(self, key: KeyState, value: float) -> None:
@@ -541,9 +548,18 @@ class Scheduler:
             self._accounts.lowered(key)
 
     def _maintain(self, now: float) -> None:
+        """Apply the cost lifecycle due at ``now``; O(1) while nothing is due."""
+        if now < self._due:
+            return
         if self._accounts.expire(now):
             self._reorder()
         self._estimates.expire(now)
+        self._due = min(self._accounts.next_due(), self._estimates.next_due())
+
+    def _expiring(self, ttl: float | None, now: float) -> None:
+        """Something was stamped ``now`` and expires ``ttl`` later: keep ``_due`` no later."""
+        if ttl is not None and now + ttl < self._due:
+            self._due = now + ttl
 
     def _reorder(self) -> None:
         """Accumulated costs went down: rebuild every order that used them. O(keys + loans)."""

@@ -160,7 +160,7 @@ class RedisStore:
 
     def __init__(
         self,
-        client: redis_py.Redis,
+        client: redis_py.Redis | redis_py.RedisCluster,
         prefix: str = "celery_fair",
         *,
         alpha: float = 0.3,

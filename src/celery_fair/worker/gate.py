@@ -122,6 +122,7 @@ class Gate:
         self._runner: StoreLink | None = None
         self._hub: Any = None
         self._dirty = False  # something changed since the last store call was planned
+        self._loop_thread: int | None = None  # the thread the consumer runs the loop on
         self._closed = False
         # _pool_slots: the pool's size (autoscale moves it), read again by every sweep.
         self._pool_slots = self._slots()
@@ -376,10 +377,12 @@ class Gate:
         if observe:
             elapsed = max(0.0, time.monotonic() - (info.accepted or info.dispatched))
         hub = self.consumer.hub
-        if hub is not None and not self._closed:
-            hub.call_soon(self._finished, task_id, elapsed)
-        else:
+        if hub is None or self._closed or threading.get_ident() == self._loop_thread:
+            # On the loop already (prefork's results are read there): release the slot and
+            # start the next job in the same breath, as Celery releases its own semaphore.
             self._finished(task_id, elapsed)
+        else:  # a pool thread (the threads pool): the loop does it
+            hub.call_soon(self._finished, task_id, elapsed)
 
     def _finished(self, uid: str, elapsed: float | None) -> None:
         """A job handed to the pool is done (any outcome): release its slot; learn if timed."""
@@ -479,6 +482,7 @@ class Gate:
 
     def on_connected(self) -> None:
         """A new connection (and QoS): open the lookahead."""
+        self._loop_thread = threading.get_ident()
         with self._lock:
             self.qos_raised = 0
             self._adjust_qos()

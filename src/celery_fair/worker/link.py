@@ -50,7 +50,8 @@ class StoreLink:
         self.hub = hub
         self.deliver = deliver
         self.timeout = timeout
-        self._wire = Wire(store.client)
+        assert StoreLink.supports(store), "the link drives one Redis server, not a cluster"
+        self._wire = Wire(store.client)  # type: ignore[arg-type]
         self._fd: int | None = None
         self._pending: tuple[Call, Request, bool] | None = None
         self._deadline: Any = None
