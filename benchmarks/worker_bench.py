@@ -2,14 +2,18 @@
 
 Run by hand; results go to docs/benchmarks.md with the command:
 
-    python benchmarks/worker_bench.py                       # both brokers, 5 pairs each
-    python benchmarks/worker_bench.py --brokers redis --pairs 3 --quick
+    python benchmarks/worker_bench.py                       # both brokers and states, 5 pairs
+    python benchmarks/worker_bench.py --brokers redis --states redis --pairs 3 --quick
 
 Each measurement publishes N tasks to a fresh queue, starts a fresh ``celery worker`` process
 (prefork either way, concurrency 2), and measures from the first task start to the N-th task end,
 read from what the tasks record in Redis. The same fair tasks run in both modes: without the
 fair pool their headers are simply ignored. A pair is one plain run and one fair run, back to
 back, order alternating; the ratio reported is the median over pairs of fair/plain throughput.
+
+``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
+``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
+``fair_store_url`` on RabbitMQ), each under a fresh prefix.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ BROKERS = {
     "amqp": "amqp://guest:guest@127.0.0.1:5672//",
 }
 RECORD = "redis://127.0.0.1:6379/0"
+STATES = {"memory": "memory", "redis": "redis://127.0.0.1:6379/4"}
 
 
 def bench_app(broker: str, queue: str, key: str):  # type: ignore[no-untyped-def]
@@ -44,7 +49,7 @@ def bench_app(broker: str, queue: str, key: str):  # type: ignore[no-untyped-def
     return importlib.reload(module)
 
 
-def measure(broker: str, mode: str, task: str, n: int, concurrency: int) -> float:
+def measure(broker: str, mode: str, task: str, n: int, concurrency: int, state: str) -> float:
     """Tasks per second for one fresh worker running ``n`` pre-published tasks."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     key = f"bench:{queue}"
@@ -53,7 +58,7 @@ def measure(broker: str, mode: str, task: str, n: int, concurrency: int) -> floa
     target = module.noop if task == "noop" else module.sleep10
     for i in range(n):
         target.apply_async(fairness_key=f"client{i % 10}", job_id=f"r{i % 50}")
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(HERE), "BENCH_STORE": STATES[state]}
     pool = "fair" if mode == "fair" else "prefork"
     proc = subprocess.Popen(
         [
@@ -95,6 +100,9 @@ def measure(broker: str, mode: str, task: str, n: int, concurrency: int) -> floa
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         record.delete(f"{key}:count", f"{key}:first", f"{key}:last")
+        store = redis.Redis.from_url(STATES["redis"])
+        for stale in store.scan_iter(match=f"{{bench-{queue}}}:*"):
+            store.delete(stale)
         with module.app.connection_for_write() as conn:
             conn.default_channel.queue_delete(queue)
     return (n - 1) / (last - first)
@@ -103,27 +111,30 @@ def measure(broker: str, mode: str, task: str, n: int, concurrency: int) -> floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--brokers", default="redis,amqp")
+    parser.add_argument("--states", default="memory,redis", help="memory and/or redis")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="few tasks, to check it runs")
     args = parser.parse_args()
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
-    print(f"{'broker':6} {'task':5} {'plain/s':>9} {'fair/s':>9} {'fair/plain':>10}  pairs")
+    header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
+    print(f"{header} {'fair/plain':>10}  pairs")
     for broker in args.brokers.split(","):
-        for task, n in sizes.items():
-            plain, fair, ratios = [], [], []
-            for i in range(args.pairs):
-                order = ("plain", "fair") if i % 2 == 0 else ("fair", "plain")
-                got = {m: measure(broker, m, task, n, args.concurrency) for m in order}
-                plain.append(got["plain"])
-                fair.append(got["fair"])
-                ratios.append(got["fair"] / got["plain"])
-            print(
-                f"{broker:6} {task:5} {statistics.median(plain):>9.0f} "
-                f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f}  "
-                f"{' '.join(f'{r:.2f}' for r in ratios)}",
-                flush=True,
-            )
+        for state in args.states.split(","):
+            for task, n in sizes.items():
+                plain, fair, ratios = [], [], []
+                for i in range(args.pairs):
+                    order = ("plain", "fair") if i % 2 == 0 else ("fair", "plain")
+                    got = {m: measure(broker, m, task, n, args.concurrency, state) for m in order}
+                    plain.append(got["plain"])
+                    fair.append(got["fair"])
+                    ratios.append(got["fair"] / got["plain"])
+                print(
+                    f"{broker:6} {state:6} {task:5} {statistics.median(plain):>9.0f} "
+                    f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f}  "
+                    f"{' '.join(f'{r:.2f}' for r in ratios)}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

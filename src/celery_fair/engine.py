@@ -134,6 +134,7 @@ class _Job:
     estimate: float = 0.0
     in_store: bool = False  # the store counts it as running under this worker
     cancelled: bool = False  # withdrawn while its admission was in flight
+    stalled: bool = False  # its uid was found running elsewhere at least once
 
 
 class Engine:
@@ -234,9 +235,8 @@ class Engine:
         if self.store is None:
             return
         jtype = core.types[type]
-        job = _Job(self._ask(ref, jtype, job_id, fairness_key, cost), "", job_id, arrival, cost)
-        job.group = jtype.conflict_group
-        self._jobs[ref] = job
+        ask = self._ask(ref, jtype, job_id, fairness_key, cost)
+        job = self._jobs[ref] = _Job(ask, jtype.conflict_group, job_id, arrival, cost)
         if self.mode is Mode.LOCAL:
             self._hold_locally(job)
 
@@ -262,10 +262,12 @@ class Engine:
         """
         core = self.core
         try:
-            release = core.release(ref) if elapsed is None else core.complete(ref, elapsed)
+            if elapsed is None:
+                core.release(ref)
+            else:
+                core.complete(ref, elapsed)
         except UnknownJob:
             return
-        del release
         job = self._jobs.pop(ref, None)
         if job is not None and job.in_store:
             self._done.append((Done(job.ask.uid, job.token, elapsed, final), job))
@@ -315,7 +317,6 @@ class Engine:
         if self.mode is not Mode.SHARED:
             self._recovered()
         self._backoff = 0.0
-        self._beat_due = self.clock.now() + self.beat_interval
         if call.kind == "admit":
             return self._apply_admit(call, result)
         if call.kind == "beat":
@@ -367,7 +368,7 @@ class Engine:
             start += decision.start
             drop += decision.drop
             call = decision.call
-            if call is None or store is None:
+            if call is None:
                 return Decision(start, drop, None)
             try:
                 result = call.execute(store)
@@ -455,12 +456,14 @@ class Engine:
             elif verdict is Verdict.RUNNING:
                 core.cancel(ref)
                 self._stalled[ref] = now + self.poll_interval
-                self.counts["stalled"] += 1
-                logger.info(
-                    "celery-fair: job %s runs on another worker; holding this copy until it "
-                    "ends or its worker's lease expires.",
-                    ref,
-                )
+                if not job.stalled:
+                    job.stalled = True
+                    self.counts["stalled"] += 1
+                    logger.info(
+                        "celery-fair: job %s runs on another worker; holding this copy until "
+                        "it ends or its worker's lease expires.",
+                        ref,
+                    )
             elif verdict is Verdict.DONE:
                 core.cancel(ref)
                 del jobs[ref]
@@ -477,6 +480,7 @@ class Engine:
         return Decision(start, drop, None)
 
     def _apply_beat(self, call: Call, view: View) -> None:
+        self._beat_due = self.clock.now() + self.beat_interval
         self._see_epoch(view.epoch)
         for key, value in view.accumulated.items():
             self.core.set_accumulated(key, value)

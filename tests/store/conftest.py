@@ -1,7 +1,8 @@
-"""Stores under test: the in-memory one and the real Redis on 127.0.0.1:6379.
+"""Stores under test: in memory, the real Redis on 127.0.0.1:6379, and a real 3-master Redis
+Cluster that the session starts on spare ports (tests/store/redis_cluster.py).
 
 Each Redis store gets a random prefix, and its keys are removed with SCAN afterwards (never
-FLUSHALL: the machine's Redis is shared).
+FLUSHALL: the machine's Redis is shared). The cluster is the session's own.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import uuid
 
 import pytest
 import redis
+from redis_cluster import running_cluster
 from shared_redis import REDIS_URL, clean
 
 from celery_fair.store import MemoryStore, RedisStore
@@ -23,15 +25,22 @@ def redis_client():
     client.close()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    with running_cluster(tmp_path_factory) as formed:
+        yield formed
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def kind(request):
     return request.param
 
 
 @pytest.fixture
-def make_store(kind, redis_client):
+def make_store(kind, redis_client, request):
     """``make_store(**options)``: a fresh store of the parametrised kind, one shared prefix."""
     prefix = f"test-{uuid.uuid4().hex[:12]}"
+    cluster = request.getfixturevalue("cluster") if kind == "cluster" else None
     made = []
 
     def factory(**options):
@@ -39,6 +48,8 @@ def make_store(kind, redis_client):
             if made:  # several handles on one shared state, as several workers would have
                 return made[0]
             store = MemoryStore(**options)
+        elif kind == "cluster":
+            store = RedisStore(cluster.client(), prefix, **options)
         else:
             store = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, **options)
         made.append(store)

@@ -258,16 +258,8 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise UnknownJob(f"job {ref!r} is not running")
         lane = job.lane
-        tier = lane.tier
         key = job.key
-        lane.running -= 1
-        lane.pending += 1
-        tier.running -= 1
-        tier.pending += 1
-        self._running -= 1
-        self._pending += 1
-        key.running -= 1
-        key.pending += 1
+        self._start(job, -1)
         job.state = JobState.PENDING
         conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
         if conflict is not None and conflict.holder is job:
@@ -466,14 +458,7 @@ class Scheduler:
         lane = job.lane
         tier = lane.tier
         key = job.key
-        lane.pending -= 1
-        lane.running += 1
-        tier.pending -= 1
-        tier.running += 1
-        self._pending -= 1
-        self._running += 1
-        key.pending -= 1
-        key.running += 1
+        self._start(job, 1)
         ckey = job.ckey
         if ckey is not None:
             conflict = self._conflicts.get(ckey)
@@ -505,6 +490,20 @@ class Scheduler:
             job.arrival,
             now,
         )
+
+    def _start(self, job: PendingJob, n: int) -> None:
+        """Move ``job`` from pending to running (``n = 1``) or back (``n = -1``) in every count."""
+        lane = job.lane
+        tier = lane.tier
+        key = job.key
+        lane.pending -= n
+        lane.running += n
+        tier.pending -= n
+        tier.running += n
+        self._pending -= n
+        self._running += n
+        key.pending -= n
+        key.running += n
 
     def _release(self, ref: Hashable, elapsed: float | None) -> Release:
         job = self._jobs.get(ref)

@@ -184,7 +184,13 @@ class Gate:
                 self._dead_letter(req, "; ".join(map(str, parsed.problems)))
                 return
             self._hold(req, parsed)
-            self.dispatch()
+            scheduler = self.scheduler
+            if scheduler.running < scheduler.capacity or self._runner is not None:
+                self.dispatch()
+            else:  # every slot is busy: nothing can start before a job ends (which dispatches)
+                self._adjust_qos()
+                if len(self.held) >= self.settings.max_held:
+                    self._spill()
 
     def _hold(self, req: Any, parsed: FairHeaders) -> None:
         uid = job_uid(req.id, req.request_dict.get("retries"))
@@ -213,7 +219,6 @@ class Gate:
             uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
         self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
-        self._adjust_qos()
 
     def _start_plain(self, req: Any) -> None:
         self.nonfair_running += 1
