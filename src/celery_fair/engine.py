@@ -380,6 +380,11 @@ class Engine:
 
     # -- inspection ------------------------------------------------------------------------
 
+    @property
+    def busy(self) -> bool:
+        """A store call is in flight: what the core shows as running includes its proposals."""
+        return self._inflight is not None
+
     def info(self) -> dict[str, object]:
         return {
             "mode": self.mode.value,

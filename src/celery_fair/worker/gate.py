@@ -16,10 +16,12 @@ Held messages and the broker (docs/operations.md):
   run, and a full pool would otherwise leave no room to see what arrives next. The window moves
   in chunks (grown by half, shrunk only when far too big) because on RabbitMQ every change is
   a ``basic.qos`` round trip to the broker.
-- *Spill.* At ``fair_max_held`` the gate returns the lowest-ranked tenth of what it holds to
-  the broker (republish to the same exchange and routing key with every header kept, then
-  ack), at most every ``fair_spill_interval``, so that held work never silently blocks the
-  queue; the spilled jobs keep their submission time and so their place in the fair order.
+- *Spill.* When the gate holds ``fair_max_held`` messages and a slot is free that none of them
+  can take (they all wait for conflicts or caps), held work blocks the queue: the gate then
+  returns the lowest-ranked tenth of what it holds to the broker (republish to the same
+  exchange and routing key with every header kept, then ack), at most every
+  ``fair_spill_interval``, so that the messages behind them can be seen; the spilled jobs keep
+  their submission time and so their place in the fair order.
 - *Ack timeouts.* A message held longer than ``max_hold`` (by default half the broker's ack
   timeout: Redis ``visibility_timeout``, RabbitMQ ``consumer_timeout``) is republished and
   acked the same way before the broker redelivers it or closes the channel.
@@ -189,8 +191,6 @@ class Gate:
                 self.dispatch()
             else:  # every slot is busy: nothing can start before a job ends (which dispatches)
                 self._adjust_qos()
-                if len(self.held) >= self.settings.max_held:
-                    self._spill()
 
     def _hold(self, req: Any, parsed: FairHeaders) -> None:
         uid = job_uid(req.id, req.request_dict.get("retries"))
@@ -246,8 +246,6 @@ class Gate:
             else:
                 self._dirty = True
             self._adjust_qos()
-            if len(self.held) >= self.settings.max_held:
-                self._spill()
 
     def _tick(self) -> None:
         """Once per turn of the event loop, before it polls: the store call this turn needs."""
@@ -410,12 +408,30 @@ class Gate:
     # -- housekeeping --------------------------------------------------------------------
 
     def sweep(self) -> None:
-        """Periodic: drop revoked and expired holds, refresh old holds, follow the pool size."""
+        """Periodic: drop revoked and expired holds, refresh old holds, follow the pool size,
+        and spill if held work blocks the queue."""
         with self._lock:
+            blocking = self._is_blocking()  # as the last decision left things
             self._pool_slots = self._slots()
             self._drop_revoked()
             self._refresh_old_holds()
             self.dispatch()
+            if blocking:
+                self._spill()
+
+    def _is_blocking(self) -> bool:
+        """Held work blocks the queue: the window is full (``fair_max_held``) and a slot is free
+        that no held job can take (all wait for conflicts or caps), so messages behind them in
+        the broker, which might run now, cannot be seen. While every slot is busy, nothing is
+        blocked: held jobs start as fast as slots free up, and the window moves with them.
+        """
+        scheduler = self.scheduler
+        return (
+            len(self.held) >= self.settings.max_held
+            and scheduler.running < scheduler.capacity
+            and not self._dirty  # a decision is due: the free slot may be taken at once
+            and not self.engine.busy  # the store is deciding: the same
+        )
 
     def _drop_revoked(self) -> None:
         marker = (len(worker_state.revoked), len(getattr(worker_state, "revoked_stamps", ())))
@@ -451,12 +467,12 @@ class Gate:
         spilled = 0
         for view in reversed(victims):
             held = self.held.get(view.ref)  # type: ignore[call-overload]
-            if held is not None and self._republish(held, reason="fair_max_held reached"):
+            if held is not None and self._republish(held, reason="held work blocks the queue"):
                 spilled += 1
         self.counts["spilled"] += spilled
         logger.warning(
-            "celery-fair holds %d messages (fair_max_held=%d): returned the %d lowest-ranked "
-            "to the broker.",
+            "celery-fair holds %d messages (fair_max_held=%d) and none of them can take a free "
+            "slot: returned the %d lowest-ranked to the broker.",
             len(self.held) + spilled,
             self.settings.max_held,
             spilled,

@@ -1,0 +1,49 @@
+"""Beyond fair_max_held: held work that blocks the queue is returned to the broker; held work
+that keeps every slot busy is not."""
+
+from __future__ import annotations
+
+import time
+
+from harness import gate_stats, intervals, wait_until
+
+from celery_fair import fair_headers
+
+
+def test_held_work_that_blocks_a_free_slot_is_spilled_so_a_job_behind_it_runs(
+    make_run, start_worker
+):
+    # Given a worker that may hold 4 messages, with one long job on linux running
+    run = make_run(conf={"fair_max_held": 4, "fair_spill_interval": 0.3})
+    worker = start_worker(run, concurrency=2)
+    run.send("fairapp.clone", "L0", 8.0, headers=fair_headers("clone", "k", "linux"))
+    wait_until(lambda: any(e["tag"] == "L0" for e in run.recorder.events()), 20, "L0 to start")
+    # and twelve more on linux queued behind it (the window, Celery's prefetch plus what the
+    # gate may hold, takes some; the rest wait in the broker), then a job on another repository
+    # behind them all,
+    for i in range(1, 13):
+        run.send("fairapp.clone", f"L{i}", 0.05, headers=fair_headers("clone", "k", "linux"))
+    published = time.time()
+    run.send("fairapp.clone", "free", 0.05, headers=fair_headers("clone", "k", "other"))
+    # when the second slot stays free because every held job waits for linux,
+    # then the gate returns held messages to the broker until it sees the free job, which runs
+    # while L0 still runs, and afterwards every job runs exactly once.
+    wait_until(lambda: run.recorder.done_counts().get("free"), 20, "the free job")
+    spans = intervals(run.recorder.events())
+    assert "L0" not in spans or spans["free"][0] < spans["L0"][1]
+    assert spans["free"][0] - published < 6
+    assert gate_stats(run, worker)["fair-spilled"] >= 1
+    wait_until(lambda: len(run.recorder.done_counts()) == 14, 40, "every job")
+    assert set(run.recorder.done_counts().values()) == {1}
+
+
+def test_held_work_that_keeps_every_slot_busy_is_never_spilled(make_run, start_worker):
+    run = make_run(conf={"fair_max_held": 4, "fair_spill_interval": 0.2})
+    worker = start_worker(run, concurrency=1)
+    for i in range(30):
+        run.send(
+            "fairapp.clone", f"j{i}", 0.05, headers=fair_headers("clone", f"k{i % 3}", f"r{i}")
+        )
+    wait_until(lambda: len(run.recorder.done_counts()) == 30, 60, "thirty jobs")
+    assert gate_stats(run, worker)["fair-spilled"] == 0
+    assert set(run.recorder.done_counts().values()) == {1}
