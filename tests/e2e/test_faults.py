@@ -97,3 +97,27 @@ def test_warm_shutdown_finishes_running_jobs_and_held_ones_come_back(
     start_worker(run, concurrency=2)
     wait_until(lambda: len(run.recorder.done_counts()) == 6, 60, "the held jobs to come back")
     assert run.recorder.done_counts() == dict.fromkeys(tags, 1)
+
+
+def test_cold_shutdown_loses_nothing_acks_late_and_each_job_runs_once(
+    make_run, start_worker, broker
+):
+    import os
+    import signal
+
+    run = make_run(conf=dict(FAST_REDIS) if broker == "redis" else {})
+    tags = [f"late{i}" for i in range(6)]
+    for tag in tags:
+        run.send("fairapp.late", tag, 2.0, headers=fair_headers("late", "k", tag))
+    worker = start_worker(run, concurrency=2)
+    wait_until(
+        lambda: len([e for e in run.recorder.events() if e["event"] == "start"]) >= 2,
+        20,
+        "two running jobs",
+    )
+    os.kill(worker.pid, signal.SIGQUIT)  # cold shutdown: running jobs are not waited for
+    worker.proc.wait(30)
+    assert not run.recorder.done_counts()
+    start_worker(run, concurrency=2)
+    wait_until(lambda: len(run.recorder.done_counts()) == 6, 90, "every job after a restart")
+    assert run.recorder.done_counts() == dict.fromkeys(tags, 1)

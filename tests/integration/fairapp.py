@@ -173,6 +173,13 @@ def make_app(
             return "soft"
         return "no limit"
 
+    @fair_task(app=app, name="fairapp.slow_hard", type="clone", time_limit=1)
+    def slow_hard(tag: str) -> str:
+        rec.record("start", tag)
+        time.sleep(5)
+        rec.done(tag)
+        return "no limit"
+
     return app
 
 

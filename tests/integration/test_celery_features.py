@@ -126,3 +126,19 @@ def test_revoke_with_terminate_stops_a_running_task_and_frees_its_slot(world):
     wait_until(lambda: done(run, after), 20, "the next job on the same repo")
     assert not done(run, tag)
     assert tag not in intervals(run.recorder.events())
+
+
+def test_hard_time_limit_kills_the_task_and_frees_its_slot_and_conflict(make_run, start_worker):
+    run = make_run()
+    start_worker(run, concurrency=2)
+    run.send("fairapp.slow_hard", "hard", headers=fair_headers("clone", "k", "linux"))
+    started = wait_until(
+        lambda: next((e for e in run.recorder.events() if e["tag"] == "hard"), None),
+        20,
+        "the slow job to start",
+    )
+    run.send("fairapp.clone", "next", 0.01, headers=fair_headers("clone", "k", "linux"))
+    wait_until(lambda: run.recorder.done_counts().get("next"), 20, "the next job on linux")
+    nxt = next(e for e in run.recorder.events() if e["tag"] == "next" and e["event"] == "start")
+    assert nxt["t"] - started["t"] < 4  # after the 1 s limit, long before the 5 s sleep ends
+    assert "hard" not in run.recorder.done_counts()
