@@ -117,7 +117,7 @@ class Run:
 
 
 class Worker:
-    """A ``celery -A fairapp worker`` subprocess."""
+    """A ``celery -A fairapp worker`` subprocess (``launcher``: a module to run instead)."""
 
     def __init__(
         self,
@@ -129,6 +129,7 @@ class Worker:
         args: tuple[str, ...] = (),
         log_dir: Path,
         env: dict[str, str] | None = None,
+        launcher: tuple[str, ...] = ("celery",),
     ) -> None:
         self.run = run
         self.name = name or f"w{uuid.uuid4().hex[:6]}"
@@ -136,7 +137,7 @@ class Worker:
         self.command = [
             sys.executable,
             "-m",
-            "celery",
+            *launcher,
             "-A",
             "fairapp",
             "worker",

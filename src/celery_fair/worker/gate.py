@@ -125,6 +125,7 @@ class Gate:
         self._hub: Any = None
         self._dirty = False  # something changed since the last store call was planned
         self._loop_thread: int | None = None  # the thread the consumer runs the loop on
+        self._green = bool(getattr(self.pool, "is_green", False))  # gevent, eventlet
         self._closed = False
         # _pool_slots: the pool's size (autoscale moves it), read again by every sweep.
         self._pool_slots = self._slots()
@@ -380,7 +381,12 @@ class Gate:
         if observe:
             elapsed = max(0.0, time.monotonic() - (info.accepted or info.dispatched))
         hub = self.consumer.hub
-        if hub is None or self._closed or threading.get_ident() == self._loop_thread:
+        if self._green and not self._closed:
+            # Still on the job's own greenlet, which holds its pool slot until it returns:
+            # starting the next job from here would wait for that very slot. A fresh greenlet
+            # (the timer's) does it once this one has ended.
+            self.consumer.timer.call_after(0, self._finished, (task_id, elapsed))
+        elif hub is None or self._closed or threading.get_ident() == self._loop_thread:
             # On the loop already (prefork's results are read there): release the slot and
             # start the next job in the same breath, as Celery releases its own semaphore.
             self._finished(task_id, elapsed)
