@@ -21,6 +21,7 @@ app.conf.update(
     # Redis broker is the broker's Redis).
     fair_store_url=os.environ.get("BENCH_STORE") or None,
     fair_store_prefix=f"bench-{os.environ.get('BENCH_QUEUE', 'bench')}",
+    fair_lookahead=int(os.environ.get("BENCH_LOOKAHEAD", "0")),
 )
 KEY = os.environ.get("BENCH_KEY", "bench")
 RECORD = redis.Redis.from_url("redis://127.0.0.1:6379/0")

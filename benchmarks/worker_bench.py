@@ -4,6 +4,7 @@ Run by hand; results go to docs/benchmarks.md with the command:
 
     python benchmarks/worker_bench.py                       # both brokers and states, 5 pairs
     python benchmarks/worker_bench.py --brokers redis --states redis --pairs 3 --quick
+    python benchmarks/worker_bench.py --states redis --lookahead 1   # fair_lookahead = 1
 
 Each measurement publishes N tasks to a fresh queue, starts a fresh ``celery worker`` process
 (prefork either way, concurrency 2), and measures from the first task start to the N-th task end,
@@ -49,7 +50,9 @@ def bench_app(broker: str, queue: str, key: str):  # type: ignore[no-untyped-def
     return importlib.reload(module)
 
 
-def measure(broker: str, mode: str, task: str, n: int, concurrency: int, state: str) -> float:
+def measure(
+    broker: str, mode: str, task: str, n: int, concurrency: int, state: str, lookahead: int = 0
+) -> float:
     """Tasks per second for one fresh worker running ``n`` pre-published tasks."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     key = f"bench:{queue}"
@@ -58,7 +61,12 @@ def measure(broker: str, mode: str, task: str, n: int, concurrency: int, state: 
     target = module.noop if task == "noop" else module.sleep10
     for i in range(n):
         target.apply_async(fairness_key=f"client{i % 10}", job_id=f"r{i % 50}")
-    env = {**os.environ, "PYTHONPATH": str(HERE), "BENCH_STORE": STATES[state]}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(HERE),
+        "BENCH_STORE": STATES[state],
+        "BENCH_LOOKAHEAD": str(lookahead),
+    }
     pool = "fair" if mode == "fair" else "prefork"
     proc = subprocess.Popen(
         [
@@ -115,6 +123,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="few tasks, to check it runs")
+    parser.add_argument(
+        "--lookahead", type=int, default=0, help="fair_lookahead of the fair worker (default 0)"
+    )
     args = parser.parse_args()
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
     header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
@@ -125,7 +136,10 @@ def main() -> None:
                 plain, fair, ratios = [], [], []
                 for i in range(args.pairs):
                     order = ("plain", "fair") if i % 2 == 0 else ("fair", "plain")
-                    got = {m: measure(broker, m, task, n, args.concurrency, state) for m in order}
+                    got = {
+                        m: measure(broker, m, task, n, args.concurrency, state, args.lookahead)
+                        for m in order
+                    }
                     plain.append(got["plain"])
                     fair.append(got["fair"])
                     ratios.append(got["fair"] / got["plain"])

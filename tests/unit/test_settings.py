@@ -30,6 +30,8 @@ def test_job_types_from_settings():
     [
         ({"fair_max_held": 0}, "fair_max_held"),
         ({"fair_max_held": "lots"}, "fair_max_held"),
+        ({"fair_lookahead": -1}, "fair_lookahead"),
+        ({"fair_lookahead": 1.5}, "fair_lookahead"),
         ({"fair_capacity": -1}, "fair_capacity"),
         ({"fair_max_hold_seconds": 0}, "fair_max_hold_seconds"),
         ({"fair_alpha": 2}, "fair_alpha"),

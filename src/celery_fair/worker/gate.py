@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from billiard.einfo import ExceptionInfo
+from celery.concurrency.prefork import TaskPool as _PreforkPool
+from celery.concurrency.thread import TaskPool as _ThreadPool
 from celery.exceptions import TimeLimitExceeded
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
@@ -62,6 +64,8 @@ from .link import StoreLink
 __all__ = ["Gate"]
 
 logger = get_logger(__name__)
+
+_QUEUEING_POOLS = (_PreforkPool, _ThreadPool)
 
 #: Fraction of the broker's ack timeout a message may be held before it is republished.
 HOLD_FRACTION = 0.5
@@ -111,8 +115,20 @@ class Gate:
         self.types = dict(types)
         self._groups = {name: t.conflict_group for name, t in self.types.items()}
         self.process_task = process_task
+        # lookahead: jobs admitted beyond the free slots. Only pools that queue work for their
+        # next free worker (prefork, threads) can take them; they start there with no store
+        # round trip in between.
+        self.lookahead = settings.lookahead if isinstance(self.pool, _QUEUEING_POOLS) else 0
+        if settings.lookahead and not self.lookahead:
+            logger.warning(
+                "fair_lookahead=%d is ignored: the %s pool does not queue jobs for later.",
+                settings.lookahead,
+                type(self.pool).__name__,
+            )
         self.scheduler = Scheduler(
-            settings.scheduler_config(self._slots()), WallClock(), self.types.values()
+            settings.scheduler_config(self._slots() + self.lookahead),
+            WallClock(),
+            self.types.values(),
         )
         self.engine = Engine(
             self.scheduler,
@@ -237,7 +253,7 @@ class Gate:
         changed during this turn (``_tick``), and the jobs start when its answer comes back.
         """
         with self._lock:
-            capacity = max(0, self._pool_slots - self.nonfair_running)
+            capacity = max(0, self._pool_slots - self.nonfair_running) + self.lookahead
             if capacity != self.scheduler.capacity:
                 self.scheduler.set_capacity(capacity)
             if self._runner is None:
@@ -420,10 +436,23 @@ class Gate:
             blocking = self._is_blocking()  # as the last decision left things
             self._pool_slots = self._slots()
             self._drop_revoked()
+            self._release_revoked_in_line()
             self._refresh_old_holds()
             self.dispatch()
             if blocking:
                 self._spill()
+
+    def _release_revoked_in_line(self) -> None:
+        """Release admitted jobs that Celery revoked (or found expired) while they waited in
+        line for a pool slot (``fair_lookahead``): Celery acked them and will never run them,
+        so no pool callback would. O(jobs handed to the pool)."""
+        gone = [
+            uid
+            for uid, info in self.started.items()
+            if not info.applied and getattr(info.req, "_already_revoked", False)
+        ]
+        for uid in gone:
+            self._finished(uid, None)
 
     def _is_blocking(self) -> bool:
         """Held work blocks the queue: the window is full (``fair_max_held``) and a slot is free

@@ -1,0 +1,70 @@
+"""``fair_lookahead``: jobs admitted beyond the free slots wait in line in the pool.
+
+They start the moment a process frees, with no store round trip in between; the pool never runs
+more than its size, conflicts still never overlap, and a newcomer waits behind at most the jobs
+in line besides one per slot.
+"""
+
+from __future__ import annotations
+
+import time
+
+from harness import gate_stats, intervals, max_overlap, wait_until
+
+from celery_fair import fair_headers
+
+SLOTS = 2
+LOOKAHEAD = 1
+
+
+def starts(run):
+    return [e for e in run.recorder.events() if e["event"] == "start"]
+
+
+def test_jobs_in_line_keep_the_pool_size_conflicts_and_fairness(make_run, start_worker):
+    # Given a worker with a lookahead holding client A's 60 jobs, three per repo,
+    run = make_run(conf={"fair_lookahead": LOOKAHEAD})
+    worker = start_worker(run, concurrency=SLOTS)
+    for i in range(60):
+        run.send("fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A", f"r{i % 20}"))
+    wait_until(
+        lambda: gate_stats(run, worker).get("fair-held", -1) + len(starts(run)) >= 60,
+        30,
+        "the gate to have received all of A's jobs",
+    )
+    assert gate_stats(run, worker)["fair-capacity"] == SLOTS + LOOKAHEAD
+    # when client B publishes two jobs,
+    published = time.time()
+    for i in range(2):
+        run.send("fairapp.clone", f"B{i}", 0.02, headers=fair_headers("clone", "B", f"b{i}"))
+    wait_until(lambda: len(run.recorder.done_counts()) == 62, 60, "every job")
+    # then the pool never ran more than its size, jobs on one repo never overlapped,
+    spans = intervals(run.recorder.events())
+    assert max_overlap(list(spans.values())) == SLOTS
+    for repo in range(20):
+        assert max_overlap([spans[f"A{i}"] for i in range(repo, 60, 20)]) == 1
+    # and B waited behind at most the jobs in line and those being admitted, not A's backlog.
+    b_started = max(spans[f"B{i}"][0] for i in range(2))
+    a_between = [
+        t for t, (s, _) in spans.items() if t.startswith("A") and published < s < b_started
+    ]
+    assert len(a_between) <= 2 * (SLOTS + LOOKAHEAD), a_between
+
+
+def test_a_job_revoked_while_in_line_is_released_and_never_runs(make_run, start_worker):
+    # Given one process busy for 1.5 s and a job admitted behind it, waiting in line,
+    run = make_run(conf={"fair_lookahead": LOOKAHEAD})
+    worker = start_worker(run, concurrency=1)
+    run.send("fairapp.clone", "busy", 1.5, headers=fair_headers("clone", "k", "r0"))
+    wait_until(lambda: starts(run), 20, "the busy job to start")
+    in_line = run.send("fairapp.clone", "in-line", 0.01, headers=fair_headers("clone", "k", "r1"))
+    wait_until(
+        lambda: gate_stats(run, worker).get("fair-running") == 2, 20, "the job to be in line"
+    )
+    # when it is revoked before its turn,
+    in_line.revoke()
+    run.send("fairapp.clone", "after", 0.01, headers=fair_headers("clone", "k", "r2"))
+    # then it never runs, its place is given back, and the next job runs.
+    wait_until(lambda: run.recorder.done_counts().get("after"), 30, "the job after it")
+    assert "in-line" not in run.recorder.done_counts()
+    wait_until(lambda: gate_stats(run, worker).get("fair-running") == 0, 20, "no job counted")
