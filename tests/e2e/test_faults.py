@@ -19,20 +19,26 @@ FAST_REDIS = {
 }
 
 
-def test_sigkill_with_running_and_held_acks_late_jobs_loses_nothing_and_runs_each_once(
-    make_run, start_worker, broker
-):
-    # Given a worker running 2 acks_late jobs and holding 8 more,
+def running_late_jobs(make_run, start_worker, broker, count, seconds):
+    """A worker with 2 slots running 2 of ``count`` acks_late jobs and holding the others."""
     run = make_run(conf=dict(FAST_REDIS) if broker == "redis" else {})
-    tags = [f"late{i}" for i in range(10)]
+    tags = [f"late{i}" for i in range(count)]
     for tag in tags:
-        run.send("fairapp.late", tag, 2.0, headers=fair_headers("late", "k", tag))
+        run.send("fairapp.late", tag, seconds, headers=fair_headers("late", "k", tag))
     worker = start_worker(run, concurrency=2)
     wait_until(
         lambda: len([e for e in run.recorder.events() if e["event"] == "start"]) >= 2,
         20,
         "two jobs to be running",
     )
+    return run, worker, tags
+
+
+def test_sigkill_with_running_and_held_acks_late_jobs_loses_nothing_and_runs_each_once(
+    make_run, start_worker, broker
+):
+    # Given a worker running 2 acks_late jobs and holding 8 more,
+    run, worker, tags = running_late_jobs(make_run, start_worker, broker, 10, 2.0)
     # When it is killed with SIGKILL mid-job and another worker starts,
     worker.kill()
     assert not run.recorder.done_counts()
@@ -82,16 +88,7 @@ def test_a_pool_process_lost_mid_job_frees_its_slot_and_conflict(make_run, start
 def test_warm_shutdown_finishes_running_jobs_and_held_ones_come_back(
     make_run, start_worker, broker
 ):
-    run = make_run(conf=dict(FAST_REDIS) if broker == "redis" else {})
-    tags = [f"late{i}" for i in range(6)]
-    for tag in tags:
-        run.send("fairapp.late", tag, 1.5, headers=fair_headers("late", "k", tag))
-    worker = start_worker(run, concurrency=2)
-    wait_until(
-        lambda: len([e for e in run.recorder.events() if e["event"] == "start"]) >= 2,
-        20,
-        "two running jobs",
-    )
+    run, worker, tags = running_late_jobs(make_run, start_worker, broker, 6, 1.5)
     worker.stop()  # SIGTERM: warm shutdown waits for the running jobs
     assert len(run.recorder.done_counts()) == 2
     start_worker(run, concurrency=2)
@@ -105,16 +102,7 @@ def test_cold_shutdown_loses_nothing_acks_late_and_each_job_runs_once(
     import os
     import signal
 
-    run = make_run(conf=dict(FAST_REDIS) if broker == "redis" else {})
-    tags = [f"late{i}" for i in range(6)]
-    for tag in tags:
-        run.send("fairapp.late", tag, 2.0, headers=fair_headers("late", "k", tag))
-    worker = start_worker(run, concurrency=2)
-    wait_until(
-        lambda: len([e for e in run.recorder.events() if e["event"] == "start"]) >= 2,
-        20,
-        "two running jobs",
-    )
+    run, worker, tags = running_late_jobs(make_run, start_worker, broker, 6, 2.0)
     os.kill(worker.pid, signal.SIGQUIT)  # cold shutdown: running jobs are not waited for
     worker.proc.wait(30)
     assert not run.recorder.done_counts()

@@ -213,6 +213,17 @@ def gate_stats(run: Run, worker: Worker) -> dict[str, Any]:
     return dict(stats.get(node, {}).get("pool", {}))
 
 
+def wait_until_taken_in(run: Run, workers: list[Worker], count: int, timeout: float = 30) -> None:
+    """Wait until the workers' gates hold, or have started, ``count`` jobs between them."""
+
+    def taken_in() -> bool:
+        held = sum(gate_stats(run, w).get("fair-held", -1) for w in workers)
+        started = sum(1 for e in run.recorder.events() if e["event"] == "start")
+        return held + started >= count
+
+    wait_until(taken_in, timeout, f"the workers to have received {count} jobs")
+
+
 def cut_broker_connections(worker: Worker) -> int:
     """Close the worker's broker connections from the broker's side; return how many."""
     port = 6379 if worker.run.broker == "redis" else 5672

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from harness import gate_stats, intervals, max_overlap, wait_until
+from harness import intervals, max_overlap, wait_until, wait_until_taken_in
 
 from celery_fair import fair_headers
 from celery_fair.store import RedisStore
@@ -89,13 +89,7 @@ def test_client_b_is_not_stuck_behind_client_a_burst_across_the_fleet(
         run.send("fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A", f"a{i}"))
     # (all of it taken in: a message still in the broker's queue is behind A's by the
     # broker's own order, where no worker can see it)
-    wait_until(
-        lambda: (
-            sum(gate_stats(run, w).get("fair-held", -1) for w in workers) + len(starts(run)) >= 500
-        ),
-        30,
-        "the workers to have received all of A's burst",
-    )
+    wait_until_taken_in(run, workers, 500)
     # when client B publishes two jobs,
     published = time.time()
     for i in range(2):

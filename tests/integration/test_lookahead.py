@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from harness import gate_stats, intervals, max_overlap, wait_until
+from harness import gate_stats, intervals, max_overlap, wait_until, wait_until_taken_in
 
 from celery_fair import fair_headers
 
@@ -27,11 +27,7 @@ def test_jobs_in_line_keep_the_pool_size_conflicts_and_fairness(make_run, start_
     worker = start_worker(run, concurrency=SLOTS)
     for i in range(60):
         run.send("fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A", f"r{i % 20}"))
-    wait_until(
-        lambda: gate_stats(run, worker).get("fair-held", -1) + len(starts(run)) >= 60,
-        30,
-        "the gate to have received all of A's jobs",
-    )
+    wait_until_taken_in(run, [worker], 60)
     assert gate_stats(run, worker)["fair-capacity"] == SLOTS + LOOKAHEAD
     # when client B publishes two jobs,
     published = time.time()
