@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from celery import concurrency, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.utils.log import get_logger
+from kombu.utils.compat import detect_environment
 
 from ..errors import ConfigurationError
 
@@ -104,21 +105,12 @@ def _check_green(name: str, cls: type) -> None:
     if not getattr(cls, "is_green", False):
         return
     green = next((g for g in ("gevent", "eventlet") if cls.__module__.endswith(f".{g}")), None)
-    if green is not None and not _is_patched(green):
+    if green is not None and detect_environment() != green:  # Kombu's check, as Celery's
         raise ConfigurationError(
             f"fair_pool: {name!r} is a green pool, but this process is not monkey-patched for "
             f"{green} (Celery patches only for -P {green} itself). Start the worker with "
             f"`python -m celery_fair_green {green} -A <app> worker -P fair ...`."
         )
-
-
-def _is_patched(green: str) -> bool:
-    """Whether this process is monkey-patched for ``green`` (its socket module at least)."""
-    if green == "gevent":
-        monkey = sys.modules.get("gevent.monkey")
-        return monkey is not None and bool(monkey.is_module_patched("socket"))
-    patcher = sys.modules.get("eventlet.patcher")
-    return patcher is not None and bool(patcher.is_monkey_patched("socket"))
 
 
 def _is_fair_choice(pool_cls: object) -> bool:
