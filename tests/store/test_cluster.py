@@ -23,7 +23,7 @@ from celery_fair.store import Done, RedisStore, Running, Verdict, conflict_field
 NEVER = CostLifecycle.never()
 # The keys of docs/store.md ("Keys"), all of which test_every_key_of_a_prefix_... creates.
 DOCUMENTED_KEYS = (
-    "meta", "tiers", "types", "conflicts", "jobs", "byworker", "workers",
+    "meta", "tiers", "types", "conflicts", "jobs", "workers",
     "acc", "seen", "active", "est", "estseen", "minacc", "done",
 )  # fmt: skip
 

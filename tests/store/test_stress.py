@@ -37,7 +37,7 @@ def test_eight_processes_never_exceed_a_cap_or_overlap_a_conflict(redis_client):
             if key.decode().rsplit(":", 1)[-1] not in ("cycles", "admitted", "violations"):
                 assert int(redis_client.get(key)) == 0, key
         keys = {name: f"{{{prefix}}}:{name}" for name in KEY_NAMES}
-        for name in ("tiers", "types", "conflicts", "jobs", "byworker", "active", "minacc"):
+        for name in ("tiers", "types", "conflicts", "jobs", "active", "minacc"):
             assert redis_client.exists(keys[name]) == 0, name
         # Costs were charged and estimates learned along the way.
         assert redis_client.hlen(keys["acc"]) == 3

@@ -29,7 +29,7 @@ __all__ = [
     "estimate_field",
 ]
 
-SCHEMA = "1"
+SCHEMA = "2"
 """The version of the shared layout. A store holding another version refuses to work."""
 
 

@@ -38,7 +38,6 @@ KEY_NAMES = (
     "types",
     "conflicts",
     "jobs",
-    "byworker",
     "workers",
     "acc",
     "seen",
@@ -364,11 +363,11 @@ class RedisStore:
     # -- inspection --------------------------------------------------------------------------
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:
-        value = self._read(lambda c: c.hget(self.keys[10], estimate_field(type, job_id)))
+        value = self._read(lambda c: c.hget(self._key("est"), estimate_field(type, job_id)))
         return default if value is None else float(value)
 
     def accumulated_cost(self, fairness_key: str) -> float:
-        value = self._read(lambda c: c.hget(self.keys[7], fairness_key))
+        value = self._read(lambda c: c.hget(self._key("acc"), fairness_key))
         return 0.0 if value is None else float(value)
 
     def close(self) -> None:
@@ -377,6 +376,9 @@ class RedisStore:
         self.client.close()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _key(self, name: str) -> str:
+        return self.keys[KEY_NAMES.index(name)]
 
     def _head(self, worker: str) -> list[str]:
         """The arguments every script starts with (see lua/common.lua); fresh list each call."""

@@ -12,19 +12,21 @@
 --          accumulated} per job, tiers, types, {1/0 held per watched conflict}, live workers};
 -- a job's status is ok, tier, type, conflict, running (its uid runs now on a live lease),
 -- done (its uid finished for good within the dedupe window) or recovering.
--- Cost: O(d + n + watched + 8 dead workers' jobs + housekeeping bounded at 64 per kind).
+-- Cost: O(d + n + watched), plus housekeeping bounded at 64 per kind at most every
+-- MAINTAIN_EVERY seconds across the fleet, plus O(running jobs) when up to 8 workers died.
 local now = now_s()
+local snow = fmt(now)
 local epoch, recovering = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
 local worker, lease = ARGV[3], tonumber(ARGV[4])
 local advance = ARGV[9] == '1'
 local est_ttl = optnum(ARGV[7])
 local dedupe = tonumber(ARGV[11]) > 0
 reclaim(now, 8)
-maintain(now, optnum(ARGV[6]), est_ttl, optnum(ARGV[8]))
+maintain(now, optnum(ARGV[6]), est_ttl, optnum(ARGV[8]), 64, MAINTAIN_EVERY)
 redis.call('ZADD', WORKERS, fmt(now + lease), worker)
 
 local d = tonumber(ARGV[HEAD + 1])
-local finished = finish_jobs(HEAD + 2, d, now)
+local finished = finish_jobs(HEAD + 2, d, now, snow)
 
 local results = {}
 local at = HEAD + 2 + d * 4
@@ -34,7 +36,6 @@ for i = 0, n - 1 do
   local uid, jtype, prio = ARGV[b], ARGV[b + 1], ARGV[b + 2]
   local tier_cap, type_cap = optnum(ARGV[b + 3]), optnum(ARGV[b + 4])
   local cf, ef, k = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
-  local cost, default = optnum(ARGV[b + 8]), tonumber(ARGV[b + 9])
   local status = 'ok'
   if recovering then
     status = 'recovering'
@@ -42,41 +43,39 @@ for i = 0, n - 1 do
     status = 'running'
   elseif dedupe and redis.call('ZSCORE', DONE, uid) then
     status = 'done'
-  elseif tier_cap and tonumber(redis.call('HGET', TIERS, prio) or '0') >= tier_cap then
+  elseif tier_cap and (tiers[prio] or 0) >= tier_cap then
     status = 'tier'
-  elseif type_cap and tonumber(redis.call('HGET', TYPES, jtype) or '0') >= type_cap then
+  elseif type_cap and (types[jtype] or 0) >= type_cap then
     status = 'type'
   elseif cf ~= '' and redis.call('HEXISTS', CONFLICTS, cf) == 1 then
     status = 'conflict'
   end
   if status == 'ok' then
-    local est = cost
-    if est == nil then
-      est = tonumber(redis.call('HGET', EST, ef) or '')
-      if est == nil then
-        est = default
+    local est = ARGV[b + 8]  -- the cost the job was given, else its learned estimate
+    if est == '' then
+      est = redis.call('HGET', EST, ef)
+      if not est then
+        est = ARGV[b + 9]  -- the type's default cost
       elseif est_ttl then
-        redis.call('ZADD', ESTSEEN, fmt(now), ef)
+        est_used(ef, now, snow, est_ttl)
       end
     end
     local acc = tonumber(redis.call('HGET', ACC, k) or '0')
-    if advance and redis.call('HEXISTS', ACTIVE, k) == 0 then
+    if key_active(k) and advance then  -- a returning key starts from the least active cost
       local low = redis.call('ZRANGE', MINACC, 0, 0, 'WITHSCORES')
       if low[2] and tonumber(low[2]) > acc then acc = tonumber(low[2]) end
     end
-    acc = acc + est
-    redis.call('HSET', ACC, k, fmt(acc))
-    if advance then redis.call('ZADD', MINACC, fmt(acc), k) end
-    key_active(k)
-    local token = redis.call('HINCRBY', META, 'token', 1)
-    redis.call('HINCRBY', TIERS, prio, 1)
-    redis.call('HINCRBY', TYPES, jtype, 1)
+    local sacc = fmt(acc + tonumber(est))
+    redis.call('HSET', ACC, k, sacc)
+    if advance then redis.call('ZADD', MINACC, sacc, k) end
+    local tok = next_token()
+    count(prio, jtype, 1)
     if cf ~= '' then redis.call('HSET', CONFLICTS, cf, uid) end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
-      w = worker, tok = token, t = jtype, p = prio, c = cf, e = ef, k = k,
-      est = fmt(est), d = fmt(default), at = fmt(now)}))
-    redis.call('ZADD', BYWORKER, 0, worker .. '\0' .. uid)
-    results[#results + 1] = {'ok', token, fmt(est), fmt(acc)}
+      w = worker, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
+      est = est, d = ARGV[b + 9], at = snow}))
+    mine = mine + 1
+    results[#results + 1] = {'ok', tok, est, sacc}
   else
     results[#results + 1] = {status, 0, '', redis.call('HGET', ACC, k) or '0'}
   end
@@ -84,5 +83,5 @@ end
 
 local held = {}
 for i = at + 1 + n * 10, #ARGV do held[#held + 1] = redis.call('HEXISTS', CONFLICTS, ARGV[i]) end
-local tiers, types = counts()
-return {epoch, fmt(now), finished, results, tiers, types, held, redis.call('ZCARD', WORKERS)}
+local tiers_out, types_out = close_store()
+return {epoch, snow, finished, results, tiers_out, types_out, held, redis.call('ZCARD', WORKERS)}

@@ -1,20 +1,22 @@
 -- celery-fair: helpers shared by every script (prepended to each one when it is loaded).
 --
 -- KEYS, the same fixed list for every script, all under one hash tag so one slot holds them:
---   1 meta      hash  schema, epoch, token (last fencing token), reset_at, recovering_until
+--   1 meta      hash  schema, epoch, token (last fencing token), reset_at, recovering_until,
+--                     maint_at (when admit and complete next do housekeeping), and
+--                     n:<worker> (that worker's running jobs)
 --   2 tiers     hash  priority -> running jobs of that tier, fleet-wide
 --   3 types     hash  job type -> running jobs of that type
 --   4 conflicts hash  conflict field -> uid of the job that holds it
---   5 jobs      hash  uid -> cmsgpack record {w, tok, t, p, c, e, k, est, d, at}
---   6 byworker  zset  "worker\0uid" at score 0, for a worker's jobs by lexicographic range
---   7 workers   zset  worker -> lease expiry (Redis server time, seconds)
---   8 acc       hash  fairness key -> accumulated cost
---   9 seen      zset  idle fairness key -> when it became idle (for the TTL)
---  10 active    hash  fairness key -> its running jobs (keys with at least one)
---  11 est       hash  estimate field -> learned estimate
---  12 estseen   zset  estimate field -> when it was last used or updated
---  13 minacc    zset  active fairness key -> accumulated cost (for advance_idle)
---  14 done      zset  uid of a job that finished for good -> when (a tombstone, for dedupe)
+--   5 jobs      hash  uid -> cmsgpack record {w, tok, t, p, c, e, k, est, d, at}; c is the
+--                     conflict field the job holds ('' when it holds none)
+--   6 workers   zset  worker -> lease expiry (Redis server time, seconds)
+--   7 acc       hash  fairness key -> accumulated cost
+--   8 seen      zset  idle fairness key -> when it became idle (for the TTL)
+--   9 active    hash  fairness key -> its running jobs (keys with at least one)
+--  10 est       hash  estimate field -> learned estimate
+--  11 estseen   zset  estimate field -> when it was last used or updated
+--  12 minacc    zset  active fairness key -> accumulated cost (for advance_idle)
+--  13 done      zset  uid of a job that finished for good -> when (a tombstone, for dedupe)
 -- ARGV of every script starts with the same head (HEAD = 11 values): schema, the epoch the
 -- caller last saw ('' for none), worker, lease seconds, recovery window seconds, cost_ttl,
 -- estimate_ttl, reset_interval ('' = none for these three), advance_idle ('1' or '0'), alpha,
@@ -22,11 +24,13 @@
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
 -- so the estimate rule computes bit for bit what the Python core computes.
 
-local META, TIERS, TYPES, CONFLICTS, JOBS, BYWORKER, WORKERS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local DONE = KEYS[14]
+local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local DONE = KEYS[13]
 local HEAD = 11
+-- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
+local MAINTAIN_EVERY = 0.05
 
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -37,12 +41,32 @@ end
 
 local function optnum(s) if s == '' then return nil end return tonumber(s) end
 
+-- Script-wide state, read once per call by open_store and written back once by close_store:
+-- the fleet's running counts by tier and by type, the last fencing token, the caller's own
+-- running jobs, and when the throttled housekeeping is next due. Changing them in between is
+-- free.
+local tiers, types, changed_tiers, changed_types = {}, {}, {}, {}
+local token, token_read, maint_at = 0, 0, 0
+local mine, mine_read = 0, 0
+local meta_changes = {}  -- meta fields to write back, as {field, value, ...}
+
+-- The meta field counting worker ``w``'s running jobs.
+local function mine_field(w) return 'n:' .. w end
+local MINE = mine_field(ARGV[3])
+
+local function totable(flat)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = tonumber(flat[i + 1]) end
+  return t
+end
+
 -- Check the schema and create the meta record when the store is empty. ``expected`` is the
 -- epoch the caller last saw ('' for none). A store that has gone (a Redis restart without
 -- persistence) while a caller remembers it opens a recovery window of ``window`` seconds in
 -- which nothing is admitted, so every worker can register its running jobs first.
 local function open_store(schema, expected, now, window)
-  local m = redis.call('HMGET', META, 'schema', 'epoch', 'recovering_until')
+  local m = redis.call('HMGET', META, 'schema', 'epoch', 'recovering_until', 'token', 'maint_at', MINE)
+  tiers, types = totable(redis.call('HGETALL', TIERS)), totable(redis.call('HGETALL', TYPES))
   if m[1] == false then
     local epoch = fmt(now) .. ':' .. tostring(math.random(1, 1000000000))
     redis.call('HSET', META, 'schema', schema, 'epoch', epoch, 'token', '0')
@@ -57,58 +81,118 @@ local function open_store(schema, expected, now, window)
       '; this celery-fair speaks schema ' .. schema .. '. Use another fair_store_prefix ' ..
       'or upgrade every worker.'})
   end
+  token = tonumber(m[4] or '0') or 0
+  token_read = token
+  maint_at = tonumber(m[5] or '0') or 0
+  mine = tonumber(m[6] or '0') or 0
+  mine_read = mine
   local until_ = tonumber(m[3] or '')
   return m[2], (until_ ~= nil and now < until_)
 end
 
-local function counts()
-  return redis.call('HGETALL', TIERS), redis.call('HGETALL', TYPES)
+local function next_token()
+  token = token + 1
+  return token
 end
 
+-- A job of tier ``p`` and type ``t`` starts (n = 1) or stops (n = -1) running.
+local function count(p, t, n)
+  tiers[p] = (tiers[p] or 0) + n
+  types[t] = (types[t] or 0) + n
+  changed_tiers[p] = true
+  changed_types[t] = true
+end
+
+local function save_hash(key, values, changed)
+  local flat = {}
+  for field in pairs(changed) do
+    local v = values[field]
+    if v <= 0 then
+      values[field] = nil
+      redis.call('HDEL', key, field)
+    else
+      flat[#flat + 1] = field
+      flat[#flat + 1] = v
+    end
+  end
+  if #flat > 0 then redis.call('HSET', key, unpack(flat)) end
+end
+
+local function flatten(values)
+  local flat = {}
+  for field, v in pairs(values) do
+    flat[#flat + 1] = field
+    flat[#flat + 1] = v
+  end
+  return flat
+end
+
+-- Write back what this call changed; returns the counts as flat {field, value, ...} lists.
+local function close_store()
+  save_hash(TIERS, tiers, changed_tiers)
+  save_hash(TYPES, types, changed_types)
+  local m = meta_changes
+  if token ~= token_read then m[#m + 1] = 'token'; m[#m + 1] = token end
+  if mine ~= mine_read then m[#m + 1] = MINE; m[#m + 1] = mine end
+  if #m > 0 then redis.call('HSET', META, unpack(m)) end
+  return flatten(tiers), flatten(types)
+end
+
+-- The key gets one more running job; true if it had none (it was idle).
 local function key_active(k)
-  redis.call('HINCRBY', ACTIVE, k, 1)
-  redis.call('ZREM', SEEN, k)
+  if redis.call('HINCRBY', ACTIVE, k, 1) == 1 then
+    redis.call('ZREM', SEEN, k)
+    return true
+  end
+  return false
 end
 
-local function key_idle(k, now)
+local function key_idle(k, snow)
   if redis.call('HINCRBY', ACTIVE, k, -1) <= 0 then
     redis.call('HDEL', ACTIVE, k)
     redis.call('ZREM', MINACC, k)
     if redis.call('HEXISTS', ACC, k) == 1 then
-      redis.call('ZADD', SEEN, fmt(now), k)
+      redis.call('ZADD', SEEN, snow, k)
     end
   end
 end
 
--- Release one running job: its counts, its conflict (only if it holds it), its key.
-local function drop_job(uid, rec, now)
-  if redis.call('HINCRBY', TIERS, rec.p, -1) <= 0 then redis.call('HDEL', TIERS, rec.p) end
-  if redis.call('HINCRBY', TYPES, rec.t, -1) <= 0 then redis.call('HDEL', TYPES, rec.t) end
-  if rec.c ~= '' and redis.call('HGET', CONFLICTS, rec.c) == uid then
-    redis.call('HDEL', CONFLICTS, rec.c)
-  end
+-- Release one running job: its counts, its conflict (``rec.c`` is set only while it holds
+-- one), its key. The count of its worker's jobs is the caller's business.
+local function drop_job(uid, rec, snow)
+  count(rec.p, rec.t, -1)
+  if rec.c ~= '' then redis.call('HDEL', CONFLICTS, rec.c) end
   redis.call('HDEL', JOBS, uid)
-  redis.call('ZREM', BYWORKER, rec.w .. '\0' .. uid)
-  key_idle(rec.k, now)
+  key_idle(rec.k, snow)
 end
 
--- Release every job of every worker whose lease has expired. At most ``limit`` workers.
+-- Note that the estimate ``ef`` was used or learned now: at most every sixteenth of its TTL,
+-- since each note rewrites a sorted set entry.
+local function est_used(ef, now, snow, est_ttl)
+  local seen = redis.call('ZSCORE', ESTSEEN, ef)
+  if not seen or tonumber(seen) < now - est_ttl / 16 then redis.call('ZADD', ESTSEEN, snow, ef) end
+end
+
+-- Release every job of every worker whose lease has expired (at most ``limit`` workers).
+-- Rare, so it may read every running job's record. Returns the number of jobs released.
 local function reclaim(now, limit)
   local dead = redis.call('ZRANGEBYSCORE', WORKERS, '-inf', '(' .. fmt(now), 'LIMIT', 0, limit)
-  local n = 0
+  if #dead == 0 then return 0 end
+  local gone = {}
   for _, w in ipairs(dead) do
-    local members = redis.call('ZRANGEBYLEX', BYWORKER, '[' .. w .. '\0', '[' .. w .. '\1')
-    for _, m in ipairs(members) do
-      local uid = string.sub(m, #w + 2)
-      local packed = redis.call('HGET', JOBS, uid)
-      if packed then
-        drop_job(uid, cmsgpack.unpack(packed), now)
-        n = n + 1
-      else
-        redis.call('ZREM', BYWORKER, m)
-      end
-    end
+    gone[w] = true
     redis.call('ZREM', WORKERS, w)
+    redis.call('HDEL', META, mine_field(w))
+    if w == ARGV[3] then mine, mine_read = 0, 0 end  -- the caller itself, back from a pause
+  end
+  local n, snow = 0, fmt(now)
+  local all = redis.call('HGETALL', JOBS)
+  for i = 1, #all, 2 do
+    local rec = cmsgpack.unpack(all[i + 1])
+    if gone[rec.w] then
+      drop_job(all[i], rec, snow)
+      n = n + 1
+    end
   end
   return n
 end
@@ -123,8 +207,14 @@ local function expire(hash, since, now, ttl, limit)
 end
 
 -- Bounded housekeeping: TTLs of idle keys, unused estimates and tombstones (at most ``limit``
--- evictions of each per call), and the periodic reset.
-local function maintain(now, cost_ttl, est_ttl, reset_interval, limit)
+-- evictions of each per call), and the periodic reset. With ``every``, only if the last
+-- housekeeping (by any caller) is at least that many seconds old.
+local function maintain(now, cost_ttl, est_ttl, reset_interval, limit, every)
+  if every then
+    if now < maint_at then return end
+    meta_changes[#meta_changes + 1] = 'maint_at'
+    meta_changes[#meta_changes + 1] = fmt(now + every)
+  end
   limit = limit or 64
   if cost_ttl then expire(ACC, SEEN, now, cost_ttl, limit) end
   if est_ttl then expire(EST, ESTSEEN, now, est_ttl, limit) end
@@ -150,28 +240,32 @@ end
 -- Finish ``n`` running jobs given as (uid, token, elapsed, final) from ARGV[b]: each fenced by
 -- its token; with an elapsed time the estimate learns alpha * elapsed + (1 - alpha) * previous;
 -- a final one leaves a tombstone. Returns {status, estimate} per job; status ok or stale.
-local function finish_jobs(b, n, now)
+local function finish_jobs(b, n, now, snow)
   local alpha, est_ttl, dedupe = tonumber(ARGV[10]), optnum(ARGV[7]), tonumber(ARGV[11])
   local results = {}
   for i = 0, n - 1 do
     local at = b + i * 4
-    local uid, token, elapsed = ARGV[at], tonumber(ARGV[at + 1]), optnum(ARGV[at + 2])
+    local uid, tok, elapsed = ARGV[at], tonumber(ARGV[at + 1]), optnum(ARGV[at + 2])
     local packed = redis.call('HGET', JOBS, uid)
     local rec = packed and cmsgpack.unpack(packed)
-    if not rec or rec.tok ~= token then
+    if not rec or rec.tok ~= tok then
       results[#results + 1] = {'stale', ''}
     else
-      local prev = tonumber(redis.call('HGET', EST, rec.e) or '')
-      if prev == nil then prev = tonumber(rec.d) end
-      local value = prev
+      local value = redis.call('HGET', EST, rec.e)
+      if not value then value = rec.d end
       if elapsed then
-        value = alpha * elapsed + (1 - alpha) * prev
-        redis.call('HSET', EST, rec.e, fmt(value))
-        if est_ttl then redis.call('ZADD', ESTSEEN, fmt(now), rec.e) end
+        value = fmt(alpha * elapsed + (1 - alpha) * tonumber(value))
+        redis.call('HSET', EST, rec.e, value)
+        if est_ttl then est_used(rec.e, now, snow, est_ttl) end
       end
-      drop_job(uid, rec, now)
-      if dedupe > 0 and ARGV[at + 3] == '1' then redis.call('ZADD', DONE, fmt(now), uid) end
-      results[#results + 1] = {'ok', fmt(value)}
+      drop_job(uid, rec, snow)
+      if rec.w == ARGV[3] then
+        mine = mine - 1
+      else  -- another worker's job, finished for it (register after a lease loss)
+        redis.call('HINCRBY', META, mine_field(rec.w), -1)
+      end
+      if dedupe > 0 and ARGV[at + 3] == '1' then redis.call('ZADD', DONE, snow, uid) end
+      results[#results + 1] = {'ok', value}
     end
   end
   return results

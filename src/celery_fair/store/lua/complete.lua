@@ -6,10 +6,11 @@
 -- Otherwise its tier, type and conflict are released and, with an elapsed time, its estimate
 -- becomes alpha * elapsed + (1 - alpha) * previous.
 -- Returns {epoch, now, {status, estimate} per job, tiers, types}; status is ok or stale.
--- Cost: O(n + housekeeping bounded at 64 evictions per kind).
+-- Cost: O(n), plus housekeeping as in admit.lua.
 local now = now_s()
+local snow = fmt(now)
 local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
-maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]))
-local results = finish_jobs(HEAD + 2, tonumber(ARGV[HEAD + 1]), now)
-local tiers, types = counts()
-return {epoch, fmt(now), results, tiers, types}
+maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]), 64, MAINTAIN_EVERY)
+local results = finish_jobs(HEAD + 2, tonumber(ARGV[HEAD + 1]), now, snow)
+local tiers_out, types_out = close_store()
+return {epoch, snow, results, tiers_out, types_out}

@@ -5,7 +5,8 @@
 -- Returns {epoch, now, mine (this worker's running jobs in the store), reclaimed,
 --          tiers, types, {1/0 held per conflict field}, {accumulated cost per key},
 --          live workers}.
--- Cost: O(conflicts + keys + 64 dead workers' jobs + housekeeping bounded at 2,048 per kind).
+-- Cost: O(conflicts + keys + housekeeping bounded at 2,048 per kind), plus O(running jobs)
+-- when up to 64 workers died.
 local now = now_s()
 local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
 local worker = ARGV[3]
@@ -16,6 +17,6 @@ local c = tonumber(ARGV[HEAD + 1])
 local held, accs = {}, {}
 for i = 1, c do held[i] = redis.call('HEXISTS', CONFLICTS, ARGV[HEAD + 1 + i]) end
 for i = HEAD + 2 + c, #ARGV do accs[#accs + 1] = redis.call('HGET', ACC, ARGV[i]) or '0' end
-local mine = redis.call('ZLEXCOUNT', BYWORKER, '[' .. worker .. '\0', '[' .. worker .. '\1')
-local tiers, types = counts()
-return {epoch, fmt(now), mine, reclaimed, tiers, types, held, accs, redis.call('ZCARD', WORKERS)}
+local tiers_out, types_out = close_store()
+return {epoch, fmt(now), mine, reclaimed, tiers_out, types_out, held, accs,
+  redis.call('ZCARD', WORKERS)}

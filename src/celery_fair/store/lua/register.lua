@@ -15,23 +15,25 @@ local registered = 0
 local n = tonumber(ARGV[HEAD + 1])
 for i = 0, n - 1 do
   local b = HEAD + 2 + i * 9
-  local uid, token = ARGV[b], tonumber(ARGV[b + 1])
+  local uid, tok = ARGV[b], tonumber(ARGV[b + 1])
   if redis.call('HEXISTS', JOBS, uid) == 0 then
     local jtype, prio, cf, ef, k = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6]
-    redis.call('HINCRBY', TIERS, prio, 1)
-    redis.call('HINCRBY', TYPES, jtype, 1)
-    if cf ~= '' and redis.call('HEXISTS', CONFLICTS, cf) == 0 then
-      redis.call('HSET', CONFLICTS, cf, uid)
+    count(prio, jtype, 1)
+    if cf ~= '' then
+      if redis.call('HEXISTS', CONFLICTS, cf) == 0 then
+        redis.call('HSET', CONFLICTS, cf, uid)
+      else
+        cf = ''  -- someone else holds it: this job must not release it
+      end
     end
     key_active(k)
-    if tonumber(redis.call('HGET', META, 'token')) < token then
-      redis.call('HSET', META, 'token', token)
-    end
+    if token < tok then token = tok end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
-      w = worker, tok = token, t = jtype, p = prio, c = cf, e = ef, k = k,
+      w = worker, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
       est = ARGV[b + 7], d = ARGV[b + 8], at = fmt(now)}))
-    redis.call('ZADD', BYWORKER, 0, worker .. '\0' .. uid)
+    mine = mine + 1
     registered = registered + 1
   end
 end
+close_store()
 return {epoch, registered}
