@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from harness import gate_stats, intervals, max_overlap, wait_until, wait_until_taken_in
+from harness import BROKERS, gate_stats, intervals, max_overlap, wait_until, wait_until_taken_in
 
 from celery_fair import fair_headers
 
@@ -21,30 +21,60 @@ def starts(run):
     return [e for e in run.recorder.events() if e["event"] == "start"]
 
 
-def test_jobs_in_line_keep_the_pool_size_conflicts_and_fairness(make_run, start_worker):
-    # Given a worker with a lookahead holding client A's 60 jobs, three per repo,
-    run = make_run(conf={"fair_lookahead": LOOKAHEAD})
-    worker = start_worker(run, concurrency=SLOTS)
-    for i in range(60):
-        run.send("fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A", f"r{i % 20}"))
-    wait_until_taken_in(run, [worker], 60)
-    assert gate_stats(run, worker)["fair-capacity"] == SLOTS + LOOKAHEAD
-    # when client B publishes two jobs,
+def burst_then_newcomer(run, worker, jobs, repos):
+    """Client A's ``jobs`` jobs over ``repos`` repos, held by ``worker``; then client B's two.
+
+    Returns when every job ran, with when B published."""
+    for i in range(jobs):
+        run.send(
+            "fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A", f"r{i % repos}")
+        )
+    wait_until_taken_in(run, [worker], jobs)
     published = time.time()
     for i in range(2):
         run.send("fairapp.clone", f"B{i}", 0.02, headers=fair_headers("clone", "B", f"b{i}"))
-    wait_until(lambda: len(run.recorder.done_counts()) == 62, 60, "every job")
-    # then the pool never ran more than its size, jobs on one repo never overlapped,
+    wait_until(lambda: len(run.recorder.done_counts()) == jobs + 2, 60, "every job")
+    return published
+
+
+def assert_line_guarantees(run, published, jobs, repos, lookahead):
+    """The pool never ran more than its size, jobs on one repo never overlapped, and B waited
+    behind at most the jobs in line and those being admitted, not A's backlog."""
     spans = intervals(run.recorder.events())
     assert max_overlap(list(spans.values())) == SLOTS
-    for repo in range(20):
-        assert max_overlap([spans[f"A{i}"] for i in range(repo, 60, 20)]) == 1
-    # and B waited behind at most the jobs in line and those being admitted, not A's backlog.
+    for repo in range(repos):
+        assert max_overlap([spans[f"A{i}"] for i in range(repo, jobs, repos)]) == 1
     b_started = max(spans[f"B{i}"][0] for i in range(2))
     a_between = [
         t for t, (s, _) in spans.items() if t.startswith("A") and published < s < b_started
     ]
-    assert len(a_between) <= 2 * (SLOTS + LOOKAHEAD), a_between
+    assert len(a_between) <= 2 * (SLOTS + lookahead), a_between
+
+
+def test_jobs_in_line_keep_the_pool_size_conflicts_and_fairness(make_run, start_worker):
+    # Given a worker with a lookahead holding client A's 60 jobs, three per repo,
+    run = make_run(conf={"fair_lookahead": LOOKAHEAD})
+    worker = start_worker(run, concurrency=SLOTS)
+    # when client B publishes two jobs once A's are held,
+    published = burst_then_newcomer(run, worker, 60, 20)
+    # then the line was as deep as set, and every guarantee held.
+    assert gate_stats(run, worker)["fair-capacity"] == SLOTS + LOOKAHEAD
+    assert_line_guarantees(run, published, 60, 20, LOOKAHEAD)
+
+
+def test_a_deep_line_gathers_store_calls_and_keeps_every_guarantee(make_run, start_worker):
+    # Given a worker on the shared Redis store with a line of 4 (its store calls wait until the
+    # line is down to 1) and client A's 90 jobs, three per repo,
+    lookahead = 4
+    run = make_run(conf={"fair_lookahead": lookahead, "fair_store_url": BROKERS["redis"]})
+    worker = start_worker(run, concurrency=SLOTS)
+    # when client B publishes two jobs once A's are held,
+    published = burst_then_newcomer(run, worker, 90, 30)
+    # then one store call served several jobs (about one per job without the gathering),
+    stats = gate_stats(run, worker)
+    assert stats["fair-store-calls"] < 0.75 * stats["fair-admitted"], stats
+    # and every guarantee held.
+    assert_line_guarantees(run, published, 90, 30, lookahead)
 
 
 def test_a_job_revoked_while_in_line_is_released_and_never_runs(make_run, start_worker):

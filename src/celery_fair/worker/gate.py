@@ -73,6 +73,8 @@ HOLD_FRACTION = 0.5
 RABBITMQ_CONSUMER_TIMEOUT = 1800.0
 #: Seconds the Redis transport waits for an ack by default (``visibility_timeout``).
 REDIS_VISIBILITY_TIMEOUT = 3600.0
+#: Longest a store call waits for more events to share it while the pool's line is deep.
+GATHER_SECONDS = 0.02
 
 
 @dataclass(slots=True)
@@ -140,6 +142,14 @@ class Gate:
         self._runner: StoreLink | None = None
         self._hub: Any = None
         self._dirty = False  # something changed since the last store call was planned
+        # With a line of 3 jobs or more, store calls wait until the line is down to
+        # _refill_mark (or GATHER_SECONDS have passed), so that one call reports several
+        # finished jobs and admits as many: the line keeps the pool busy meanwhile.
+        self._refill_mark = self.lookahead // 3 or None
+        self._gather_timer: Any = None
+        self._yielded = False  # the last turn let a job be written first (see _tick)
+        # _in_line: jobs handed to Celery (fair or plain) that the pool has not taken yet.
+        self._in_line = 0
         self._loop_thread: int | None = None  # the thread the consumer runs the loop on
         self._green = bool(getattr(self.pool, "is_green", False))  # gevent, eventlet
         self._closed = False
@@ -241,6 +251,7 @@ class Gate:
         self.nonfair_running += 1
         uid = job_uid(req.id, req.request_dict.get("retries"))
         self.started[uid] = Started(False, time.monotonic(), req)
+        self._in_line += 1
         self._handoff(req, uid)
 
     # -- decisions -----------------------------------------------------------------------
@@ -265,9 +276,40 @@ class Gate:
             self._adjust_qos()
 
     def _tick(self) -> None:
-        """Once per turn of the event loop, before it polls: the store call this turn needs."""
-        if not self._dirty:
+        """Once per turn of the event loop, before it polls: the store call this turn needs.
+
+        A job Celery has just handed to the prefork pool is written to its process only after
+        this turn's poll; the store call, which wakes Redis and may yield the CPU to it, waits
+        one turn so the job goes first.
+        """
+        if not self._dirty or self._gathering():
             return
+        if not self._yielded and _writes_pending(self.pool):
+            self._yielded = True
+            return
+        self._yielded = False
+        self._call_store()
+
+    def _gathering(self) -> bool:
+        """Let events gather for one store call while the pool's line is deeper than its
+        refill mark: the pool stays busy meanwhile, and one call then reports several
+        finished jobs and admits as many. Never longer than ``GATHER_SECONDS``."""
+        mark = self._refill_mark
+        if mark is not None and self._in_line > mark:
+            if self._gather_timer is None:
+                self._gather_timer = self._hub.call_later(GATHER_SECONDS, self._gather_over)
+            return True
+        if self._gather_timer is not None:
+            self._gather_timer.cancel()
+            self._gather_timer = None
+        return False
+
+    def _gather_over(self) -> None:
+        self._gather_timer = None
+        if self._dirty:
+            self._call_store()
+
+    def _call_store(self) -> None:
         with self._lock:
             self._dirty = False
             runner = self._runner
@@ -297,6 +339,7 @@ class Gate:
             req = held.req
             self.counts["admitted"] += 1
             self.started[uid] = Started(True, time.monotonic(), req)  # type: ignore[index]
+            self._in_line += 1
             req.request_dict[TOKEN] = admission.token
             logger.debug(
                 "Admitted %s[%s] job_type=%s job_id=%s fairness_key=%s estimate=%.3f token=%d",
@@ -362,7 +405,9 @@ class Gate:
         info = self.started.get(task_id)
         if info is None:
             return options
-        info.applied = True
+        if not info.applied:
+            info.applied = True
+            self._in_line -= 1
         accept = options.get("accept_callback")
         done = options.get("callback")
         failed = options.get("error_callback")
@@ -415,6 +460,8 @@ class Gate:
             info = self.started.pop(uid, None)
             if info is None:
                 return
+            if not info.applied:
+                self._in_line -= 1
             if not info.fair:
                 self.nonfair_running -= 1
             else:
@@ -581,6 +628,9 @@ class Gate:
         with self._lock:
             self._closed = True
             runner, self._runner = self._runner, None
+            if self._gather_timer is not None:
+                self._gather_timer.cancel()
+                self._gather_timer = None
             if runner is not None:
                 runner.close()
                 self._hub.on_tick.discard(self._tick)
@@ -686,6 +736,11 @@ class Gate:
         else:
             return float("inf")
         return timeout * HOLD_FRACTION
+
+
+def _writes_pending(pool: Any) -> bool:
+    """Whether the prefork pool holds jobs it has yet to write to a process."""
+    return bool(getattr(getattr(pool, "_pool", None), "outbound_buffer", None))
 
 
 def _ack_quietly(req: Any) -> None:
