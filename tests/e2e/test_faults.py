@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from harness import gate_stats, wait_until
+from harness import FAST_RESTORE, gate_stats, wait_until
 
 from celery_fair import fair_headers
 
-# Short ack timeouts so the tests run in seconds; Redis restores unacked messages after
-# visibility_timeout, checking every second. The Redis broker is also the shared store by
-# default: a short lease lets a killed worker's jobs go in seconds.
+# Short ack timeouts so the tests run in seconds (Redis: see FAST_RESTORE). The Redis broker is
+# also the shared store by default: a short lease lets a killed worker's jobs go in seconds.
 FAST_REDIS = {
-    "broker_transport_options": {
-        "visibility_timeout": 4,
-        "unacked_restore_interval": 1,
-        "unacked_restore_throttle": 1,
-    },
+    "broker_transport_options": dict(FAST_RESTORE),
     "fair_lease_seconds": 3,
 }
 
@@ -42,9 +37,17 @@ def test_sigkill_with_running_and_held_acks_late_jobs_loses_nothing_and_runs_eac
     # When it is killed with SIGKILL mid-job and another worker starts,
     worker.kill()
     assert not run.recorder.done_counts()
-    start_worker(run, concurrency=2)
+    survivor = start_worker(run, concurrency=2)
     # Then every job completes, each exactly once.
-    wait_until(lambda: len(run.recorder.done_counts()) == 10, 90, "all ten jobs to complete")
+    wait_until(
+        lambda: len(run.recorder.done_counts()) == 10,
+        90,
+        "all ten jobs to complete",
+        show=lambda: (
+            f"done: {run.recorder.done_counts()}\ngate: {gate_stats(run, survivor)}\n"
+            f"log of the second worker:\n{survivor.log()[-4000:]}"
+        ),
+    )
     assert run.recorder.done_counts() == dict.fromkeys(tags, 1)
 
 

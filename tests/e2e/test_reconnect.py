@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness import cut_broker_connections, gate_stats, wait_until
+from harness import FAST_RESTORE, cut_broker_connections, gate_stats, wait_until
 
 from celery_fair import fair_headers
 
@@ -12,13 +12,7 @@ def test_connection_loss_drops_held_copies_and_each_job_still_runs_once(
 ):
     conf = {}
     if broker == "redis":  # restore the dead channel's unacked messages quickly
-        conf = {
-            "broker_transport_options": {
-                "visibility_timeout": 4,
-                "unacked_restore_interval": 1,
-                "unacked_restore_throttle": 1,
-            }
-        }
+        conf = {"broker_transport_options": dict(FAST_RESTORE)}
     run = make_run(conf=conf)
     worker = start_worker(run, concurrency=2)
     # Given a running job and four held behind its conflict,

@@ -32,16 +32,36 @@ BROKERS = {
     "amqp": "amqp://guest:guest@127.0.0.1:5672//",
 }
 BACKEND = "redis://127.0.0.1:6379/2"
+# Redis broker transport options for tests that kill or cut off a worker: its unacked messages
+# come back after 4 s, checked every second. Kombu holds a lock while it restores them; a worker
+# killed inside that sweep leaves the lock behind for unacked_mutex_expire (300 s by default),
+# so it is short here.
+FAST_RESTORE = {
+    "visibility_timeout": 4,
+    "unacked_restore_interval": 1,
+    "unacked_restore_throttle": 1,
+    "unacked_mutex_expire": 5,
+}
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, every: float = 0.05) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail saying what was last seen."""
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float,
+    what: str,
+    every: float = 0.05,
+    show: Callable[[], object] | None = None,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail saying what was last seen
+    (and what ``show`` returns then, for a predicate whose falsy value says little)."""
     deadline = time.monotonic() + timeout
     value = predicate()
     while not value:
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
+            seen = f"\n{show()}" if show is not None else ""
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what}; last: {value!r}{seen}"
+            )
         time.sleep(every)
         value = predicate()
     return value

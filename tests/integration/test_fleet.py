@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from harness import intervals, max_overlap, wait_until, wait_until_taken_in
+from harness import FAST_RESTORE, intervals, max_overlap, wait_until, wait_until_taken_in
 
 from celery_fair import fair_headers
 from celery_fair.store import RedisStore
@@ -121,11 +121,7 @@ def test_a_killed_worker_gives_back_its_slots_and_conflicts_and_nothing_runs_twi
     lease = 3.0
     conf = fleet_conf(broker, fair_lease_seconds=lease, fair_store_poll_interval=0.2)
     if broker == "redis":
-        conf["broker_transport_options"] = {
-            "visibility_timeout": 4,
-            "unacked_restore_interval": 1,
-            "unacked_restore_throttle": 1,
-        }
+        conf["broker_transport_options"] = dict(FAST_RESTORE)
     run = make_run(conf=conf)
     # Given three workers running acks_late jobs on four shared ids (type cap 3),
     workers = start_fleet(run, start_worker)
