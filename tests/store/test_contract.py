@@ -262,6 +262,34 @@ def test_advance_idle_raises_a_returning_key_to_the_least_active_cost(make_store
     assert again.accumulated == 7.0  # carol is active now: charged normally
 
 
+def test_a_job_given_back_unstarted_refunds_its_charge_and_teaches_nothing(make_store):
+    store = make_store(lifecycle=NEVER)
+    store.admit("w1", [ask("a", "alice", job_id="linux", cost=2.0)])
+    [b] = store.admit("w1", [ask("b", "alice", job_id="rust")]).grants
+    assert b.accumulated == 3.0
+    # given back unstarted: alice pays for a only, and nothing is learned or remembered
+    [done] = store.finish("w1", [Done("b", b.token, None, unstarted=True)])
+    assert done.applied
+    assert store.accumulated_cost("alice") == 2.0
+    assert store.estimate("clone", "rust", 1.0) == 1.0
+    [again] = store.admit("w1", [ask("b", "alice", job_id="rust")]).grants
+    assert (again.verdict, again.accumulated) == (Verdict.ADMITTED, 3.0)
+    assert again.token > b.token
+    # a stale give-back refunds nothing
+    [stale] = store.finish("w1", [Done("b", b.token, None, unstarted=True)])
+    assert not stale.applied
+    assert store.accumulated_cost("alice") == 3.0
+
+
+def test_a_refund_moves_the_least_active_cost_with_it(make_store):
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=None, advance_idle=True))
+    store.admit("w1", [ask("a", "alice", cost=5.0), ask("b", "bob", cost=8.0)])
+    [a2] = store.admit("w1", [ask("a2", "alice", cost=4.0)]).grants  # alice 9: bob 8 least
+    store.finish("w1", [Done("a2", a2.token, None, unstarted=True)])  # alice back to 5
+    [new] = store.admit("w1", [ask("c", "carol", cost=1.0)]).grants
+    assert new.accumulated == 5.0 + 1.0
+
+
 # -- one round trip for the whole exchange ------------------------------------------------------
 
 

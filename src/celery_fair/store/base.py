@@ -96,13 +96,15 @@ class Done(NamedTuple):
 
     ``final`` says its message was acknowledged, so the broker will not deliver it again: the
     store then remembers the uid for a while (``dedupe`` seconds) and answers ``DONE`` to a
-    copy that was already on its way.
+    copy that was already on its way. ``unstarted`` says the job never began (it was admitted
+    and then given back): the cost it was charged at admission is refunded to its key.
     """
 
     uid: str
     token: int
     elapsed: float | None
     final: bool = False
+    unstarted: bool = False
 
 
 class Finished(NamedTuple):

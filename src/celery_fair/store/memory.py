@@ -31,6 +31,7 @@ class _Job:
     estimate_key: str
     key: str
     default_cost: float
+    charged: float  # the cost charged to ``key`` at admission
 
 
 class MemoryStore:
@@ -111,7 +112,7 @@ class MemoryStore:
                 self.conflicts[a.conflict] = a.uid
             self.jobs[a.uid] = _Job(
                 worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
-                a.default_cost,
+                a.default_cost, est,
             )  # fmt: skip
             grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc))
         return Reply(
@@ -143,6 +144,8 @@ class MemoryStore:
                 value = alpha * d.elapsed + (1 - alpha) * prev
                 self.est[job.estimate_key] = value
                 self._used(job.estimate_key, now)
+            if d.unstarted and job.key in self.acc:
+                self.acc[job.key] = max(0.0, self.acc[job.key] - job.charged)
             self._drop(d.uid, job, now)
             if d.final and self.dedupe > 0:
                 self._done[d.uid] = now
@@ -183,7 +186,7 @@ class MemoryStore:
             self._token = max(self._token, j.token)
             self.jobs[j.uid] = _Job(
                 worker, j.token, j.type, j.priority, j.conflict, j.estimate_key, j.fairness_key,
-                j.default_cost,
+                j.default_cost, j.estimate,
             )  # fmt: skip
             registered += 1
         return registered

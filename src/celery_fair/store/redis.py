@@ -73,7 +73,8 @@ def _pack_done(args: list[str], done: Iterable[Done]) -> None:
     done = list(done)
     args.append(str(len(done)))
     for d in done:
-        args += (d.uid, str(d.token), _opt(d.elapsed), "1" if d.final else "0")
+        how = "u" if d.unstarted else "1" if d.final else "0"
+        args += (d.uid, str(d.token), _opt(d.elapsed), how)
 
 
 def _finished(done: Iterable[Done], results: list[Any]) -> list[Finished]:

@@ -1,7 +1,7 @@
 -- admit: one round trip of a worker's exchange with the fleet: release the jobs it finished,
 -- then try a batch of pending jobs, in the caller's order, against the fleet-wide state.
 -- ARGV: the common head (see common.lua), then
---       d, and d times: uid, token, elapsed ('' = none), final ('1'/'0')   (as complete.lua);
+--       d, and d times: uid, token, elapsed ('' = none), how ('1'/'u'/'0')   (as complete.lua);
 --       n, and n times: uid, type, priority, tier cap, type cap ('' = none), conflict field
 --          ('' = none), estimate field, fairness key, cost ('' = learned), default cost;
 --       then any number of conflict fields to watch.

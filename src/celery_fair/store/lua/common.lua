@@ -173,6 +173,15 @@ local function est_used(ef, now, snow, est_ttl)
   if not seen or tonumber(seen) < now - est_ttl / 16 then redis.call('ZADD', ESTSEEN, snow, ef) end
 end
 
+-- Give back ``est`` charged to key ``k`` (a job admitted and then given back unstarted).
+local function refund(k, est)
+  local acc = tonumber(redis.call('HGET', ACC, k) or '')
+  if not acc then return end
+  local sacc = fmt(math.max(0, acc - est))
+  redis.call('HSET', ACC, k, sacc)
+  if ARGV[9] == '1' then redis.call('ZADD', MINACC, sacc, k) end
+end
+
 -- Release every job of every worker whose lease has expired (at most ``limit`` workers).
 -- Rare, so it may read every running job's record. Returns the number of jobs released.
 local function reclaim(now, limit)
@@ -237,9 +246,10 @@ local function maintain(now, cost_ttl, est_ttl, reset_interval, limit, every)
   end
 end
 
--- Finish ``n`` running jobs given as (uid, token, elapsed, final) from ARGV[b]: each fenced by
+-- Finish ``n`` running jobs given as (uid, token, elapsed, how) from ARGV[b]: each fenced by
 -- its token; with an elapsed time the estimate learns alpha * elapsed + (1 - alpha) * previous;
--- a final one leaves a tombstone. Returns {status, estimate} per job; status ok or stale.
+-- how is '1' for a final one, which leaves a tombstone, 'u' for one that never started, whose
+-- charge goes back to its key, else '0'. Returns {status, estimate} per job; status ok or stale.
 local function finish_jobs(b, n, now, snow)
   local alpha, est_ttl, dedupe = tonumber(ARGV[10]), optnum(ARGV[7]), tonumber(ARGV[11])
   local results = {}
@@ -258,13 +268,15 @@ local function finish_jobs(b, n, now, snow)
         redis.call('HSET', EST, rec.e, value)
         if est_ttl then est_used(rec.e, now, snow, est_ttl) end
       end
+      local how = ARGV[at + 3]
+      if how == 'u' then refund(rec.k, tonumber(rec.est)) end
       drop_job(uid, rec, snow)
       if rec.w == ARGV[3] then
         mine = mine - 1
       else  -- another worker's job, finished for it (register after a lease loss)
         redis.call('HINCRBY', META, mine_field(rec.w), -1)
       end
-      if dedupe > 0 and ARGV[at + 3] == '1' then redis.call('ZADD', DONE, snow, uid) end
+      if dedupe > 0 and how == '1' then redis.call('ZADD', DONE, snow, uid) end
       results[#results + 1] = {'ok', value}
     end
   end

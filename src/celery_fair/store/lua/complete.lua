@@ -1,7 +1,8 @@
 -- complete: finish or release a batch of running jobs, each fenced by its token.
 -- ARGV: the common head (see common.lua), n, then n times:
---       uid, token, elapsed ('' = release without learning), final ('1': its message was
---       acknowledged, so keep a tombstone for the dedupe window; '0' otherwise).
+--       uid, token, elapsed ('' = release without learning), how ('1': its message was
+--       acknowledged, so keep a tombstone for the dedupe window; 'u': it never started, so
+--       refund the cost its key was charged; '0' otherwise).
 -- A job whose record is gone or carries another token is stale: nothing changes for it.
 -- Otherwise its tier, type and conflict are released and, with an elapsed time, its estimate
 -- becomes alpha * elapsed + (1 - alpha) * previous.
