@@ -75,6 +75,10 @@ class Mode(str, enum.Enum):
     LOCAL = "local"  # the store is unreachable: admit on this worker's share of each cap
 
 
+#: Modes in which admitted jobs that have not started may be given back (``reconsider``).
+_RECONSIDER = (Mode.ALONE, Mode.SHARED)
+
+
 class Decision(NamedTuple):
     """What the glue must do now."""
 
@@ -177,7 +181,17 @@ class Engine:
         self.epoch = ""
         self.workers = 1
         self.counts = dict.fromkeys(
-            ("calls", "failed", "refused", "stalled", "dropped", "registered", "outages"), 0
+            (
+                "calls",
+                "failed",
+                "refused",
+                "stalled",
+                "dropped",
+                "registered",
+                "outages",
+                "given_back",
+            ),
+            0,
         )
         # _jobs: every job given to submit() and not yet finished or cancelled, by ref.
         self._jobs: dict[Hashable, _Job] = {}
@@ -255,10 +269,18 @@ class Engine:
         self._jobs.pop(ref, None)
         return outcome is CancelOutcome.CANCELLED
 
-    def finish(self, ref: Hashable, elapsed: float | None, *, final: bool = False) -> None:
+    def finish(
+        self,
+        ref: Hashable,
+        elapsed: float | None,
+        *,
+        final: bool = False,
+        unstarted: bool = False,
+    ) -> None:
         """A started job ended after ``elapsed`` seconds (``None``: released without learning).
 
         ``final``: its message was acknowledged, so the broker will not deliver it again.
+        ``unstarted``: it was admitted but never began, so the store refunds its charge.
         """
         core = self.core
         try:
@@ -270,7 +292,38 @@ class Engine:
             return
         job = self._jobs.pop(ref, None)
         if job is not None and job.in_store:
-            self._done.append((Done(job.ask.uid, job.token, elapsed, final), job))
+            self._done.append((Done(job.ask.uid, job.token, elapsed, final, unstarted), job))
+
+    def reconsider(self, reserved: list[Hashable]) -> list[Hashable]:
+        """Admitted jobs that have not started (``reserved``): would the core admit the same
+        jobs now, after what arrived since? If so, nothing changes and ``[]`` is returned.
+        If not (a newcomer ranks before one of them), every one of them is given back: it is
+        pending again at its old place, the store refunds its charge with the next call, and
+        that call admits in the new order. Returns the jobs given back.
+
+        Only when no store call is in flight and the store is in use normally (or absent);
+        otherwise ``[]``, and the caller asks again later. O(reserved) core operations.
+        """
+        if not reserved or self._inflight is not None or self.mode not in _RECONSIDER:
+            return []
+        core = self.core
+        for ref in reserved:
+            core.revert(ref)
+        picks = core.schedule()
+        # The first picks are the same jobs, charged the same: as before. Later picks (room
+        # the reserve did not use) are left for the next decision to admit through the store.
+        same = {a.ref for a in picks[: len(reserved)]} == set(reserved)
+        for admission in picks[len(reserved) if same else 0 :]:
+            core.revert(admission.ref)
+        if same:
+            return []
+        for ref in reserved:
+            job = self._jobs.get(ref)
+            if job is not None and job.in_store:
+                self._done.append((Done(job.ask.uid, job.token, None, False, True), job))
+                job.token = 0
+        self.counts["given_back"] += len(reserved)
+        return list(reserved)
 
     # -- decisions out ---------------------------------------------------------------------
 

@@ -261,3 +261,65 @@ def test_a_message_that_comes_back_while_its_admission_is_in_flight_takes_it_ove
     one.submit("a", "clone", "linux", "k", arrival=clock.now())  # ...and delivered again
     result = one.apply(decision.call, decision.call.execute(one.store))
     assert started(result) == ["a"]
+
+
+# -- jobs admitted ahead of a free slot (the gate's reserve) -----------------------------------
+
+
+def test_a_reserved_job_keeps_its_admission_while_nothing_ranks_before_it(fleet, clock):
+    [one] = fleet(1, capacity=2)
+    one.submit("a0", "clone", "r0", "A", arrival=clock.now())
+    one.submit("a1", "clone", "r1", "A", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0", "a1"]  # a1 is reserved by the caller
+    calls = one.counts["calls"]
+    one.submit("a2", "clone", "r2", "A", arrival=clock.now())  # same client, later: behind
+    assert one.reconsider(["a1"]) == []
+    assert one.run_inline().start == []
+    assert one.counts["calls"] == calls  # nothing to tell the store
+    assert one.store.accumulated_cost("A") == 2.0
+
+
+def test_a_newcomer_that_ranks_first_takes_the_reserved_admission_in_one_call(fleet, clock):
+    [one] = fleet(1, capacity=2)
+    for i in range(3):
+        one.submit(f"a{i}", "clone", f"r{i}", "A", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0", "a1"]  # a0 runs, a1 is reserved
+    calls = one.counts["calls"]
+    one.submit("b0", "clone", "x", "B", arrival=clock.now())  # B has used nothing
+    assert one.reconsider(["a1"]) == ["a1"]
+    # One call gives a1 back (its charge refunded) and admits in the new order.
+    assert started(one.run_inline()) == ["b0"]
+    assert one.counts["calls"] == calls + 1
+    assert one.counts["given_back"] == 1
+    assert one.store.accumulated_cost("A") == 1.0
+    assert one.core.status("a1").place is not None  # pending again, first of A's
+    one.finish("a0", 1.0, final=True)
+    assert started(one.run_inline()) == ["a1"]
+
+
+def test_alone_a_newcomer_takes_the_reserved_place_in_the_core():
+    clock = SimClock()
+    core = Scheduler(SchedulerConfig(2, lifecycle=NEVER), clock, TYPES)
+    engine = Engine(core)
+    for i in range(3):
+        engine.submit(f"a{i}", "clone", f"r{i}", "A", arrival=0)
+    assert started(engine.decide()) == ["a0", "a1"]
+    engine.submit("b0", "clone", "x", "B", arrival=0)
+    assert engine.reconsider(["a1"]) == ["a1"]
+    assert started(engine.decide()) == ["b0"]
+    assert core.accumulated_cost("A") == 1.0
+
+
+def test_no_reconsidering_while_a_call_is_in_flight(fleet, clock):
+    [one] = fleet(1, capacity=2)
+    one.submit("a0", "clone", "r0", "A", arrival=clock.now())
+    one.submit("a1", "clone", "r1", "A", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0", "a1"]
+    one.submit("b0", "clone", "x", "B", arrival=clock.now())
+    clock.advance(one.beat_interval)
+    call = one.decide().call
+    assert call is not None
+    assert call.kind == "beat"
+    assert one.reconsider(["a1"]) == []  # its answer may change the picture: ask after it
+    one.apply(call, call.execute(one.store))
+    assert one.reconsider(["a1"]) == ["a1"]
