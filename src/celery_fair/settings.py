@@ -23,7 +23,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_tier_caps": {},  # {priority: cap or None}
         "fair_pool": "prefork",  # the real pool that runs tasks
         "fair_capacity": None,  # slots; None = the pool's size, following autoscale
-        "fair_lookahead": 0,  # jobs admitted beyond the free slots, queued in the pool
+        "fair_lookahead": None,  # jobs admitted ahead of a free slot; None = 1 shared, 0 alone
         "fair_max_held": 1000,  # messages one worker holds unacked at most
         "fair_max_hold_seconds": None,  # None = derived from the broker's ack timeout
         "fair_spill_interval": 5.0,  # seconds between two spills of excess held messages
@@ -67,7 +67,7 @@ class FairSettings:
     tier_caps: Mapping[int, int | None] = field(default_factory=dict)
     pool: str = "prefork"
     capacity: int | None = None
-    lookahead: int = 0
+    lookahead: int | None = None
     max_held: int = 1000
     max_hold_seconds: float | None = None
     spill_interval: float = 5.0
@@ -124,7 +124,7 @@ class FairSettings:
             tier_caps=_parse_tier_caps(v["fair_tier_caps"]),
             pool=_text("fair_pool", v["fair_pool"]),
             capacity=_optional_int("fair_capacity", v["fair_capacity"], minimum=1),
-            lookahead=_int("fair_lookahead", v["fair_lookahead"], minimum=0),
+            lookahead=_optional_int("fair_lookahead", v["fair_lookahead"], minimum=0),
             max_held=_int("fair_max_held", v["fair_max_held"], minimum=1),
             max_hold_seconds=_optional_seconds("fair_max_hold_seconds", v["fair_max_hold_seconds"]),
             spill_interval=_seconds("fair_spill_interval", v["fair_spill_interval"]),

@@ -1,8 +1,8 @@
-"""``fair_lookahead``: jobs admitted beyond the free slots wait in line in the pool.
+"""``fair_lookahead``: jobs admitted ahead of a free slot wait in the gate's reserve.
 
-They start the moment a process frees, with no store round trip in between; the pool never runs
-more than its size, conflicts still never overlap, and a newcomer waits behind at most the jobs
-in line besides one per slot.
+One starts the moment a process frees, with no store round trip in between; the pool never
+runs more than its size, conflicts still never overlap, and a newcomer that ranks first takes
+the place of a reserved job, so it waits no longer than without a lookahead.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ def burst_then_newcomer(run, worker, jobs, repos):
     return published
 
 
-def assert_line_guarantees(run, published, jobs, repos, lookahead):
+def assert_line_guarantees(run, published, jobs, repos):
     """The pool never ran more than its size, jobs on one repo never overlapped, and B waited
-    behind at most the jobs in line and those being admitted, not A's backlog."""
+    behind at most one job per slot and those being admitted when it came (at most one per
+    slot): not A's backlog, and not the reserve, whose jobs B takes the place of."""
     spans = intervals(run.recorder.events())
     assert max_overlap(list(spans.values())) == SLOTS
     for repo in range(repos):
@@ -48,7 +49,7 @@ def assert_line_guarantees(run, published, jobs, repos, lookahead):
     a_between = [
         t for t, (s, _) in spans.items() if t.startswith("A") and published < s < b_started
     ]
-    assert len(a_between) <= 2 * (SLOTS + lookahead), a_between
+    assert len(a_between) <= 2 * SLOTS, a_between
 
 
 def test_jobs_in_line_keep_the_pool_size_conflicts_and_fairness(make_run, start_worker):
@@ -59,7 +60,7 @@ def test_jobs_in_line_keep_the_pool_size_conflicts_and_fairness(make_run, start_
     published = burst_then_newcomer(run, worker, 60, 20)
     # then the line was as deep as set, and every guarantee held.
     assert gate_stats(run, worker)["fair-capacity"] == SLOTS + LOOKAHEAD
-    assert_line_guarantees(run, published, 60, 20, LOOKAHEAD)
+    assert_line_guarantees(run, published, 60, 20)
 
 
 def test_a_deep_line_gathers_store_calls_and_keeps_every_guarantee(make_run, start_worker):
@@ -74,23 +75,42 @@ def test_a_deep_line_gathers_store_calls_and_keeps_every_guarantee(make_run, sta
     stats = gate_stats(run, worker)
     assert stats["fair-store-calls"] < 0.75 * stats["fair-admitted"], stats
     # and every guarantee held.
-    assert_line_guarantees(run, published, 90, 30, lookahead)
+    assert_line_guarantees(run, published, 90, 30)
 
 
-def test_a_job_revoked_while_in_line_is_released_and_never_runs(make_run, start_worker):
-    # Given one process busy for 1.5 s and a job admitted behind it, waiting in line,
+def busy_then_reserved(run, worker):
+    """One process busy for 1.5 s with client A's job, and A's next job admitted behind it."""
+    run.send("fairapp.clone", "busy", 1.5, headers=fair_headers("clone", "A", "r0"))
+    wait_until(lambda: starts(run), 20, "the busy job to start")
+    reserved = run.send("fairapp.clone", "next", 0.01, headers=fair_headers("clone", "A", "r1"))
+    wait_until(
+        lambda: gate_stats(run, worker).get("fair-reserved") == 1, 20, "the job to be reserved"
+    )
+    return reserved
+
+
+def test_a_newcomer_that_ranks_first_takes_the_reserved_place(make_run, start_worker):
+    # Given one process busy with client A's job and A's next job reserved behind it,
     run = make_run(conf={"fair_lookahead": LOOKAHEAD})
     worker = start_worker(run, concurrency=1)
-    run.send("fairapp.clone", "busy", 1.5, headers=fair_headers("clone", "k", "r0"))
-    wait_until(lambda: starts(run), 20, "the busy job to start")
-    in_line = run.send("fairapp.clone", "in-line", 0.01, headers=fair_headers("clone", "k", "r1"))
-    wait_until(
-        lambda: gate_stats(run, worker).get("fair-running") == 2, 20, "the job to be in line"
-    )
+    busy_then_reserved(run, worker)
+    # when client B, who has used nothing, publishes a job,
+    run.send("fairapp.clone", "B", 0.01, headers=fair_headers("clone", "B", "b0"))
+    # then B's job runs first when the process frees, and A's next job after it.
+    wait_until(lambda: run.recorder.done_counts().get("next"), 30, "A's next job")
+    assert [e["tag"] for e in starts(run)] == ["busy", "B", "next"]
+    assert gate_stats(run, worker)["fair-store-given_back"] == 1
+
+
+def test_a_job_revoked_while_reserved_is_released_and_never_runs(make_run, start_worker):
+    # Given one process busy for 1.5 s and a job admitted behind it, reserved,
+    run = make_run(conf={"fair_lookahead": LOOKAHEAD})
+    worker = start_worker(run, concurrency=1)
+    reserved = busy_then_reserved(run, worker)
     # when it is revoked before its turn,
-    in_line.revoke()
-    run.send("fairapp.clone", "after", 0.01, headers=fair_headers("clone", "k", "r2"))
+    reserved.revoke()
+    run.send("fairapp.clone", "after", 0.01, headers=fair_headers("clone", "A", "r2"))
     # then it never runs, its place is given back, and the next job runs.
     wait_until(lambda: run.recorder.done_counts().get("after"), 30, "the job after it")
-    assert "in-line" not in run.recorder.done_counts()
+    assert "next" not in run.recorder.done_counts()
     wait_until(lambda: gate_stats(run, worker).get("fair-running") == 0, 20, "no job counted")

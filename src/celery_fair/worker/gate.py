@@ -54,7 +54,7 @@ from celery.exceptions import TimeLimitExceeded
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 
-from ..core import JobType, Scheduler, WallClock
+from ..core import Admission, JobType, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
 from ..store.base import Store
 from ..store.redis import RedisStore
@@ -65,7 +65,7 @@ __all__ = ["Gate"]
 
 logger = get_logger(__name__)
 
-_QUEUEING_POOLS = (_PreforkPool, _ThreadPool)
+_LOOKAHEAD_POOLS = (_PreforkPool, _ThreadPool)
 
 #: Fraction of the broker's ack timeout a message may be held before it is republished.
 HOLD_FRACTION = 0.5
@@ -117,13 +117,17 @@ class Gate:
         self.types = dict(types)
         self._groups = {name: t.conflict_group for name, t in self.types.items()}
         self.process_task = process_task
-        # lookahead: jobs admitted beyond the free slots. Only pools that queue work for their
-        # next free worker (prefork, threads) can take them; they start there with no store
-        # round trip in between.
-        self.lookahead = settings.lookahead if isinstance(self.pool, _QUEUEING_POOLS) else 0
+        # lookahead: jobs admitted beyond the free slots, kept in the gate's reserve until a
+        # pool process frees, which then starts one with no store round trip in between. By
+        # default one with a shared store, none alone (the core decides at once there). Only
+        # for pools whose ends arrive on the event loop (prefork, threads).
+        wanted = settings.lookahead
+        if wanted is None:
+            wanted = 1 if store is not None else 0
+        self.lookahead = wanted if isinstance(self.pool, _LOOKAHEAD_POOLS) else 0
         if settings.lookahead and not self.lookahead:
             logger.warning(
-                "fair_lookahead=%d is ignored: the %s pool does not queue jobs for later.",
+                "fair_lookahead=%d is ignored: it is for the prefork and threads pools, not %s.",
                 settings.lookahead,
                 type(self.pool).__name__,
             )
@@ -146,6 +150,12 @@ class Gate:
         # _refill_mark (or GATHER_SECONDS have passed), so that one call reports several
         # finished jobs and admits as many: the line keeps the pool busy meanwhile.
         self._refill_mark = self.lookahead // 3 or None
+        # _reserve: held jobs the store has admitted that wait for a free pool process, in
+        # order of admission (each also stays in ``held``: its message is not acked). A
+        # newcomer sets _recheck: before the next one starts, the engine is asked whether the
+        # newcomer goes first (``Engine.reconsider``).
+        self._reserve: dict[str, Admission] = {}
+        self._recheck = False
         self._gather_timer: Any = None
         self._yielded = False  # the last turn let a job be written first (see _tick)
         # _in_line: jobs handed to Celery (fair or plain) that the pool has not taken yet.
@@ -246,6 +256,8 @@ class Gate:
             uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
         self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        if self._reserve:
+            self._recheck = True
 
     def _start_plain(self, req: Any) -> None:
         self.nonfair_running += 1
@@ -264,6 +276,8 @@ class Gate:
         changed during this turn (``_tick``), and the jobs start when its answer comes back.
         """
         with self._lock:
+            if self._reserve:
+                self._hand_reserved()
             capacity = max(0, self._pool_slots - self.nonfair_running) + self.lookahead
             if capacity != self.scheduler.capacity:
                 self.scheduler.set_capacity(capacity)
@@ -295,7 +309,7 @@ class Gate:
         refill mark: the pool stays busy meanwhile, and one call then reports several
         finished jobs and admits as many. Never longer than ``GATHER_SECONDS``."""
         mark = self._refill_mark
-        if mark is not None and self._in_line > mark:
+        if mark is not None and len(self._reserve) + self._in_line > mark:
             if self._gather_timer is None:
                 self._gather_timer = self._hub.call_later(GATHER_SECONDS, self._gather_over)
             return True
@@ -331,29 +345,18 @@ class Gate:
 
     def _act(self, decision: Decision) -> None:
         for admission in decision.start:
-            uid = admission.ref
-            held = self.held.pop(uid, None)  # type: ignore[call-overload]
-            if held is None:  # forgotten while the store decided: let its slot go at once
-                self.engine.finish(uid, None)
+            uid = str(admission.ref)
+            if uid not in self.held:  # forgotten while the store decided: let its slot go
+                self.engine.finish(uid, None, unstarted=True)
                 continue
-            req = held.req
             self.counts["admitted"] += 1
-            self.started[uid] = Started(True, time.monotonic(), req)  # type: ignore[index]
-            self._in_line += 1
-            req.request_dict[TOKEN] = admission.token
-            logger.debug(
-                "Admitted %s[%s] job_type=%s job_id=%s fairness_key=%s estimate=%.3f token=%d",
-                req.name,
-                uid,
-                admission.type,
-                admission.job_id,
-                admission.fairness_key,
-                admission.estimate,
-                admission.token,
-            )
-            self._handoff(req, uid)  # type: ignore[arg-type]
-        for uid in decision.drop:
-            held = self.held.pop(uid, None)  # type: ignore[call-overload]
+            if len(self.started) < self._pool_slots:
+                self._start(uid, admission)
+            else:
+                self._reserve[uid] = admission
+        for ref in decision.drop:
+            uid = str(ref)
+            held = self.held.pop(uid, None)
             if held is None:
                 continue
             self.counts["duplicates"] += 1
@@ -364,6 +367,41 @@ class Gate:
             )
             _ack_quietly(held.req)
             worker_state.task_ready(held.req)
+
+    def _start(self, uid: str, admission: Admission) -> None:
+        """Hand an admitted job to the pool."""
+        req = self.held.pop(uid).req
+        self.started[uid] = Started(True, time.monotonic(), req)
+        self._in_line += 1
+        req.request_dict[TOKEN] = admission.token
+        logger.debug(
+            "Admitted %s[%s] job_type=%s job_id=%s fairness_key=%s estimate=%.3f token=%d",
+            req.name,
+            uid,
+            admission.type,
+            admission.job_id,
+            admission.fairness_key,
+            admission.estimate,
+            admission.token,
+        )
+        self._handoff(req, uid)
+
+    def _hand_reserved(self) -> None:
+        """Start reserved jobs on free pool processes, unless a newcomer may go first."""
+        if self._recheck:
+            if self.engine.busy:
+                return  # asked again when the store answers (on_reply dispatches)
+            self._recheck = False
+            given = self.engine.reconsider(list(self._reserve))
+            if given:
+                for uid in given:
+                    del self._reserve[uid]  # type: ignore[arg-type]
+                self.dispatch()  # the next decision admits in the new order
+                return
+        reserve = self._reserve
+        while reserve and len(self.started) < self._pool_slots:
+            uid = next(iter(reserve))
+            self._start(uid, reserve.pop(uid))
 
     def _handoff(self, req: Any, uid: str) -> None:
         """Hand ``req`` to the worker's own path to the pool; notice if it never got there."""
@@ -561,9 +599,16 @@ class Gate:
         )
 
     def _forget(self, uid: str) -> None:
-        self.held.pop(uid, None)
-        self.engine.cancel(uid)
+        self._drop_held(uid)
         self._adjust_qos()
+
+    def _drop_held(self, uid: str) -> None:
+        """Stop holding ``uid``: withdraw it, or give its admission back if it was reserved."""
+        self.held.pop(uid, None)
+        if self._reserve.pop(uid, None) is not None:
+            self.engine.finish(uid, None, unstarted=True)
+        else:
+            self.engine.cancel(uid)
 
     def _adjust_qos(self) -> None:
         """Keep the prefetch window ahead of what is held, moving it in chunks."""
@@ -600,8 +645,7 @@ class Gate:
                     len(self.held),
                 )
             for uid in list(self.held):
-                self.engine.cancel(uid)
-            self.held.clear()
+                self._drop_held(uid)
             self.qos_raised = 0  # a new connection gets a new QoS
 
     def start_link(self, hub: Any) -> None:
@@ -634,6 +678,8 @@ class Gate:
             if runner is not None:
                 runner.close()
                 self._hub.on_tick.discard(self._tick)
+            for uid in list(self._reserve):  # never started: their messages come back
+                self._drop_held(uid)
             self.engine.flush()
 
     # -- republishing --------------------------------------------------------------------
@@ -718,6 +764,7 @@ class Gate:
         with self._lock:
             return {
                 "fair-held": len(self.held),
+                "fair-reserved": len(self._reserve),
                 "fair-running": self.scheduler.running,
                 "plain-running": self.nonfair_running,
                 "fair-capacity": self.scheduler.capacity,
