@@ -10,6 +10,8 @@ from celery import Celery
 
 from celery_fair import fair_task
 
+# BENCH_LOOKAHEAD "" = the worker's default (1 with a shared store, 0 alone)
+LOOKAHEAD = int(os.environ["BENCH_LOOKAHEAD"]) if os.environ.get("BENCH_LOOKAHEAD") else None
 app = Celery("bench", set_as_current=False)
 app.conf.update(
     broker_url=os.environ.get("BENCH_BROKER", "redis://127.0.0.1:6379/4"),
@@ -21,7 +23,7 @@ app.conf.update(
     # Redis broker is the broker's Redis).
     fair_store_url=os.environ.get("BENCH_STORE") or None,
     fair_store_prefix=f"bench-{os.environ.get('BENCH_QUEUE', 'bench')}",
-    fair_lookahead=int(os.environ.get("BENCH_LOOKAHEAD", "0")),
+    fair_lookahead=LOOKAHEAD,
 )
 KEY = os.environ.get("BENCH_KEY", "bench")
 RECORD = redis.Redis.from_url("redis://127.0.0.1:6379/0")

@@ -4,7 +4,7 @@ Run by hand; results go to docs/benchmarks.md with the command:
 
     python benchmarks/worker_bench.py                       # both brokers and states, 5 pairs
     python benchmarks/worker_bench.py --brokers redis --states redis --pairs 3 --quick
-    python benchmarks/worker_bench.py --states redis --lookahead 1   # fair_lookahead = 1
+    python benchmarks/worker_bench.py --states redis --lookahead 0   # fair_lookahead = 0
 
 Each measurement publishes N tasks to a fresh queue, starts a fresh ``celery worker`` process
 (prefork either way, concurrency 2), and measures from the first task start to the N-th task end,
@@ -51,7 +51,13 @@ def bench_app(broker: str, queue: str, key: str):  # type: ignore[no-untyped-def
 
 
 def measure(
-    broker: str, mode: str, task: str, n: int, concurrency: int, state: str, lookahead: int = 0
+    broker: str,
+    mode: str,
+    task: str,
+    n: int,
+    concurrency: int,
+    state: str,
+    lookahead: int | None = None,
 ) -> float:
     """Tasks per second for one fresh worker running ``n`` pre-published tasks."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
@@ -65,7 +71,7 @@ def measure(
         **os.environ,
         "PYTHONPATH": str(HERE),
         "BENCH_STORE": STATES[state],
-        "BENCH_LOOKAHEAD": str(lookahead),
+        "BENCH_LOOKAHEAD": "" if lookahead is None else str(lookahead),
     }
     pool = "fair" if mode == "fair" else "prefork"
     proc = subprocess.Popen(
@@ -124,7 +130,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="few tasks, to check it runs")
     parser.add_argument(
-        "--lookahead", type=int, default=0, help="fair_lookahead of the fair worker (default 0)"
+        "--lookahead",
+        type=int,
+        default=None,
+        help="fair_lookahead of the fair worker (default: the worker's own)",
     )
     args = parser.parse_args()
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
