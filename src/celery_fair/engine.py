@@ -291,7 +291,12 @@ class Engine:
         except UnknownJob:
             return
         job = self._jobs.pop(ref, None)
-        if job is not None and job.in_store:
+        if job is not None:
+            self._report(job, elapsed, final, unstarted)
+
+    def _report(self, job: _Job, elapsed: float | None, final: bool, unstarted: bool) -> None:
+        """Tell the store with the next call that ``job`` ended (if it counts it as running)."""
+        if job.in_store:
             self._done.append((Done(job.ask.uid, job.token, elapsed, final, unstarted), job))
 
     def reconsider(self, reserved: list[Hashable]) -> list[Hashable]:
@@ -319,8 +324,8 @@ class Engine:
             return []
         for ref in reserved:
             job = self._jobs.get(ref)
-            if job is not None and job.in_store:
-                self._done.append((Done(job.ask.uid, job.token, None, False, True), job))
+            if job is not None:
+                self._report(job, None, final=False, unstarted=True)
                 job.token = 0
         self.counts["given_back"] += len(reserved)
         return list(reserved)

@@ -392,10 +392,8 @@ class Gate:
             if self.engine.busy:
                 return  # asked again when the store answers (on_reply dispatches)
             self._recheck = False
-            given = self.engine.reconsider(list(self._reserve))
-            if given:
-                for uid in given:
-                    del self._reserve[uid]  # type: ignore[arg-type]
+            if self.engine.reconsider(list(self._reserve)):  # all of them given back
+                self._reserve.clear()
                 self.dispatch()  # the next decision admits in the new order
                 return
         reserve = self._reserve
