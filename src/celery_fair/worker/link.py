@@ -14,6 +14,7 @@ forgot (a restart, ``SCRIPT FLUSH``) is sent again in full (``NOSCRIPT``).
 
 from __future__ import annotations
 
+import select
 from collections.abc import Callable
 from typing import Any
 
@@ -140,6 +141,13 @@ class StoreLink:
         if pending is None or pending[0] is not call:
             return
         self._deadline = None
+        if self._fd is not None and _readable(self._fd):
+            # The answer is there but the loop has not polled since it came: it is busy
+            # elsewhere while its timers still fire (Celery joins the pool at shutdown with
+            # a thread firing them). Take the answer rather than call the store unreachable.
+            self._on_readable()
+            if self._pending is None or self._pending[0] is not call:
+                return
         self._drop_connection()  # a late reply must not be taken for the next call's
         self._pending = None
         self.deliver(call, StoreUnavailable(f"the store did not answer within {self.timeout}s"))
@@ -157,6 +165,14 @@ class StoreLink:
             except Exception:  # already gone with a closed loop
                 logger.debug("celery-fair: could not unregister the store's socket.")
         self._wire.close()
+
+
+def _readable(fd: int) -> bool:
+    """Whether reading ``fd`` now would not block."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def _unavailable(exc: BaseException) -> StoreUnavailable:
