@@ -168,8 +168,12 @@ class StoreLink:
 
 
 def _readable(fd: int) -> bool:
-    """Whether reading ``fd`` now would not block."""
+    """Whether reading ``fd`` now would not block (``poll``: no limit on the fd's number)."""
     try:
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(0))
         return bool(select.select([fd], [], [], 0)[0])
     except (OSError, ValueError):
         return False
