@@ -12,6 +12,12 @@ read from what the tasks record in Redis. The same fair tasks run in both modes:
 fair pool their headers are simply ignored. A pair is one plain run and one fair run, back to
 back, order alternating; the ratio reported is the median over pairs of fair/plain throughput.
 
+On a shared, noisy host one run's ratio moves by several percent from one run to the next.
+The ``cpu`` columns are steadier: the CPU time (user + system, from ``/proc``) the worker's
+main process spends per task, from the first task's start to the last one's end, median over
+pairs. For no-op tasks that process is the bottleneck, so a change to the gate or the store
+shows there first.
+
 ``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
 ``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
 ``fair_store_url`` on RabbitMQ), each under a fresh prefix.
@@ -28,6 +34,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import redis
 
@@ -50,6 +57,20 @@ def bench_app(broker: str, queue: str, key: str):  # type: ignore[no-untyped-def
     return importlib.reload(module)
 
 
+class Measured(NamedTuple):
+    rate: float  # tasks per second, first start to last end
+    cpu_us: float | None  # the worker's main-process CPU per task, in us (None off Linux)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``), or ``None``."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(
     broker: str,
     mode: str,
@@ -58,8 +79,8 @@ def measure(
     concurrency: int,
     state: str,
     lookahead: int | None = None,
-) -> float:
-    """Tasks per second for one fresh worker running ``n`` pre-published tasks."""
+) -> Measured:
+    """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     key = f"bench:{queue}"
     module = bench_app(BROKERS[broker], queue, key)
@@ -101,10 +122,14 @@ def measure(
     )
     try:
         deadline = time.time() + 300
-        while int(record.get(f"{key}:count") or 0) < n:
+        started, cpu_start = 0, None
+        while (count := int(record.get(f"{key}:count") or 0)) < n:
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"{mode} worker on {broker} did not finish")
-            time.sleep(0.05)
+            if count and cpu_start is None:
+                started, cpu_start = count, _cpu_seconds(proc.pid)
+            time.sleep(0.005 if cpu_start is None else 0.05)
+        cpu_end = _cpu_seconds(proc.pid)
         first = float(record.get(f"{key}:first") or 0)
         last = float(record.get(f"{key}:last") or 0)
     finally:
@@ -119,7 +144,10 @@ def measure(
             store.delete(stale)
         with module.app.connection_for_write() as conn:
             conn.default_channel.queue_delete(queue)
-    return (n - 1) / (last - first)
+    cpu_us = None
+    if cpu_start is not None and cpu_end is not None and n > started:
+        cpu_us = 1e6 * (cpu_end - cpu_start) / (n - started)
+    return Measured((n - 1) / (last - first), cpu_us)
 
 
 def main() -> None:
@@ -138,26 +166,32 @@ def main() -> None:
     args = parser.parse_args()
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
     header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
-    print(f"{header} {'fair/plain':>10}  pairs")
+    print(f"{header} {'fair/plain':>10} {'cpu plain':>9} {'cpu fair':>9}  pairs")
     for broker in args.brokers.split(","):
         for state in args.states.split(","):
             for task, n in sizes.items():
-                plain, fair, ratios = [], [], []
+                got: dict[str, list[Measured]] = {"plain": [], "fair": []}
                 for i in range(args.pairs):
                     order = ("plain", "fair") if i % 2 == 0 else ("fair", "plain")
-                    got = {
-                        m: measure(broker, m, task, n, args.concurrency, state, args.lookahead)
-                        for m in order
-                    }
-                    plain.append(got["plain"])
-                    fair.append(got["fair"])
-                    ratios.append(got["fair"] / got["plain"])
+                    for m in order:
+                        got[m].append(
+                            measure(broker, m, task, n, args.concurrency, state, args.lookahead)
+                        )
+                plain = [g.rate for g in got["plain"]]
+                fair = [g.rate for g in got["fair"]]
+                ratios = [f / p for f, p in zip(fair, plain, strict=True)]
                 print(
                     f"{broker:6} {state:6} {task:5} {statistics.median(plain):>9.0f} "
-                    f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f}  "
+                    f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f} "
+                    f"{_median_cpu(got['plain']):>9} {_median_cpu(got['fair']):>9}  "
                     f"{' '.join(f'{r:.2f}' for r in ratios)}",
                     flush=True,
                 )
+
+
+def _median_cpu(runs: list[Measured]) -> str:
+    values = [r.cpu_us for r in runs if r.cpu_us is not None]
+    return f"{statistics.median(values):.0f}" if values else "-"
 
 
 if __name__ == "__main__":
