@@ -79,13 +79,19 @@ def _answered(loop: RecordingLoop) -> bool:
     return bool(fds) and bool(select.select(fds, [], [], 0)[0])
 
 
-def test_a_reply_that_came_while_the_loop_was_busy_is_taken_when_the_deadline_fires(store):
-    # Given a call in flight whose reply has arrived but has not been read (the loop is busy)
+def _answered_in_flight(store: RedisStore) -> tuple[RecordingLoop, StoreLink, list[Any]]:
+    """A link with one admit call sent, whose answer has come and is not read yet."""
     loop = RecordingLoop()
     delivered: list[Any] = []
     link = StoreLink(store, loop, lambda call, result: delivered.append(result), timeout=5.0)
     link.submit(_admit_one("j1"))
     wait_until(lambda: _answered(loop), 5, "Redis answers the call")
+    return loop, link, delivered
+
+
+def test_a_reply_that_came_while_the_loop_was_busy_is_taken_when_the_deadline_fires(store):
+    # Given a call in flight whose reply has arrived but has not been read (the loop is busy)
+    loop, link, delivered = _answered_in_flight(store)
 
     # When the deadline fires before the loop reads the socket
     loop.fire_timers()
@@ -105,11 +111,7 @@ def test_a_reply_that_came_while_the_loop_was_busy_is_taken_when_the_deadline_fi
 def test_a_call_with_no_reply_by_its_deadline_fails_as_unavailable(store):
     # Given a call in flight whose reply never reaches the link (the test reads it off the
     # socket first, as if it had been lost on the way)
-    loop = RecordingLoop()
-    delivered: list[Any] = []
-    link = StoreLink(store, loop, lambda call, result: delivered.append(result), timeout=5.0)
-    link.submit(_admit_one("j1"))
-    wait_until(lambda: _answered(loop), 5, "Redis answers the call")
+    loop, link, delivered = _answered_in_flight(store)
     link._wire.sock.recv(65536)
     assert not _answered(loop)
 

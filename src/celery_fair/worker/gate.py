@@ -313,10 +313,13 @@ class Gate:
             if self._gather_timer is None:
                 self._gather_timer = self._hub.call_later(GATHER_SECONDS, self._gather_over)
             return True
+        self._cancel_gather()
+        return False
+
+    def _cancel_gather(self) -> None:
         if self._gather_timer is not None:
             self._gather_timer.cancel()
             self._gather_timer = None
-        return False
 
     def _gather_over(self) -> None:
         self._gather_timer = None
@@ -393,8 +396,7 @@ class Gate:
                 return  # asked again when the store answers (on_reply dispatches)
             self._recheck = False
             if self.engine.reconsider(list(self._reserve)):  # all of them given back
-                self._reserve.clear()
-                self.dispatch()  # the next decision admits in the new order
+                self._reserve.clear()  # dispatch's decision now admits in the new order
                 return
         reserve = self._reserve
         while reserve and len(self.started) < self._pool_slots:
@@ -670,9 +672,7 @@ class Gate:
         with self._lock:
             self._closed = True
             runner, self._runner = self._runner, None
-            if self._gather_timer is not None:
-                self._gather_timer.cancel()
-                self._gather_timer = None
+            self._cancel_gather()
             if runner is not None:
                 runner.close()
                 self._hub.on_tick.discard(self._tick)
