@@ -16,7 +16,9 @@ On a shared, noisy host one run's ratio moves by several percent from one run to
 The ``cpu`` columns are steadier: the CPU time (user + system, from ``/proc``) the worker's
 main process spends per task, from the first task's start to the last one's end, median over
 pairs. For no-op tasks that process is the bottleneck, so a change to the gate or the store
-shows there first.
+shows there first. The ``redis`` columns are the local Redis server's CPU per task over the
+same span (the broker's work, the tasks' own counting, and the store's scripts): Redis shares
+the two cores with the worker, so what the store makes it do is taken from the worker too.
 
 ``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
 ``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
@@ -60,6 +62,7 @@ def bench_app(broker: str, queue: str, key: str):  # type: ignore[no-untyped-def
 class Measured(NamedTuple):
     rate: float  # tasks per second, first start to last end
     cpu_us: float | None  # the worker's main-process CPU per task, in us (None off Linux)
+    redis_us: float | None  # the local Redis server's CPU per task, in us (None off Linux)
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -85,6 +88,7 @@ def measure(
     key = f"bench:{queue}"
     module = bench_app(BROKERS[broker], queue, key)
     record = redis.Redis.from_url(RECORD)
+    redis_pid = int(record.info("server")["process_id"])
     target = module.noop if task == "noop" else module.sleep10
     for i in range(n):
         target.apply_async(fairness_key=f"client{i % 10}", job_id=f"r{i % 50}")
@@ -122,14 +126,16 @@ def measure(
     )
     try:
         deadline = time.time() + 300
-        started, cpu_start = 0, None
+        started, cpu_start, redis_start = 0, None, None
         while (count := int(record.get(f"{key}:count") or 0)) < n:
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"{mode} worker on {broker} did not finish")
             if count and cpu_start is None:
                 started, cpu_start = count, _cpu_seconds(proc.pid)
+                redis_start = _cpu_seconds(redis_pid)
             time.sleep(0.005 if cpu_start is None else 0.05)
         cpu_end = _cpu_seconds(proc.pid)
+        redis_end = _cpu_seconds(redis_pid)
         first = float(record.get(f"{key}:first") or 0)
         last = float(record.get(f"{key}:last") or 0)
     finally:
@@ -144,10 +150,18 @@ def measure(
             store.delete(stale)
         with module.app.connection_for_write() as conn:
             conn.default_channel.queue_delete(queue)
-    cpu_us = None
-    if cpu_start is not None and cpu_end is not None and n > started:
-        cpu_us = 1e6 * (cpu_end - cpu_start) / (n - started)
-    return Measured((n - 1) / (last - first), cpu_us)
+    return Measured(
+        (n - 1) / (last - first),
+        _per_task(cpu_start, cpu_end, n - started),
+        _per_task(redis_start, redis_end, n - started),
+    )
+
+
+def _per_task(start: float | None, end: float | None, tasks: int) -> float | None:
+    """CPU microseconds per task between two readings, if both were taken."""
+    if start is None or end is None or tasks <= 0:
+        return None
+    return 1e6 * (end - start) / tasks
 
 
 def main() -> None:
@@ -166,7 +180,10 @@ def main() -> None:
     args = parser.parse_args()
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
     header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
-    print(f"{header} {'fair/plain':>10} {'cpu plain':>9} {'cpu fair':>9}  pairs")
+    print(
+        f"{header} {'fair/plain':>10} {'cpu plain':>9} {'cpu fair':>9} "
+        f"{'redis plain':>11} {'redis fair':>10}  pairs"
+    )
     for broker in args.brokers.split(","):
         for state in args.states.split(","):
             for task, n in sizes.items():
@@ -183,14 +200,16 @@ def main() -> None:
                 print(
                     f"{broker:6} {state:6} {task:5} {statistics.median(plain):>9.0f} "
                     f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f} "
-                    f"{_median_cpu(got['plain']):>9} {_median_cpu(got['fair']):>9}  "
+                    f"{_median_cpu(got['plain']):>9} {_median_cpu(got['fair']):>9} "
+                    f"{_median_cpu(got['plain'], 'redis_us'):>11} "
+                    f"{_median_cpu(got['fair'], 'redis_us'):>10}  "
                     f"{' '.join(f'{r:.2f}' for r in ratios)}",
                     flush=True,
                 )
 
 
-def _median_cpu(runs: list[Measured]) -> str:
-    values = [r.cpu_us for r in runs if r.cpu_us is not None]
+def _median_cpu(runs: list[Measured], field: str = "cpu_us") -> str:
+    values = [v for r in runs if (v := getattr(r, field)) is not None]
     return f"{statistics.median(values):.0f}" if values else "-"
 
 

@@ -175,8 +175,9 @@ class Engine:
         self.clock: Clock = clock or MonotonicClock()
         self.mode = Mode.ALONE if store is None else Mode.SHARED
         lease = float(getattr(store, "lease", 30.0))
-        # A beat renews the lease (every call does) and refreshes the costs of the keys held
-        # here, which other workers charge too: at least every 2 s, and thrice per lease.
+        # A beat renews the lease (admissions do too, once a quarter lease has passed) and
+        # refreshes the costs of the keys held here, which other workers charge too: at least
+        # every 2 s, and thrice per lease.
         self.beat_interval = min(lease / 3, 2.0)
         self.epoch = ""
         self.workers = 1

@@ -44,12 +44,14 @@ def test_sigkilled_holder_loses_its_slots_within_the_lease_and_its_late_finish_i
         stdout=subprocess.PIPE,
         text=True,
     )
+    stores: list[RedisStore] = []
     try:
         tokens = [int(t) for t in holder.stdout.readline().split()]
         assert len(tokens) == 2
         other = RedisStore(
             redis.Redis.from_url(REDIS_URL), prefix, lease=LEASE, lifecycle=CostLifecycle.never()
         )
+        stores.append(other)
         # While the holder lives, its type cap of 2 and both conflicts are taken.
         assert other.admit("other", [ask("c", type_cap=2)]).grants[0].verdict is Verdict.TYPE_CAP
         os.kill(holder.pid, signal.SIGKILL)
@@ -69,6 +71,7 @@ def test_sigkilled_holder_loses_its_slots_within_the_lease_and_its_late_finish_i
         late = RedisStore(
             redis.Redis.from_url(REDIS_URL), prefix, lease=LEASE, lifecycle=CostLifecycle.never()
         )
+        stores.append(late)
         done = late.finish("holder", [Done("a", tokens[0], 9.0), Done("b", tokens[1], 9.0)])
         assert [d.applied for d in done] == [False, False]
         assert other.estimate("clone", "linux", 1.0) == 1.0
@@ -80,4 +83,78 @@ def test_sigkilled_holder_loses_its_slots_within_the_lease_and_its_late_finish_i
             holder.kill()
             holder.wait()
         holder.stdout.close()
+        for store in stores:
+            store.close()
+            store.client.close()
+        clean(redis_client, prefix)
+
+
+def _expiry(client: redis.Redis, prefix: str, worker: str) -> float | None:
+    score = client.zscore(f"{{{prefix}}}:workers", worker)
+    return None if score is None else float(score)
+
+
+def _server_now(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1e6
+
+
+def test_admissions_renew_the_lease_only_once_a_quarter_of_it_has_passed(redis_client):
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    lease = 2.0
+    store = RedisStore(redis_client, prefix, lease=lease, lifecycle=CostLifecycle.never())
+    try:
+        store.admit("w", [ask("a", job_id="x1")])
+        first = _expiry(redis_client, prefix, "w")
+        assert first is not None
+        renewed_at = first - lease
+        store.admit("w", [ask("b", job_id="x2")])
+        assert _expiry(redis_client, prefix, "w") == first  # a busy worker's calls: no rewrite
+
+        calls = iter(range(10_000))
+
+        def moved() -> float | None:
+            store.admit("w", [ask(f"c{next(calls)}", job_id="x3")])
+            expiry = _expiry(redis_client, prefix, "w")
+            return expiry if expiry != first else None
+
+        later = wait_until(moved, 10, "an admission to renew the lease", every=0.05)
+        assert later - lease >= renewed_at + lease / 4  # not before a quarter of the lease
+        assert later > _server_now(redis_client) + lease * 3 / 4 - 0.5
+        # A heartbeat renews every time.
+        store.heartbeat("w", [], [])
+        assert _expiry(redis_client, prefix, "w") > later
+    finally:
+        store.close()
+        clean(redis_client, prefix)
+
+
+def test_a_worker_whose_lease_was_reclaimed_is_renewed_by_its_next_admission(redis_client):
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    lease = 0.5
+    paused = RedisStore(redis_client, prefix, lease=lease, lifecycle=CostLifecycle.never())
+    other = RedisStore(
+        redis.Redis.from_url(REDIS_URL), prefix, lease=lease, lifecycle=CostLifecycle.never()
+    )
+    try:
+        assert paused.admit("p", [ask("a", type_cap=1)]).grants[0].verdict is Verdict.ADMITTED
+        # "p" pauses past its lease; another worker's heartbeat reclaims its job.
+        wait_until(
+            lambda: other.heartbeat("o", [], []).types == {} or None,
+            10,
+            "the paused worker's lease to be reclaimed",
+            every=0.05,
+        )
+        assert _expiry(redis_client, prefix, "p") is None
+        # Back, "p" admits again: the call must put its lease back at once, or the job it
+        # now holds would belong to no live worker.
+        assert paused.admit("p", [ask("b", type_cap=1)]).grants[0].verdict is Verdict.ADMITTED
+        expiry = _expiry(redis_client, prefix, "p")
+        assert expiry is not None
+        assert expiry > _server_now(redis_client)
+        assert other.heartbeat("o", [], []).types == {"clone": 1}
+    finally:
+        paused.close()
+        other.close()
+        other.client.close()
         clean(redis_client, prefix)

@@ -7,13 +7,15 @@
 --       then any number of conflict fields to watch.
 -- Each job is admitted when its tier and its type run fewer than their caps and nobody holds
 -- its conflict; a blocked job does not stop the ones after it. An admitted job gets the next
--- fencing token, is charged its estimate, and is held under this worker's lease.
+-- fencing token, is charged its estimate, and is held under this worker's lease, which the
+-- call renews when a quarter of it has passed since the last renewal.
 -- Returns {epoch, now, {status, estimate} per finished job, {status, token, estimate,
 --          accumulated} per job, tiers, types, {1/0 held per watched conflict}, live workers};
 -- a job's status is ok, tier, type, conflict, running (its uid runs now on a live lease),
 -- done (its uid finished for good within the dedupe window) or recovering.
 -- Cost: O(d + n + watched), plus housekeeping bounded at 64 per kind at most every
--- MAINTAIN_EVERY seconds across the fleet, plus O(running jobs) when up to 8 workers died.
+-- MAINTAIN_EVERY seconds across the fleet, with which it also reclaims the jobs of up to 8
+-- dead workers (O(running jobs) when some died).
 local now = now_s()
 local snow = fmt(now)
 local epoch, recovering = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
@@ -21,9 +23,9 @@ local worker, lease = ARGV[3], tonumber(ARGV[4])
 local advance = ARGV[9] == '1'
 local est_ttl = optnum(ARGV[7])
 local dedupe = tonumber(ARGV[11]) > 0
-reclaim(now, 8)
+if now >= maint_at then reclaim(now, 8) end  -- with the housekeeping, as throttled
 maintain(now, optnum(ARGV[6]), est_ttl, optnum(ARGV[8]), 64, MAINTAIN_EVERY)
-redis.call('ZADD', WORKERS, fmt(now + lease), worker)
+renew(now, lease, false)
 
 local d = tonumber(ARGV[HEAD + 1])
 local finished = finish_jobs(HEAD + 2, d, now, snow)

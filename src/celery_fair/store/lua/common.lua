@@ -2,8 +2,9 @@
 --
 -- KEYS, the same fixed list for every script, all under one hash tag so one slot holds them:
 --   1 meta      hash  schema, epoch, token (last fencing token), reset_at, recovering_until,
---                     maint_at (when admit and complete next do housekeeping), and
---                     n:<worker> (that worker's running jobs)
+--                     maint_at (when admit and complete next do housekeeping),
+--                     n:<worker> (that worker's running jobs) and r:<worker> (when admit next
+--                     renews that worker's lease)
 --   2 tiers     hash  priority -> running jobs of that tier, fleet-wide
 --   3 types     hash  job type -> running jobs of that type
 --   4 conflicts hash  conflict field -> uid of the job that holds it
@@ -48,11 +49,14 @@ local function optnum(s) if s == '' then return nil end return tonumber(s) end
 local tiers, types, changed_tiers, changed_types = {}, {}, {}, {}
 local token, token_read, maint_at = 0, 0, 0
 local mine, mine_read = 0, 0
+local renew_at = 0
 local meta_changes = {}  -- meta fields to write back, as {field, value, ...}
 
 -- The meta field counting worker ``w``'s running jobs.
 local function mine_field(w) return 'n:' .. w end
 local MINE = mine_field(ARGV[3])
+-- The meta field saying when admit next renews worker ``w``'s lease.
+local function renew_field(w) return 'r:' .. w end
 
 local function totable(flat)
   local t = {}
@@ -65,7 +69,8 @@ end
 -- persistence) while a caller remembers it opens a recovery window of ``window`` seconds in
 -- which nothing is admitted, so every worker can register its running jobs first.
 local function open_store(schema, expected, now, window)
-  local m = redis.call('HMGET', META, 'schema', 'epoch', 'recovering_until', 'token', 'maint_at', MINE)
+  local m = redis.call('HMGET', META, 'schema', 'epoch', 'recovering_until', 'token', 'maint_at', MINE,
+    renew_field(ARGV[3]))
   tiers, types = totable(redis.call('HGETALL', TIERS)), totable(redis.call('HGETALL', TYPES))
   if m[1] == false then
     local epoch = fmt(now) .. ':' .. tostring(math.random(1, 1000000000))
@@ -86,6 +91,7 @@ local function open_store(schema, expected, now, window)
   maint_at = tonumber(m[5] or '0') or 0
   mine = tonumber(m[6] or '0') or 0
   mine_read = mine
+  renew_at = tonumber(m[7] or '0') or 0
   local until_ = tonumber(m[3] or '')
   return m[2], (until_ ~= nil and now < until_)
 end
@@ -93,6 +99,17 @@ end
 local function next_token()
   token = token + 1
   return token
+end
+
+-- Renew the caller's lease: ``lease`` seconds from now. Unless ``always``, only when a quarter
+-- of the lease has passed since the last renewal, so that a busy worker's admissions do not
+-- rewrite its lease each time (its expiry then stays at least 3/4 of a lease ahead).
+local function renew(now, lease, always)
+  if not always and now < renew_at then return end
+  redis.call('ZADD', WORKERS, fmt(now + lease), ARGV[3])
+  renew_at = now + lease / 4
+  meta_changes[#meta_changes + 1] = renew_field(ARGV[3])
+  meta_changes[#meta_changes + 1] = fmt(renew_at)
 end
 
 -- A job of tier ``p`` and type ``t`` starts (n = 1) or stops (n = -1) running.
@@ -191,8 +208,8 @@ local function reclaim(now, limit)
   for _, w in ipairs(dead) do
     gone[w] = true
     redis.call('ZREM', WORKERS, w)
-    redis.call('HDEL', META, mine_field(w))
-    if w == ARGV[3] then mine, mine_read = 0, 0 end  -- the caller itself, back from a pause
+    redis.call('HDEL', META, mine_field(w), renew_field(w))
+    if w == ARGV[3] then mine, mine_read, renew_at = 0, 0, 0 end  -- the caller, back from a pause
   end
   local n, snow = 0, fmt(now)
   local all = redis.call('HGETALL', JOBS)

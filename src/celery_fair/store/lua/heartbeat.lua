@@ -10,7 +10,7 @@
 local now = now_s()
 local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
 local worker = ARGV[3]
-redis.call('ZADD', WORKERS, fmt(now + tonumber(ARGV[4])), worker)
+renew(now, tonumber(ARGV[4]), true)
 local reclaimed = reclaim(now, 64)
 maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]), 2048)
 local c = tonumber(ARGV[HEAD + 1])

@@ -10,7 +10,7 @@
 local now = now_s()
 local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
 local worker = ARGV[3]
-redis.call('ZADD', WORKERS, fmt(now + tonumber(ARGV[4])), worker)
+renew(now, tonumber(ARGV[4]), true)
 local registered = 0
 local n = tonumber(ARGV[HEAD + 1])
 for i = 0, n - 1 do

@@ -1,0 +1,141 @@
+"""Server time of the worker's usual store call, and of two script versions against each other.
+
+Run by hand; results go to docs/benchmarks.md with the command:
+
+    python benchmarks/script_bench.py                        # this checkout's scripts
+    python benchmarks/script_bench.py --against /tmp/old-lua # another version, interleaved
+
+The call replayed is the one a busy worker makes most: ``admit`` reporting one finished job
+and admitting one more (one fairness key of 10, one conflict id of 50, the default lifecycle),
+with two jobs running. Redis's own accounting (``INFO commandstats``) gives the server time
+per ``EVALSHA`` and per command the scripts run inside it. Redis must be otherwise idle.
+
+``--against DIR`` loads ``common.lua``, ``admit.lua``... from DIR (for example the package's
+``lua`` folder at an older commit: ``git archive <commit> src/celery_fair/store/lua``) and
+alternates batches of 100 calls between the two versions, each on its own prefix: on a noisy
+host the ratio of two neighbouring batches is far steadier than either figure alone. The
+median ratio is printed (this checkout over DIR: below 1 means this checkout is cheaper).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from celery_fair.core import CostLifecycle
+from celery_fair.store import Ask, Done, RedisStore, Verdict
+from celery_fair.store import redis as redis_store
+
+URL = "redis://127.0.0.1:6379/0"
+
+
+class Replay:
+    """A worker's stream of admit calls on a prefix of its own, two jobs always running."""
+
+    def __init__(self, client: redis.Redis, lua: Path | None) -> None:
+        self.client = client
+        self.prefix = f"script-bench-{uuid.uuid4().hex[:8]}"
+        original = redis_store._source
+        if lua is not None:
+            redis_store._source = lambda name: (
+                (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+            )
+        try:
+            self.store = RedisStore(client, self.prefix, lifecycle=CostLifecycle())
+        finally:
+            redis_store._source = original
+        self.count = 0
+        self.running: list[Done] = []
+        self.running = [self._admit(None) for _ in range(2)]
+
+    def _admit(self, done: Done | None) -> Done:
+        i = self.count
+        self.count += 1
+        job_id = f"r{i % 50}"
+        ask = Ask(
+            f"job-{i}",
+            "bench",
+            8,
+            None,
+            None,
+            f"repo\x00{job_id}",
+            f"bench\x00{job_id}",
+            f"client{i % 10}",
+            None,
+            1.0,
+        )
+        [grant] = self.store.admit("worker", [ask], [done] if done else []).grants
+        if grant.verdict is not Verdict.ADMITTED:
+            raise RuntimeError(f"the replay expected an admission, got {grant.verdict}")
+        return Done(ask.uid, grant.token, 0.001, final=True)
+
+    def batch(self, n: int) -> dict[str, Any]:
+        """Make ``n`` calls; the commandstats they moved."""
+        before = self.client.info("commandstats")
+        for _ in range(n):
+            self.running.append(self._admit(self.running.pop(0)))
+        after = self.client.info("commandstats")
+        return {
+            name: (stats["calls"] - before.get(name, {}).get("calls", 0),
+                   stats["usec"] - before.get(name, {}).get("usec", 0))
+            for name, stats in after.items()
+        }  # fmt: skip
+
+    def close(self) -> None:
+        self.store.close()
+        for key in self.client.scan_iter(match=f"{{{self.prefix}}}:*"):
+            self.client.delete(key)
+
+
+def per_call(moved: dict[str, Any]) -> float:
+    calls, usec = moved["cmdstat_evalsha"]
+    return float(usec / calls)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", type=Path, help="a folder with another version's scripts")
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--size", type=int, default=100, help="calls per batch")
+    args = parser.parse_args()
+    client = redis.Redis.from_url(URL)
+    ours = Replay(client, None)
+    theirs = Replay(client, args.against) if args.against else None
+    try:
+        mine: list[float] = []
+        other: list[float] = []
+        totals: dict[str, list[int]] = {}
+        for _ in range(args.batches):
+            moved = ours.batch(args.size)
+            mine.append(per_call(moved))
+            for name, (calls, usec) in moved.items():
+                total = totals.setdefault(name, [0, 0])
+                total[0] += calls
+                total[1] += usec
+            if theirs is not None:
+                other.append(per_call(theirs.batch(args.size)))
+        n = totals["cmdstat_evalsha"][0]
+        print(f"this checkout: {statistics.median(mine):.1f} us of server time per call")
+        print("  inside it, per call (calls, us):")
+        for name, (calls, usec) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+            if name not in ("cmdstat_evalsha", "cmdstat_info") and calls:
+                print(f"    {name[8:]:16} {calls / n:5.2f} {usec / n:7.1f}")
+        if theirs is not None:
+            ratios = [a / b for a, b in zip(mine, other, strict=True)]
+            print(f"{args.against}: {statistics.median(other):.1f} us per call")
+            print(f"this checkout / that: median of {len(ratios)} batch pairs "
+                  f"{statistics.median(ratios):.3f}")  # fmt: skip
+    finally:
+        ours.close()
+        if theirs is not None:
+            theirs.close()
+        client.close()
+
+
+if __name__ == "__main__":
+    main()
