@@ -178,3 +178,30 @@ def test_memory_and_redis_stores_answer_every_history_identically(ops):
     finally:
         clean(redis_client, prefix)
         redis_client.close()
+
+
+def test_an_estimate_in_use_is_noted_again_when_a_long_job_ends(redis_client, prefix):
+    """The finish of a job trusts its admission's note that the estimate was used only while
+    that note is younger than a sixteenth of the estimate TTL; a longer job notes it again."""
+    ttl = 1.6  # notes are refreshed at most every 0.1 s
+    store = RedisStore(
+        redis_client, prefix, lifecycle=CostLifecycle(cost_ttl=None, estimate_ttl=ttl)
+    )
+    estseen = f"{{{prefix}}}:estseen"
+    field = ask("x", job_id="linux").estimate_key
+    try:
+        [first] = store.admit("w", [ask("a", job_id="linux")]).grants
+        store.finish("w", [Done("a", first.token, 2.0)])  # learned: the estimate now exists
+        [long] = store.admit("w", [ask("b", job_id="linux")]).grants  # notes it as used
+        noted = redis_client.zscore(estseen, field)
+        assert noted is not None
+
+        def later() -> bool | None:
+            seconds, micros = redis_client.time()
+            return seconds + micros / 1e6 > noted + ttl / 16 or None
+
+        wait_until(later, 10, "a sixteenth of the estimate TTL to pass", every=0.02)
+        store.finish("w", [Done("b", long.token, 3.0)])
+        assert redis_client.zscore(estseen, field) > noted + ttl / 16
+    finally:
+        store.close()

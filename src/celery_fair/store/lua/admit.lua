@@ -54,12 +54,14 @@ for i = 0, n - 1 do
   end
   if status == 'ok' then
     local est = ARGV[b + 8]  -- the cost the job was given, else its learned estimate
+    local noted = nil  -- 1 when this admission noted the estimate as used (see finish_jobs)
     if est == '' then
       est = redis.call('HGET', EST, ef)
       if not est then
         est = ARGV[b + 9]  -- the type's default cost
       elseif est_ttl then
         est_used(ef, now, snow, est_ttl)
+        noted = 1
       end
     end
     local acc = tonumber(redis.call('HGET', ACC, k) or '0')
@@ -75,7 +77,7 @@ for i = 0, n - 1 do
     if cf ~= '' then redis.call('HSET', CONFLICTS, cf, uid) end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
       w = worker, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
-      est = est, d = ARGV[b + 9], at = snow}))
+      est = est, d = ARGV[b + 9], at = snow, u = noted}))
     mine = mine + 1
     results[#results + 1] = {'ok', tok, est, sacc}
   else

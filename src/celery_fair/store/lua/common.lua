@@ -8,8 +8,9 @@
 --   2 tiers     hash  priority -> running jobs of that tier, fleet-wide
 --   3 types     hash  job type -> running jobs of that type
 --   4 conflicts hash  conflict field -> uid of the job that holds it
---   5 jobs      hash  uid -> cmsgpack record {w, tok, t, p, c, e, k, est, d, at}; c is the
---                     conflict field the job holds ('' when it holds none)
+--   5 jobs      hash  uid -> cmsgpack record {w, tok, t, p, c, e, k, est, d, at, u}; c is the
+--                     conflict field the job holds ('' when it holds none); u is 1 when its
+--                     admission noted its estimate as used
 --   6 workers   zset  worker -> lease expiry (Redis server time, seconds)
 --   7 acc       hash  fairness key -> accumulated cost
 --   8 seen      zset  idle fairness key -> when it became idle (for the TTL)
@@ -283,7 +284,11 @@ local function finish_jobs(b, n, now, snow)
       if elapsed then
         value = fmt(alpha * elapsed + (1 - alpha) * tonumber(value))
         redis.call('HSET', EST, rec.e, value)
-        if est_ttl then est_used(rec.e, now, snow, est_ttl) end
+        -- Its admission noted the estimate as used (rec.u) less than a sixteenth of the TTL
+        -- ago: the note stands (at most two sixteenths old), one read saved per job.
+        if est_ttl and not (rec.u and now - tonumber(rec.at) < est_ttl / 16) then
+          est_used(rec.e, now, snow, est_ttl)
+        end
       end
       local how = ARGV[at + 3]
       if how == 'u' then refund(rec.k, tonumber(rec.est)) end
