@@ -8,7 +8,6 @@ but the loop has not polled since).
 
 from __future__ import annotations
 
-import select
 import uuid
 from typing import Any
 
@@ -21,7 +20,7 @@ from test_contract import ask
 from celery_fair.engine import Call
 from celery_fair.errors import StoreUnavailable
 from celery_fair.store import RedisStore, Reply, Verdict
-from celery_fair.worker.link import StoreLink
+from celery_fair.worker.link import StoreLink, _readable
 
 
 class RecordingLoop:
@@ -75,8 +74,7 @@ def _admit_one(uid: str) -> Call:
 
 
 def _answered(loop: RecordingLoop) -> bool:
-    fds = list(loop.readers)
-    return bool(fds) and bool(select.select(fds, [], [], 0)[0])
+    return any(_readable(fd) for fd in loop.readers)
 
 
 def _answered_in_flight(store: RedisStore) -> tuple[RecordingLoop, StoreLink, list[Any]]:
