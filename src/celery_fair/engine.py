@@ -302,10 +302,11 @@ class Engine:
 
     def reconsider(self, reserved: list[Hashable]) -> list[Hashable]:
         """Admitted jobs that have not started (``reserved``): would the core admit the same
-        jobs now, after what arrived since? If so, nothing changes and ``[]`` is returned.
-        If not (a newcomer ranks before one of them), every one of them is given back: it is
-        pending again at its old place, the store refunds its charge with the next call, and
-        that call admits in the new order. Returns the jobs given back.
+        jobs first now, after what arrived since? The longest run of its picks that are all
+        reserved jobs stays admitted; every reserved job from the first pick that is not one
+        (a newcomer that ranks before it) on is given back: it is pending again at its old
+        place, the store refunds its charge with the next call, and that call admits in the
+        new order. Returns the jobs given back (``[]`` when the core would pick the same).
 
         Only when no store call is in flight and the store is in use normally (or absent);
         otherwise ``[]``, and the caller asks again later. O(reserved) core operations.
@@ -316,20 +317,23 @@ class Engine:
         for ref in reserved:
             core.revert(ref)
         picks = core.schedule()
-        # The first picks are the same jobs, charged the same: as before. Later picks (room
-        # the reserve did not use) are left for the next decision to admit through the store.
-        same = {a.ref for a in picks[: len(reserved)]} == set(reserved)
-        for admission in picks[len(reserved) if same else 0 :]:
+        mine = set(reserved)
+        kept = 0
+        while kept < len(picks) and picks[kept].ref in mine:
+            kept += 1
+        for admission in picks[kept:]:
             core.revert(admission.ref)
-        if same:
+        if kept == len(reserved):
             return []
-        for ref in reserved:
+        stay = {a.ref for a in picks[:kept]}
+        given = [ref for ref in reserved if ref not in stay]
+        for ref in given:
             job = self._jobs.get(ref)
             if job is not None:
                 self._report(job, None, final=False, unstarted=True)
                 job.token = 0
-        self.counts["given_back"] += len(reserved)
-        return list(reserved)
+        self.counts["given_back"] += len(given)
+        return given
 
     # -- decisions out ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ NEVER = CostLifecycle.never()
 TYPES = [
     JobType("clone", 8, max_concurrency=2, conflict_group="git", default_cost=1.0),
     JobType("bg", 2, conflict_group="git", default_cost=1.0),
+    JobType("fetch", 8, conflict_group="git", default_cost=1.0),  # no type cap
 ]
 
 
@@ -295,6 +296,20 @@ def test_a_newcomer_that_ranks_first_takes_the_reserved_admission_in_one_call(fl
     assert one.core.status("a1").place is not None  # pending again, first of A's
     one.finish("a0", 1.0, final=True)
     assert started(one.run_inline()) == ["a1"]
+
+
+def test_a_newcomer_takes_back_only_the_reserved_admissions_it_ranks_before(fleet, clock):
+    [one] = fleet(1, capacity=4)
+    for i, key in enumerate("AABC"):
+        one.submit(f"j{i}", "fetch", f"r{i}", key, arrival=clock.now())
+    assert started(one.run_inline()) == ["j0", "j2", "j3", "j1"]  # A, B, C, then A again
+    # j0 runs; j2, j3, j1 wait for a slot. D has used nothing, so it ranks before A's second
+    # job (A has used 1) but after B's and C's (tied at 1 with D's charge-to-be, and earlier).
+    one.finish("j0", 1.0, final=True)
+    one.submit("d0", "fetch", "x", "D", arrival=clock.now())
+    assert one.reconsider(["j2", "j3", "j1"]) == ["j1"]
+    assert one.counts["given_back"] == 1
+    assert started(one.run_inline()) == ["d0", "j1"]  # the free slot and j1's, new order
 
 
 def test_alone_a_newcomer_takes_the_reserved_place_in_the_core():

@@ -390,6 +390,31 @@ class Scheduler:
     def __contains__(self, ref: object) -> bool:
         return ref in self._jobs
 
+    def outranks(self, ref: Hashable, admitted: Admission) -> bool:
+        """Whether pending job ``ref`` goes before ``admitted`` (admitted, not yet started) by
+        at least ``ref``'s own cost. O(1).
+
+        True when ``ref`` is of a higher tier, or of the same tier and its key, even charged
+        ``ref``'s estimate, has used no more than ``admitted``'s key had before ``admitted``
+        was charged. A job ahead by less than that (keys taking turns, whose costs differ by
+        less than a job) would move the order by less than one of its own jobs: the same slack
+        as admitting a job ahead of a free slot, and not worth undoing an admission for.
+        """
+        job = self._jobs.get(ref)
+        if job is None or job.state is not JobState.PENDING:
+            return False
+        lane = job.lane
+        priority = lane.tier.priority
+        if priority != admitted.priority:
+            return priority > admitted.priority
+        other = self._accounts.keys.get(admitted.fairness_key)
+        before = (0.0 if other is None else other.acc) - admitted.estimate
+        estimate = job.cost
+        if estimate is None:
+            jtype = lane.type
+            estimate = self._estimates.peek((jtype.name, job.job_id), jtype.default_cost)
+        return job.key.acc + estimate <= before
+
     def estimate(self, type: str, job_id: str | None = None) -> float:
         """The current estimate for ``(type, job_id)``."""
         lane = self._lanes.get(type)

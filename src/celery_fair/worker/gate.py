@@ -152,8 +152,9 @@ class Gate:
         self._refill_mark = self.lookahead // 3 or None
         # _reserve: held jobs the store has admitted that wait for a free pool process, in
         # order of admission (each also stays in ``held``: its message is not acked). A
-        # newcomer sets _recheck: before the next one starts, the engine is asked whether the
-        # newcomer goes first (``Engine.reconsider``).
+        # newcomer that goes well before one of them (``Scheduler.outranks``) sets _recheck:
+        # before the next one starts, the engine is asked which of them keep their admission
+        # (``Engine.reconsider``).
         self._reserve: dict[str, Admission] = {}
         self._recheck = False
         self._gather_timer: Any = None
@@ -256,8 +257,9 @@ class Gate:
             uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
         self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
-        if self._reserve:
-            self._recheck = True
+        if self._reserve and not self._recheck:
+            outranks = self.scheduler.outranks
+            self._recheck = any(outranks(uid, a) for a in self._reserve.values())
 
     def _start_plain(self, req: Any) -> None:
         self.nonfair_running += 1
@@ -395,9 +397,10 @@ class Gate:
             if self.engine.busy:
                 return  # asked again when the store answers (on_reply dispatches)
             self._recheck = False
-            if self.engine.reconsider(list(self._reserve)):  # all of them given back
-                self._reserve.clear()  # dispatch's decision now admits in the new order
-                return
+            # Those given back are pending again: dispatch's next decision admits them and
+            # the newcomer that ranks before them, in the new order.
+            for uid in self.engine.reconsider(list(self._reserve)):
+                del self._reserve[uid]
         reserve = self._reserve
         while reserve and len(self.started) < self._pool_slots:
             uid = next(iter(reserve))
