@@ -137,7 +137,8 @@ def test_a_newcomer_outranks_an_admission_only_by_at_least_its_own_cost():
     assert not s.outranks("c1", a1)  # a had used 0
     s.set_accumulated("c", 0.5)  # c charged 2 would pass b's 2: ahead by less than its job
     assert not s.outranks("c1", b1)
-    assert not s.outranks("nobody", a1) and not s.outranks("a1", b1)  # pending jobs only
+    assert not s.outranks("nobody", a1)  # pending jobs only
+    assert not s.outranks("a1", b1)
 
 
 def test_a_newcomer_of_a_higher_tier_outranks_an_admission_whatever_its_cost():

@@ -400,7 +400,7 @@ class Gate:
             # Those given back are pending again: dispatch's next decision admits them and
             # the newcomer that ranks before them, in the new order.
             for uid in self.engine.reconsider(list(self._reserve)):
-                del self._reserve[uid]
+                del self._reserve[str(uid)]
         reserve = self._reserve
         while reserve and len(self.started) < self._pool_slots:
             uid = next(iter(reserve))
