@@ -130,15 +130,15 @@ def test_a_newcomer_outranks_an_admission_only_by_at_least_its_own_cost():
     [a1, b1] = s.schedule()  # a has used 1, b 3: both from 0
     s.submit("c1", "clone", "x3", "c", cost=2)  # c at 0, ahead of both, by less than 2
     s.submit("d1", "bg", "x4", "d", cost=0.5)  # a lower tier: never
-    assert not s.outranks("c1", b1)
-    assert not s.outranks("d1", a1)
+    assert not s.outranks("c1", [b1])
+    assert not s.outranks("d1", [a1])
     s.set_accumulated("b", 5.0)  # b had used 2 before b1: c goes first, charged 2 or not
-    assert s.outranks("c1", b1)
-    assert not s.outranks("c1", a1)  # a had used 0
+    assert s.outranks("c1", [b1])
+    assert not s.outranks("c1", [a1])  # a had used 0
     s.set_accumulated("c", 0.5)  # c charged 2 would pass b's 2: ahead by less than its job
-    assert not s.outranks("c1", b1)
-    assert not s.outranks("nobody", a1)  # pending jobs only
-    assert not s.outranks("a1", b1)
+    assert not s.outranks("c1", [b1])
+    assert not s.outranks("nobody", [a1])  # pending jobs only
+    assert not s.outranks("a1", [b1])
 
 
 def test_a_newcomer_of_a_higher_tier_outranks_an_admission_whatever_its_cost():
@@ -146,4 +146,4 @@ def test_a_newcomer_of_a_higher_tier_outranks_an_admission_whatever_its_cost():
     s.submit("g1", "bg", "x1", "g")
     [low] = s.schedule()
     s.submit("h1", "clone", "x2", "h", cost=100)
-    assert s.outranks("h1", low)
+    assert s.outranks("h1", [low])

@@ -390,30 +390,34 @@ class Scheduler:
     def __contains__(self, ref: object) -> bool:
         return ref in self._jobs
 
-    def outranks(self, ref: Hashable, admitted: Admission) -> bool:
-        """Whether pending job ``ref`` goes before ``admitted`` (admitted, not yet started) by
-        at least ``ref``'s own cost. O(1).
+    def outranks(self, ref: Hashable, admitted: Iterable[Admission]) -> bool:
+        """Whether pending job ``ref`` goes before one of ``admitted`` (admitted, not yet
+        started) by at least ``ref``'s own cost. O(1) per admission.
 
         True when ``ref`` is of a higher tier, or of the same tier and its key, even charged
-        ``ref``'s estimate, has used no more than ``admitted``'s key had before ``admitted``
-        was charged. A job ahead by less than that (keys taking turns, whose costs differ by
-        less than a job) would move the order by less than one of its own jobs: the same slack
-        as admitting a job ahead of a free slot, and not worth undoing an admission for.
+        ``ref``'s estimate, has used no more than the admission's key had before it was
+        charged. A job ahead by less than that (keys taking turns, whose costs differ by less
+        than a job) would move the order by less than one of its own jobs: the same slack as
+        admitting a job ahead of a free slot, and not worth undoing an admission for.
         """
         job = self._jobs.get(ref)
         if job is None or job.state is not JobState.PENDING:
             return False
-        lane = job.lane
-        priority = lane.tier.priority
-        if priority != admitted.priority:
-            return priority > admitted.priority
-        other = self._accounts.keys.get(admitted.fairness_key)
-        before = (0.0 if other is None else other.acc) - admitted.estimate
-        estimate = job.cost
-        if estimate is None:
-            jtype = lane.type
-            estimate = self._estimates.peek((jtype.name, job.job_id), jtype.default_cost)
-        return job.key.acc + estimate <= before
+        priority = job.lane.tier.priority
+        cost = job.cost
+        if cost is None:
+            cost = self.estimate(job.lane.type.name, job.job_id)
+        used = job.key.acc + cost
+        keys = self._accounts.keys
+        for other in admitted:
+            if priority != other.priority:
+                if priority > other.priority:
+                    return True
+                continue
+            key = keys.get(other.fairness_key)
+            if used <= (0.0 if key is None else key.acc) - other.estimate:
+                return True
+        return False
 
     def estimate(self, type: str, job_id: str | None = None) -> float:
         """The current estimate for ``(type, job_id)``."""

@@ -258,8 +258,7 @@ class Gate:
         )
         self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
         if self._reserve and not self._recheck:
-            outranks = self.scheduler.outranks
-            self._recheck = any(outranks(uid, a) for a in self._reserve.values())
+            self._recheck = self.scheduler.outranks(uid, self._reserve.values())
 
     def _start_plain(self, req: Any) -> None:
         self.nonfair_running += 1
