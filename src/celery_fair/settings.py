@@ -23,7 +23,10 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_tier_caps": {},  # {priority: cap or None}
         "fair_pool": "prefork",  # the real pool that runs tasks
         "fair_capacity": None,  # slots; None = the pool's size, following autoscale
-        "fair_lookahead": None,  # jobs admitted ahead of a free slot; None = 1 shared, 0 alone
+        # jobs admitted ahead of a free slot; None = sized by fair_reserve_seconds (1 to 8)
+        # with a shared store, 0 alone; an int: that many, always
+        "fair_lookahead": None,
+        "fair_reserve_seconds": 0.01,  # the adaptive reserve covers this much of the pool's work
         "fair_max_held": 1000,  # messages one worker holds unacked at most
         "fair_max_hold_seconds": None,  # None = derived from the broker's ack timeout
         "fair_spill_interval": 5.0,  # seconds between two spills of excess held messages
@@ -68,6 +71,7 @@ class FairSettings:
     pool: str = "prefork"
     capacity: int | None = None
     lookahead: int | None = None
+    reserve_seconds: float = 0.01
     max_held: int = 1000
     max_hold_seconds: float | None = None
     spill_interval: float = 5.0
@@ -125,6 +129,7 @@ class FairSettings:
             pool=_text("fair_pool", v["fair_pool"]),
             capacity=_optional_int("fair_capacity", v["fair_capacity"], minimum=1),
             lookahead=_optional_int("fair_lookahead", v["fair_lookahead"], minimum=0),
+            reserve_seconds=_seconds("fair_reserve_seconds", v["fair_reserve_seconds"]),
             max_held=_int("fair_max_held", v["fair_max_held"], minimum=1),
             max_hold_seconds=_optional_seconds("fair_max_hold_seconds", v["fair_max_hold_seconds"]),
             spill_interval=_seconds("fair_spill_interval", v["fair_spill_interval"]),
@@ -162,7 +167,8 @@ class FairSettings:
             "tier_caps": dict(self.tier_caps),
             "pool": self.pool,
             "capacity": self.capacity or "pool size",
-            "lookahead": self.lookahead,
+            "lookahead": self.lookahead if self.lookahead is not None else "adaptive",
+            "reserve_seconds": self.reserve_seconds,
             "max_held": self.max_held,
             "max_hold_seconds": self.max_hold_seconds or "from broker",
             "on_bad_message": self.on_bad_message,

@@ -114,3 +114,38 @@ def test_a_job_revoked_while_reserved_is_released_and_never_runs(make_run, start
     wait_until(lambda: run.recorder.done_counts().get("after"), 30, "the job after it")
     assert "next" not in run.recorder.done_counts()
     wait_until(lambda: gate_stats(run, worker).get("fair-running") == 0, 20, "no job counted")
+
+
+def test_the_default_reserve_is_deep_for_short_jobs_and_one_for_long_ones(make_run, start_worker):
+    # Given a worker on the shared Redis store with the default (adaptive) reserve,
+    run = make_run(conf={"fair_store_url": BROKERS["redis"]})
+    worker = start_worker(run, concurrency=SLOTS)
+    assert gate_stats(run, worker)["fair-lookahead"] == 1  # nothing timed yet
+    # when it has run 60 jobs of about a millisecond, on 30 repos,
+    for i in range(60):
+        run.send("fairapp.clone", f"s{i}", 0.001, headers=fair_headers("clone", "A", f"r{i % 30}"))
+    wait_until(lambda: len(run.recorder.done_counts()) == 60, 60, "the short jobs")
+    # then it keeps several admitted ahead (2 processes free many slots in 10 ms), at most 8,
+    short = gate_stats(run, worker)
+    assert 3 <= short["fair-lookahead"] <= 8, short
+    assert short["fair-capacity"] == SLOTS + short["fair-lookahead"]
+    # and after 12 jobs of 0.3 s, one: a second would wait about 0.15 s, far past 10 ms.
+    for i in range(12):
+        run.send("fairapp.clone", f"l{i}", 0.3, headers=fair_headers("clone", "A", f"q{i}"))
+    wait_until(lambda: len(run.recorder.done_counts()) == 72, 60, "the long jobs")
+    long = gate_stats(run, worker)
+    assert long["fair-lookahead"] == 1, long
+    # The pool never ran more than its size, whatever the depth.
+    assert max_overlap(list(intervals(run.recorder.events()).values())) <= SLOTS
+
+
+def test_a_fixed_lookahead_does_not_follow_the_jobs(make_run, start_worker):
+    # Given a worker on the shared store with fair_lookahead = 2 set,
+    run = make_run(conf={"fair_store_url": BROKERS["redis"], "fair_lookahead": 2})
+    worker = start_worker(run, concurrency=SLOTS)
+    # when it has run short jobs,
+    for i in range(30):
+        run.send("fairapp.clone", f"s{i}", 0.001, headers=fair_headers("clone", "A", f"r{i}"))
+    wait_until(lambda: len(run.recorder.done_counts()) == 30, 60, "the short jobs")
+    # then its reserve is still 2.
+    assert gate_stats(run, worker)["fair-lookahead"] == 2

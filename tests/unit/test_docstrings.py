@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "celery_fair.core.clock",
+    "celery_fair.core.reserve",
     "celery_fair.core.types",
     "celery_fair.core.scheduler",
     "celery_fair.store.base",

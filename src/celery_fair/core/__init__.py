@@ -62,6 +62,7 @@ Rules for this package
 from __future__ import annotations
 
 from .clock import Clock, MonotonicClock, SimClock, WallClock
+from .reserve import ReserveDepth
 from .scheduler import Scheduler
 from .types import (
     Admission,
@@ -87,6 +88,7 @@ __all__ = [
     "JobView",
     "MonotonicClock",
     "Release",
+    "ReserveDepth",
     "Scheduler",
     "SchedulerConfig",
     "SimClock",

@@ -60,6 +60,10 @@ class Request(NamedTuple):
     parse: Callable[[Any], Any]
 
 
+#: Each verdict by its reply bytes (an Enum lookup by value costs more than a dict's).
+_VERDICTS: dict[bytes, Verdict] = {v.value.encode(): v for v in Verdict}
+
+
 def _source(name: str) -> str:
     lua = resources.files(__package__) / "lua"
     return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
@@ -280,7 +284,7 @@ class RedisStore:
             _, _, finished, results, tiers, types, held, workers = raw
             grants = []
             for a, (status, token, estimate, acc) in zip(asks, results, strict=True):
-                verdict = Verdict(status.decode())
+                verdict = _VERDICTS.get(status) or Verdict(status.decode())
                 admitted = verdict is Verdict.ADMITTED
                 grants.append(
                     Grant(a.uid, verdict, int(token), float(estimate) if admitted else None,

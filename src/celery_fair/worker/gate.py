@@ -54,7 +54,7 @@ from celery.exceptions import TimeLimitExceeded
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 
-from ..core import Admission, JobType, Scheduler, WallClock
+from ..core import Admission, JobType, ReserveDepth, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
 from ..store.base import Store
 from ..store.redis import RedisStore
@@ -75,6 +75,8 @@ RABBITMQ_CONSUMER_TIMEOUT = 1800.0
 REDIS_VISIBILITY_TIMEOUT = 3600.0
 #: Longest a store call waits for more events to share it while the pool's line is deep.
 GATHER_SECONDS = 0.02
+#: The deepest the adaptive reserve grows (``fair_lookahead`` unset, with a shared store).
+RESERVE_MAX = 8
 
 
 @dataclass(slots=True)
@@ -119,12 +121,19 @@ class Gate:
         self.process_task = process_task
         # lookahead: jobs admitted beyond the free slots, kept in the gate's reserve until a
         # pool process frees, which then starts one with no store round trip in between. By
-        # default one with a shared store, none alone (the core decides at once there). Only
-        # for pools whose ends arrive on the event loop (prefork, threads).
+        # default, with a shared store, as many as cover ``fair_reserve_seconds`` of the
+        # pool's work (1 to RESERVE_MAX, following the jobs' measured wall times); none alone
+        # (the core decides at once there). Only for pools whose ends arrive on the event
+        # loop (prefork, threads).
+        lookahead_pool = isinstance(self.pool, _LOOKAHEAD_POOLS)
+        self._sizer: ReserveDepth | None = None
         wanted = settings.lookahead
         if wanted is None:
-            wanted = 1 if store is not None else 0
-        self.lookahead = wanted if isinstance(self.pool, _LOOKAHEAD_POOLS) else 0
+            wanted = 0
+            if store is not None and lookahead_pool:
+                self._sizer = ReserveDepth(settings.reserve_seconds, minimum=1, maximum=RESERVE_MAX)
+                wanted = self._sizer.minimum
+        self.lookahead = wanted if lookahead_pool else 0
         if settings.lookahead and not self.lookahead:
             logger.warning(
                 "fair_lookahead=%d is ignored: it is for the prefork and threads pools, not %s.",
@@ -149,7 +158,7 @@ class Gate:
         # With a line of 3 jobs or more, store calls wait until the line is down to
         # _refill_mark (or GATHER_SECONDS have passed), so that one call reports several
         # finished jobs and admits as many: the line keeps the pool busy meanwhile.
-        self._refill_mark = self.lookahead // 3 or None
+        self._refill_mark = _refill_mark(self.lookahead)
         # _reserve: held jobs the store has admitted that wait for a free pool process, in
         # order of admission (each also stays in ``held``: its message is not acked). A
         # newcomer that goes well before one of them (``Scheduler.outranks``) sets _recheck:
@@ -509,10 +518,23 @@ class Gate:
                 # recognise a late copy of its message.
                 final = bool(getattr(info.req, "acknowledged", False))
                 self.engine.finish(uid, elapsed, final=final)
+                if elapsed is not None and self._sizer is not None:
+                    self._resize_reserve(elapsed)
             if self._closed:
                 self.engine.flush()
             else:
                 self.dispatch()
+
+    def _resize_reserve(self, elapsed: float) -> None:
+        """Follow the jobs' wall times with the reserve's depth (the next dispatch applies it
+        to the core's capacity; reserved jobs beyond a smaller depth keep their admission)."""
+        sizer = self._sizer
+        assert sizer is not None
+        sizer.observe(elapsed)
+        depth = sizer.depth(self._pool_slots)
+        if depth != self.lookahead:
+            self.lookahead = depth
+            self._refill_mark = _refill_mark(depth)
 
     # -- housekeeping --------------------------------------------------------------------
 
@@ -765,6 +787,7 @@ class Gate:
             return {
                 "fair-held": len(self.held),
                 "fair-reserved": len(self._reserve),
+                "fair-lookahead": self.lookahead,
                 "fair-running": self.scheduler.running,
                 "plain-running": self.nonfair_running,
                 "fair-capacity": self.scheduler.capacity,
@@ -783,6 +806,11 @@ class Gate:
         else:
             return float("inf")
         return timeout * HOLD_FRACTION
+
+
+def _refill_mark(lookahead: int) -> int | None:
+    """How short the pool's line gets before a store call stops waiting for company."""
+    return lookahead // 3 or None
 
 
 def _writes_pending(pool: Any) -> bool:
