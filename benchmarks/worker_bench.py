@@ -20,6 +20,11 @@ shows there first. The ``redis`` columns are the local Redis server's CPU per ta
 same span (the broker's work, the tasks' own counting, and the store's scripts): Redis shares
 the two cores with the worker, so what the store makes it do is taken from the worker too.
 
+``--against DIR``: also run the fair worker with ``celery_fair`` imported from ``DIR`` (the
+``src`` folder of another checkout, e.g. ``git worktree add /tmp/base HEAD~1``), in the same
+rounds, so two versions are compared against the same plain runs; rows for it say
+``fair@DIR``.
+
 ``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
 ``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
 ``fair_store_url`` on RabbitMQ), each under a fresh prefix.
@@ -82,6 +87,7 @@ def measure(
     concurrency: int,
     state: str,
     lookahead: int | None = None,
+    code: str | None = None,
 ) -> Measured:
     """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
@@ -94,7 +100,8 @@ def measure(
         target.apply_async(fairness_key=f"client{i % 10}", job_id=f"r{i % 50}")
     env = {
         **os.environ,
-        "PYTHONPATH": str(HERE),
+        # code: another celery_fair to import (it goes before the installed one)
+        "PYTHONPATH": os.pathsep.join([code, str(HERE)] if code else [str(HERE)]),
         "BENCH_STORE": STATES[state],
         "BENCH_LOOKAHEAD": "" if lookahead is None else str(lookahead),
     }
@@ -177,7 +184,16 @@ def main() -> None:
         default=None,
         help="fair_lookahead of the fair worker (default: the worker's own)",
     )
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        default=None,
+        help="also run the fair worker on the celery_fair in DIR (another checkout's src)",
+    )
     args = parser.parse_args()
+    variants: list[tuple[str, str | None]] = [("fair", None)]
+    if args.against:
+        variants.append((f"fair@{args.against}", str(Path(args.against).resolve())))
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
     header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
     print(
@@ -187,25 +203,30 @@ def main() -> None:
     for broker in args.brokers.split(","):
         for state in args.states.split(","):
             for task, n in sizes.items():
-                got: dict[str, list[Measured]] = {"plain": [], "fair": []}
+                runs: list[tuple[str, str | None]] = [("plain", None), *variants]
+                got: dict[str, list[Measured]] = {name: [] for name, _ in runs}
                 for i in range(args.pairs):
-                    order = ("plain", "fair") if i % 2 == 0 else ("fair", "plain")
-                    for m in order:
-                        got[m].append(
-                            measure(broker, m, task, n, args.concurrency, state, args.lookahead)
+                    for name, code in runs if i % 2 == 0 else runs[::-1]:
+                        mode = "plain" if name == "plain" else "fair"
+                        got[name].append(
+                            measure(
+                                broker, mode, task, n, args.concurrency, state, args.lookahead, code
+                            )
                         )
                 plain = [g.rate for g in got["plain"]]
-                fair = [g.rate for g in got["fair"]]
-                ratios = [f / p for f, p in zip(fair, plain, strict=True)]
-                print(
-                    f"{broker:6} {state:6} {task:5} {statistics.median(plain):>9.0f} "
-                    f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f} "
-                    f"{_median_cpu(got['plain']):>9} {_median_cpu(got['fair']):>9} "
-                    f"{_median_cpu(got['plain'], 'redis_us'):>11} "
-                    f"{_median_cpu(got['fair'], 'redis_us'):>10}  "
-                    f"{' '.join(f'{r:.2f}' for r in ratios)}",
-                    flush=True,
-                )
+                for name, _ in variants:
+                    fair = [g.rate for g in got[name]]
+                    ratios = [f / p for f, p in zip(fair, plain, strict=True)]
+                    label = task if name == "fair" else f"{task} {name}"
+                    print(
+                        f"{broker:6} {state:6} {label:5} {statistics.median(plain):>9.0f} "
+                        f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f} "
+                        f"{_median_cpu(got['plain']):>9} {_median_cpu(got[name]):>9} "
+                        f"{_median_cpu(got['plain'], 'redis_us'):>11} "
+                        f"{_median_cpu(got[name], 'redis_us'):>10}  "
+                        f"{' '.join(f'{r:.2f}' for r in ratios)}",
+                        flush=True,
+                    )
 
 
 def _median_cpu(runs: list[Measured], field: str = "cpu_us") -> str:
