@@ -190,11 +190,13 @@ def main() -> None:
         default=None,
         help="also run the fair worker on the celery_fair in DIR (another checkout's src)",
     )
+    parser.add_argument("--tasks", default="noop,10ms", help="noop and/or 10ms")
     args = parser.parse_args()
     variants: list[tuple[str, str | None]] = [("fair", None)]
     if args.against:
         variants.append((f"fair@{args.against}", str(Path(args.against).resolve())))
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
+    sizes = {task: n for task, n in sizes.items() if task in args.tasks.split(",")}
     header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
     print(
         f"{header} {'fair/plain':>10} {'cpu plain':>9} {'cpu fair':>9} "
