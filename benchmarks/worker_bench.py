@@ -19,6 +19,9 @@ pairs. For no-op tasks that process is the bottleneck, so a change to the gate o
 shows there first. The ``redis`` columns are the local Redis server's CPU per task over the
 same span (the broker's work, the tasks' own counting, and the store's scripts): Redis shares
 the two cores with the worker, so what the store makes it do is taken from the worker too.
+The ``pre`` columns count how often per task the worker's main process was taken off the CPU
+while it could have run (``nonvoluntary_ctxt_switches``): the time another process (Redis,
+woken by a call; a pool process) took from it, which its CPU time does not show.
 
 ``--against DIR``: also run the fair worker with ``celery_fair`` imported from ``DIR`` (the
 ``src`` folder of another checkout, e.g. ``git worktree add /tmp/base HEAD~1``), in the same
@@ -68,6 +71,19 @@ class Measured(NamedTuple):
     rate: float  # tasks per second, first start to last end
     cpu_us: float | None  # the worker's main-process CPU per task, in us (None off Linux)
     redis_us: float | None  # the local Redis server's CPU per task, in us (None off Linux)
+    preempted: float | None  # the worker's main process taken off the CPU per task
+
+
+def _preemptions(pid: int) -> int | None:
+    """Times process ``pid`` was taken off the CPU while it could have run (Linux)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("nonvoluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return None
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -133,16 +149,18 @@ def measure(
     )
     try:
         deadline = time.time() + 300
-        started, cpu_start, redis_start = 0, None, None
+        started, cpu_start, redis_start, preempted_start = 0, None, None, None
         while (count := int(record.get(f"{key}:count") or 0)) < n:
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"{mode} worker on {broker} did not finish")
             if count and cpu_start is None:
                 started, cpu_start = count, _cpu_seconds(proc.pid)
                 redis_start = _cpu_seconds(redis_pid)
+                preempted_start = _preemptions(proc.pid)
             time.sleep(0.005 if cpu_start is None else 0.05)
         cpu_end = _cpu_seconds(proc.pid)
         redis_end = _cpu_seconds(redis_pid)
+        preempted_end = _preemptions(proc.pid)
         first = float(record.get(f"{key}:first") or 0)
         last = float(record.get(f"{key}:last") or 0)
     finally:
@@ -161,6 +179,9 @@ def measure(
         (n - 1) / (last - first),
         _per_task(cpu_start, cpu_end, n - started),
         _per_task(redis_start, redis_end, n - started),
+        None
+        if preempted_start is None or preempted_end is None
+        else (preempted_end - preempted_start) / max(1, n - started),
     )
 
 
@@ -200,7 +221,7 @@ def main() -> None:
     header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
     print(
         f"{header} {'fair/plain':>10} {'cpu plain':>9} {'cpu fair':>9} "
-        f"{'redis plain':>11} {'redis fair':>10}  pairs"
+        f"{'redis plain':>11} {'redis fair':>10} {'pre plain':>9} {'pre fair':>8}  pairs"
     )
     for broker in args.brokers.split(","):
         for state in args.states.split(","):
@@ -225,15 +246,17 @@ def main() -> None:
                         f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f} "
                         f"{_median_cpu(got['plain']):>9} {_median_cpu(got[name]):>9} "
                         f"{_median_cpu(got['plain'], 'redis_us'):>11} "
-                        f"{_median_cpu(got[name], 'redis_us'):>10}  "
+                        f"{_median_cpu(got[name], 'redis_us'):>10} "
+                        f"{_median_cpu(got['plain'], 'preempted', 2):>9} "
+                        f"{_median_cpu(got[name], 'preempted', 2):>8}  "
                         f"{' '.join(f'{r:.2f}' for r in ratios)}",
                         flush=True,
                     )
 
 
-def _median_cpu(runs: list[Measured], field: str = "cpu_us") -> str:
+def _median_cpu(runs: list[Measured], field: str = "cpu_us", digits: int = 0) -> str:
     values = [v for r in runs if (v := getattr(r, field)) is not None]
-    return f"{statistics.median(values):.0f}" if values else "-"
+    return f"{statistics.median(values):.{digits}f}" if values else "-"
 
 
 if __name__ == "__main__":
