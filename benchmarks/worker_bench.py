@@ -179,17 +179,18 @@ def measure(
         (n - 1) / (last - first),
         _per_task(cpu_start, cpu_end, n - started),
         _per_task(redis_start, redis_end, n - started),
-        None
-        if preempted_start is None or preempted_end is None
-        else (preempted_end - preempted_start) / max(1, n - started),
+        _per_task(preempted_start, preempted_end, n - started, scale=1.0),
     )
 
 
-def _per_task(start: float | None, end: float | None, tasks: int) -> float | None:
-    """CPU microseconds per task between two readings, if both were taken."""
+def _per_task(
+    start: float | None, end: float | None, tasks: int, scale: float = 1e6
+) -> float | None:
+    """What grew between two readings, per task (seconds as microseconds unless ``scale``
+    says otherwise), if both were taken."""
     if start is None or end is None or tasks <= 0:
         return None
-    return 1e6 * (end - start) / tasks
+    return scale * (end - start) / tasks
 
 
 def main() -> None:
@@ -244,17 +245,18 @@ def main() -> None:
                     print(
                         f"{broker:6} {state:6} {label:5} {statistics.median(plain):>9.0f} "
                         f"{statistics.median(fair):>9.0f} {statistics.median(ratios):>10.3f} "
-                        f"{_median_cpu(got['plain']):>9} {_median_cpu(got[name]):>9} "
-                        f"{_median_cpu(got['plain'], 'redis_us'):>11} "
-                        f"{_median_cpu(got[name], 'redis_us'):>10} "
-                        f"{_median_cpu(got['plain'], 'preempted', 2):>9} "
-                        f"{_median_cpu(got[name], 'preempted', 2):>8}  "
+                        f"{_median(got['plain']):>9} {_median(got[name]):>9} "
+                        f"{_median(got['plain'], 'redis_us'):>11} "
+                        f"{_median(got[name], 'redis_us'):>10} "
+                        f"{_median(got['plain'], 'preempted', 2):>9} "
+                        f"{_median(got[name], 'preempted', 2):>8}  "
                         f"{' '.join(f'{r:.2f}' for r in ratios)}",
                         flush=True,
                     )
 
 
-def _median_cpu(runs: list[Measured], field: str = "cpu_us", digits: int = 0) -> str:
+def _median(runs: list[Measured], field: str = "cpu_us", digits: int = 0) -> str:
+    """The median of one column over runs, formatted; ``-`` when it was never read."""
     values = [v for r in runs if (v := getattr(r, field)) is not None]
     return f"{statistics.median(values):.{digits}f}" if values else "-"
 

@@ -155,10 +155,6 @@ class Gate:
         self._runner: StoreLink | None = None
         self._hub: Any = None
         self._dirty = False  # something changed since the last store call was planned
-        # With a line of 3 jobs or more, store calls wait until the line is down to
-        # _refill_mark (or GATHER_SECONDS have passed), so that one call reports several
-        # finished jobs and admits as many: the line keeps the pool busy meanwhile.
-        self._refill_mark = _refill_mark(self.lookahead)
         # _reserve: held jobs the store has admitted that wait for a free pool process, in
         # order of admission (each also stays in ``held``: its message is not acked). A
         # newcomer that goes well before one of them (``Scheduler.outranks``) sets _recheck:
@@ -316,10 +312,11 @@ class Gate:
 
     def _gathering(self) -> bool:
         """Let events gather for one store call while the pool's line is deeper than its
-        refill mark: the pool stays busy meanwhile, and one call then reports several
-        finished jobs and admits as many. Never longer than ``GATHER_SECONDS``."""
-        mark = self._refill_mark
-        if mark is not None and len(self._reserve) + self._in_line > mark:
+        refill mark (a third of a lookahead of 3 or more): the pool stays busy meanwhile, and
+        one call then reports several finished jobs and admits as many. Never longer than
+        ``GATHER_SECONDS``."""
+        mark = self.lookahead // 3
+        if mark and len(self._reserve) + self._in_line > mark:
             if self._gather_timer is None:
                 self._gather_timer = self._hub.call_later(GATHER_SECONDS, self._gather_over)
             return True
@@ -518,23 +515,17 @@ class Gate:
                 # recognise a late copy of its message.
                 final = bool(getattr(info.req, "acknowledged", False))
                 self.engine.finish(uid, elapsed, final=final)
-                if elapsed is not None and self._sizer is not None:
-                    self._resize_reserve(elapsed)
+                sizer = self._sizer
+                if elapsed is not None and sizer is not None:
+                    # The reserve follows the jobs' wall times; the dispatch below applies a
+                    # new depth to the core's capacity (reserved jobs beyond a smaller depth
+                    # keep their admission).
+                    sizer.observe(elapsed)
+                    self.lookahead = sizer.depth(self._pool_slots)
             if self._closed:
                 self.engine.flush()
             else:
                 self.dispatch()
-
-    def _resize_reserve(self, elapsed: float) -> None:
-        """Follow the jobs' wall times with the reserve's depth (the next dispatch applies it
-        to the core's capacity; reserved jobs beyond a smaller depth keep their admission)."""
-        sizer = self._sizer
-        assert sizer is not None
-        sizer.observe(elapsed)
-        depth = sizer.depth(self._pool_slots)
-        if depth != self.lookahead:
-            self.lookahead = depth
-            self._refill_mark = _refill_mark(depth)
 
     # -- housekeeping --------------------------------------------------------------------
 
@@ -806,11 +797,6 @@ class Gate:
         else:
             return float("inf")
         return timeout * HOLD_FRACTION
-
-
-def _refill_mark(lookahead: int) -> int | None:
-    """How short the pool's line gets before a store call stops waiting for company."""
-    return lookahead // 3 or None
 
 
 def _writes_pending(pool: Any) -> bool:
