@@ -147,3 +147,32 @@ def test_a_newcomer_of_a_higher_tier_outranks_an_admission_whatever_its_cost():
     [low] = s.schedule()
     s.submit("h1", "clone", "x2", "h", cost=100)
     assert s.outranks("h1", [low])
+
+
+def test_a_newcomer_behind_an_earlier_job_of_its_key_outranks_nothing():
+    s, _ = make(1, [("clone", 8, None, "git", 1)])
+    s.submit("b1", "clone", "x1", "b", cost=3)
+    [b1] = s.schedule()
+    s.set_accumulated("b", 10.0)  # b is far ahead: a newcomer of another key would go first
+    s.submit("c1", "clone", "x2", "c", cost=1)
+    assert s.outranks("c1", [b1])
+    s.submit("c2", "clone", "x3", "c", cost=1)  # behind c1: it moves nothing c1 does not
+    assert not s.outranks("c2", [b1])
+    # Unless c1 cannot start (another worker took its conflict since): then c2 is c's next.
+    s.hold_elsewhere("git", "x2")
+    assert s.outranks("c2", [b1])
+
+
+def test_a_newcomer_waiting_for_a_conflict_outranks_only_the_admission_that_holds_it():
+    s, _ = make(3, [("clone", 8, None, "git", 1)])
+    s.submit("b1", "clone", "linux", "b", cost=3)
+    s.submit("r1", "clone", "gcc", "r", cost=3)
+    [b1, r1] = s.schedule()
+    s.set_accumulated("b", 10.0)
+    s.set_accumulated("r", 10.0)
+    s.submit("c1", "clone", "linux", "c", cost=1)  # parked at once: b1 holds linux
+    assert not s.outranks("c1", [r1])
+    assert s.outranks("c1", [b1, r1])  # giving b1 back would let c1 go first
+    s.hold_elsewhere("git", "emacs")
+    s.submit("d1", "clone", "emacs", "d", cost=1)  # waits for another worker's job
+    assert not s.outranks("d1", [b1, r1])

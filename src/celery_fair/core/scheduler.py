@@ -399,10 +399,28 @@ class Scheduler:
         charged. A job ahead by less than that (keys taking turns, whose costs differ by less
         than a job) would move the order by less than one of its own jobs: the same slack as
         admitting a job ahead of a free slot, and not worth undoing an admission for.
+
+        Never when ``ref`` cannot be the next of its own: it waits behind an earlier job of its
+        key in its lane (which was pending when the admissions were made, or was itself such
+        a newcomer), or it waits for a conflict that none of ``admitted`` holds.
         """
         job = self._jobs.get(ref)
         if job is None or job.state is not JobState.PENDING:
             return False
+        home = job.home
+        if home is not None:
+            waits_on = home.owner.cl
+            if waits_on is not None:  # parked on a held conflict
+                holder = waits_on.conflict.holder
+                if holder is None or holder is ELSEWHERE:
+                    return False
+                admitted = list(admitted)
+                if not any(a.ref == holder.ref for a in admitted):
+                    return False
+            else:
+                first = home.head(False)
+                if first is not job and first is not None and not self._blocked(first):
+                    return False
         priority = job.lane.tier.priority
         cost = job.cost
         if cost is None:
@@ -418,6 +436,14 @@ class Scheduler:
             if used <= (0.0 if key is None else key.acc) - other.estimate:
                 return True
         return False
+
+    def _blocked(self, job: PendingJob) -> bool:
+        """Whether ``job``'s conflict is held (it would be parked on reaching its lane's front)."""
+        ckey = job.ckey
+        if ckey is None:
+            return False
+        conflict = self._conflicts.get(ckey)
+        return conflict is not None and conflict.holder is not None
 
     def estimate(self, type: str, job_id: str | None = None) -> float:
         """The current estimate for ``(type, job_id)``."""
