@@ -4,11 +4,14 @@ Run by hand; results go to docs/benchmarks.md with the command:
 
     python benchmarks/script_bench.py                        # this checkout's scripts
     python benchmarks/script_bench.py --against /tmp/old-lua # another version, interleaved
+    python benchmarks/script_bench.py --batch 4              # four ends and four admissions
 
-The call replayed is the one a busy worker makes most: ``admit`` reporting one finished job
-and admitting one more (one fairness key of 10, one conflict id of 50, the default lifecycle),
-with two jobs running. Redis's own accounting (``INFO commandstats``) gives the server time
-per ``EVALSHA`` and per command the scripts run inside it. Redis must be otherwise idle.
+The call replayed is the one a busy worker makes most: ``admit`` reporting finished jobs and
+admitting as many more (one fairness key of 10, one conflict id of 50, the default lifecycle):
+one of each with two jobs running, or with ``--batch K`` K of each with 2K running (a worker
+with a deep reserve reports and admits about four per call). Redis's own accounting
+(``INFO commandstats``) gives the server time per ``EVALSHA`` and per command the scripts run
+inside it. Redis must be otherwise idle.
 
 ``--against DIR`` loads ``common.lua``, ``admit.lua``... from DIR (for example the package's
 ``lua`` folder at an older commit: ``git archive <commit> src/celery_fair/store/lua``) and
@@ -35,10 +38,11 @@ URL = "redis://127.0.0.1:6379/0"
 
 
 class Replay:
-    """A worker's stream of admit calls on a prefix of its own, two jobs always running."""
+    """A worker's stream of admit calls on a prefix of its own, ``2 * batch`` jobs running."""
 
-    def __init__(self, client: redis.Redis, lua: Path | None) -> None:
+    def __init__(self, client: redis.Redis, lua: Path | None, batch: int = 1) -> None:
         self.client = client
+        self.size = batch
         self.prefix = f"script-bench-{uuid.uuid4().hex[:8]}"
         original = redis_store._source
         if lua is not None:
@@ -51,34 +55,38 @@ class Replay:
             redis_store._source = original
         self.count = 0
         self.running: list[Done] = []
-        self.running = [self._admit(None) for _ in range(2)]
+        for _ in range(2):
+            self.running += self._admit([])
 
-    def _admit(self, done: Done | None) -> Done:
-        i = self.count
-        self.count += 1
-        job_id = f"r{i % 50}"
-        ask = Ask(
-            f"job-{i}",
-            "bench",
-            8,
-            None,
-            None,
-            f"repo\x00{job_id}",
-            f"bench\x00{job_id}",
-            f"client{i % 10}",
-            None,
-            1.0,
-        )
-        [grant] = self.store.admit("worker", [ask], [done] if done else []).grants
-        if grant.verdict is not Verdict.ADMITTED:
-            raise RuntimeError(f"the replay expected an admission, got {grant.verdict}")
-        return Done(ask.uid, grant.token, 0.001, final=True)
+    def _admit(self, done: list[Done]) -> list[Done]:
+        asks = []
+        for _ in range(self.size):
+            i = self.count
+            self.count += 1
+            job_id = f"r{i % 50}"
+            asks.append(Ask(
+                f"job-{i}",
+                "bench",
+                8,
+                None,
+                None,
+                f"repo\x00{job_id}",
+                f"bench\x00{job_id}",
+                f"client{i % 10}",
+                None,
+                1.0,
+            ))  # fmt: skip
+        grants = self.store.admit("worker", asks, done).grants
+        if any(g.verdict is not Verdict.ADMITTED for g in grants):
+            raise RuntimeError(f"the replay expected admissions, got {grants}")
+        return [Done(a.uid, g.token, 0.001, final=True) for a, g in zip(asks, grants, strict=True)]
 
     def batch(self, n: int) -> dict[str, Any]:
         """Make ``n`` calls; the commandstats they moved."""
         before = self.client.info("commandstats")
         for _ in range(n):
-            self.running.append(self._admit(self.running.pop(0)))
+            done, self.running = self.running[: self.size], self.running[self.size :]
+            self.running += self._admit(done)
         after = self.client.info("commandstats")
         return {
             name: (stats["calls"] - before.get(name, {}).get("calls", 0),
@@ -102,10 +110,11 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="a folder with another version's scripts")
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--size", type=int, default=100, help="calls per batch")
+    parser.add_argument("--batch", type=int, default=1, help="ends and admissions per call")
     args = parser.parse_args()
     client = redis.Redis.from_url(URL)
-    ours = Replay(client, None)
-    theirs = Replay(client, args.against) if args.against else None
+    ours = Replay(client, None, args.batch)
+    theirs = Replay(client, args.against, args.batch) if args.against else None
     try:
         mine: list[float] = []
         other: list[float] = []
