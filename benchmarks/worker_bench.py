@@ -30,7 +30,9 @@ rounds, so two versions are compared against the same plain runs; rows for it sa
 
 ``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
 ``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
-``fair_store_url`` on RabbitMQ), each under a fresh prefix.
+``fair_store_url`` on RabbitMQ), each under a fresh prefix. ``--store-url`` puts the store on
+another Redis (e.g. a second ``redis-server`` on another port, so that the store's scripts and
+the broker's commands do not share one Redis thread).
 """
 
 from __future__ import annotations
@@ -213,7 +215,13 @@ def main() -> None:
         help="also run the fair worker on the celery_fair in DIR (another checkout's src)",
     )
     parser.add_argument("--tasks", default="noop,10ms", help="noop and/or 10ms")
+    parser.add_argument(
+        "--store-url",
+        default=STATES["redis"],
+        help="the Redis of the redis state (default: the local Redis, the broker's on Redis)",
+    )
     args = parser.parse_args()
+    STATES["redis"] = args.store_url
     variants: list[tuple[str, str | None]] = [("fair", None)]
     if args.against:
         variants.append((f"fair@{args.against}", str(Path(args.against).resolve())))
