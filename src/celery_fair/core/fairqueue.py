@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from .types import JobState
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Iterator
+    from collections.abc import Hashable, Iterator, Mapping
 
     from .costs import KeyState
     from .types import JobType
@@ -53,6 +53,7 @@ __all__ = [
     "Lane",
     "PendingJob",
     "Tier",
+    "conflict_held",
     "reposition",
 ]
 
@@ -576,6 +577,15 @@ class ConflictLane:
             if conflict.lanes.get(self.lane) is self:
                 del conflict.lanes[self.lane]
                 conflict.forget_if_idle()
+
+
+def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: PendingJob) -> bool:
+    """Whether a running job (here or elsewhere) holds ``job``'s conflict. O(1)."""
+    ckey = job.ckey
+    if ckey is None:
+        return False
+    conflict = conflicts.get(ckey)
+    return conflict is not None and conflict.holder is not None
 
 
 def _comes_before(a: PendingJob, b: PendingJob) -> bool:

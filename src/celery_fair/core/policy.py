@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fairqueue import _comes_before
+from .fairqueue import _comes_before, conflict_held
 from .types import BlockReason
 
 if TYPE_CHECKING:
@@ -63,7 +63,6 @@ def blocked_by(
         reasons.append(BlockReason.TIER_CAP)
     if lane.running >= lane.cap:
         reasons.append(BlockReason.TYPE_CAP)
-    conflict = None if job.ckey is None else conflicts.get(job.ckey)
-    if conflict is not None and conflict.holder is not None:
+    if conflict_held(conflicts, job):
         reasons.append(BlockReason.CONFLICT)
     return tuple(reasons)

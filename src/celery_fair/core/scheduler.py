@@ -16,6 +16,7 @@ from .fairqueue import (
     Lane,
     PendingJob,
     Tier,
+    conflict_held,
     discard,
     recheck_loans,
     reposition,
@@ -419,7 +420,11 @@ class Scheduler:
                     return False
             else:
                 first = home.head(False)
-                if first is not job and first is not None and not self._blocked(first):
+                if (
+                    first is not None
+                    and first is not job
+                    and not conflict_held(self._conflicts, first)
+                ):
                     return False
         priority = job.lane.tier.priority
         cost = job.cost
@@ -436,14 +441,6 @@ class Scheduler:
             if used <= (0.0 if key is None else key.acc) - other.estimate:
                 return True
         return False
-
-    def _blocked(self, job: PendingJob) -> bool:
-        """Whether ``job``'s conflict is held (it would be parked on reaching its lane's front)."""
-        ckey = job.ckey
-        if ckey is None:
-            return False
-        conflict = self._conflicts.get(ckey)
-        return conflict is not None and conflict.holder is not None
 
     def estimate(self, type: str, job_id: str | None = None) -> float:
         """The current estimate for ``(type, job_id)``."""
