@@ -10,7 +10,7 @@ from celery import Celery
 
 from celery_fair import fair_task
 
-# BENCH_LOOKAHEAD "" = the worker's default (1 with a shared store, 0 alone)
+# BENCH_LOOKAHEAD "" = the worker's default (adaptive with a shared store, 0 alone)
 LOOKAHEAD = int(os.environ["BENCH_LOOKAHEAD"]) if os.environ.get("BENCH_LOOKAHEAD") else None
 app = Celery("bench", set_as_current=False)
 app.conf.update(
