@@ -20,3 +20,16 @@ def test_core_bench_quick_run_prints_every_case_and_the_memory_line():
     rows = [line.split()[0] for line in out.splitlines()[2:5]]
     assert rows == ["quick", "quick", "quick"]
     assert "memory per pending job" in out
+
+
+def test_gate_bench_quick_run_measures_the_gate_in_both_states():
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gate_bench.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    rows = {line.split()[0]: float(line.split()[-1]) for line in out.splitlines()[1:]}
+    assert set(rows) == {"memory", "redis"}
+    assert all(us > 0 for us in rows.values())
