@@ -102,6 +102,23 @@ def test_a_newcomer_that_ranks_first_takes_the_reserved_place(make_run, start_wo
     assert gate_stats(run, worker)["fair-store-given_back"] == 1
 
 
+def test_a_newcomer_waits_behind_less_reserved_work_than_fair_reserve_seconds(
+    make_run, start_worker
+):
+    # Given a reserve allowed to hold 5 s of the pool's work, one process busy with client
+    # A's job and A's next job (estimated at the default 1 s) reserved behind it,
+    run = make_run(conf={"fair_lookahead": LOOKAHEAD, "fair_reserve_seconds": 5.0})
+    worker = start_worker(run, concurrency=1)
+    busy_then_reserved(run, worker)
+    # when client B, who has used nothing, publishes a job,
+    run.send("fairapp.clone", "B", 0.01, headers=fair_headers("clone", "B", "b0"))
+    wait_until(lambda: run.recorder.done_counts().get("B"), 30, "B's job")
+    # then the reserved job keeps its place (B would go first, but waits for less than 5 s
+    # of reserved work), and nothing is given back.
+    assert [e["tag"] for e in starts(run)] == ["busy", "next", "B"]
+    assert gate_stats(run, worker)["fair-store-given_back"] == 0
+
+
 def test_a_job_revoked_while_reserved_is_released_and_never_runs(make_run, start_worker):
     # Given one process busy for 1.5 s and a job admitted behind it, reserved,
     run = make_run(conf={"fair_lookahead": LOOKAHEAD})

@@ -141,6 +141,21 @@ def test_a_newcomer_outranks_an_admission_only_by_at_least_its_own_cost():
     assert not s.outranks("a1", [b1])
 
 
+def test_a_newcomer_outranks_admissions_only_if_they_hold_at_least_the_tolerance():
+    s, _ = make(4, [("clone", 8, None, "git", 1), ("bg", 2, None, "", 1)])
+    s.submit("b1", "clone", "x1", "b", cost=1)
+    s.submit("b2", "clone", "x2", "b", cost=1)
+    s.submit("g1", "bg", "x3", "g", cost=1)
+    [b1, b2, g1] = s.schedule()
+    s.set_accumulated("b", 10.0)  # far ahead: a newcomer goes before each of b's jobs
+    s.submit("c1", "clone", "x4", "c", cost=1)
+    # c1 goes before b1, b2 and the lower tier's g1: 3 of admitted work in all.
+    assert s.outranks("c1", [b1, b2, g1], tolerance=3.0)
+    assert not s.outranks("c1", [b1, b2, g1], tolerance=3.5)  # not worth a give-back
+    assert not s.outranks("c1", [b1, g1], tolerance=2.5)
+    assert s.outranks("c1", [b1], tolerance=0.0)
+
+
 def test_a_newcomer_of_a_higher_tier_outranks_an_admission_whatever_its_cost():
     s, _ = make(2, [("clone", 8, None, "git", 1), ("bg", 2, None, "", 1)])
     s.submit("g1", "bg", "x1", "g")

@@ -391,15 +391,19 @@ class Scheduler:
     def __contains__(self, ref: object) -> bool:
         return ref in self._jobs
 
-    def outranks(self, ref: Hashable, admitted: Iterable[Admission]) -> bool:
-        """Whether pending job ``ref`` goes before one of ``admitted`` (admitted, not yet
-        started) by at least ``ref``'s own cost. O(1) per admission.
+    def outranks(
+        self, ref: Hashable, admitted: Iterable[Admission], tolerance: float = 0.0
+    ) -> bool:
+        """Whether pending job ``ref`` goes before admissions of ``admitted`` (admitted, not
+        yet started) whose estimates add up to at least ``tolerance``. O(1) per admission.
 
-        True when ``ref`` is of a higher tier, or of the same tier and its key, even charged
-        ``ref``'s estimate, has used no more than the admission's key had before it was
-        charged. A job ahead by less than that (keys taking turns, whose costs differ by less
-        than a job) would move the order by less than one of its own jobs: the same slack as
-        admitting a job ahead of a free slot, and not worth undoing an admission for.
+        ``ref`` goes before an admission when it is of a higher tier, or of the same tier and
+        its key, even charged ``ref``'s estimate, has used no more than the admission's key had
+        before it was charged. A job ahead by less than that (keys taking turns, whose costs
+        differ by less than a job) would move the order by less than one of its own jobs: the
+        same slack as admitting a job ahead of a free slot, and not worth undoing an admission
+        for. ``tolerance`` (in the estimates' unit) is how much admitted work ``ref`` may wait
+        behind before undoing admissions is worth it; with 0, any one is enough.
 
         Never when ``ref`` cannot be the next of its own: it waits behind an earlier job of its
         key in its lane (which was pending when the admissions were made, or was itself such
@@ -432,13 +436,17 @@ class Scheduler:
             cost = self.estimate(job.lane.type.name, job.job_id)
         used = job.key.acc + cost
         keys = self._accounts.keys
+        ahead = 0.0  # the estimates of the admissions ``ref`` goes before
         for other in admitted:
             if priority != other.priority:
-                if priority > other.priority:
-                    return True
-                continue
-            key = keys.get(other.fairness_key)
-            if used <= (0.0 if key is None else key.acc) - other.estimate:
+                if priority < other.priority:
+                    continue
+            else:
+                key = keys.get(other.fairness_key)
+                if used > (0.0 if key is None else key.acc) - other.estimate:
+                    continue
+            ahead += other.estimate
+            if ahead >= tolerance:
                 return True
         return False
 

@@ -263,7 +263,10 @@ class Gate:
         )
         self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
         if self._reserve and not self._recheck:
-            self._recheck = self.scheduler.outranks(uid, self._reserve.values())
+            # Worth a store call only if the reserve would hold the newcomer up longer than
+            # it is meant to hold anything: fair_reserve_seconds of the pool's work.
+            tolerance = self.settings.reserve_seconds * self._pool_slots
+            self._recheck = self.scheduler.outranks(uid, self._reserve.values(), tolerance)
 
     def _start_plain(self, req: Any) -> None:
         self.nonfair_running += 1
