@@ -44,8 +44,9 @@ CLIENTS = 10
 JOB_IDS = 50
 
 
-def run(state: str, tasks: int, held: int, profile: str | None) -> float:
-    """Drive one gate through ``tasks`` tasks; returns its CPU microseconds per task."""
+def run(state: str, tasks: int, held: int, profile: str | None) -> tuple[float, float, float]:
+    """Drive one gate through ``tasks`` tasks; returns its CPU microseconds per task, and its
+    store calls and reserved jobs given back per task."""
     import redis
     from celery.concurrency.thread import TaskPool
 
@@ -194,8 +195,10 @@ def run(state: str, tasks: int, held: int, profile: str | None) -> float:
             profiler = cProfile.Profile()
             profiler.enable()
         start = time.process_time()
+        counts = dict(gate.engine.counts)
         loop(tasks)
         used = time.process_time() - start
+        calls, given = (gate.engine.counts[k] - counts[k] for k in ("calls", "given_back"))
         if profiler is not None:
             import pstats
 
@@ -205,10 +208,10 @@ def run(state: str, tasks: int, held: int, profile: str | None) -> float:
         if client is not None:
             for key in client.scan_iter(match=f"{{{prefix}}}:*"):
                 client.delete(key)
-    return 1e6 * used / tasks
+    return 1e6 * used / tasks, calls / tasks, given / tasks
 
 
-def child(args: argparse.Namespace, state: str, code: str | None) -> float:
+def child(args: argparse.Namespace, state: str, code: str | None) -> tuple[float, ...]:
     env = dict(os.environ)
     if code:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH")]))
@@ -216,7 +219,7 @@ def child(args: argparse.Namespace, state: str, code: str | None) -> float:
     out = subprocess.run(
         [*command, "--held", str(args.held)], env=env, capture_output=True, text=True, check=True
     )
-    return float(out.stdout.split()[-1])
+    return tuple(float(x) for x in out.stdout.split()[-3:])
 
 
 def main() -> None:
@@ -234,25 +237,29 @@ def main() -> None:
         args.tasks, args.rounds = 500, 1
     if args.child or args.profile:
         state = args.child or args.profile
-        print(f"{run(state, args.tasks, args.held, args.profile):.2f}")
+        print(" ".join(f"{x:.4f}" for x in run(state, args.tasks, args.held, args.profile)))
         return
-    print(f"gate CPU per task, us (median of {args.rounds} rounds, held={args.held})")
+    print(f"per task, medians of {args.rounds} rounds (held={args.held}):")
     for state in args.states.split(","):
-        mine: list[float] = []
-        theirs: list[float] = []
+        mine: list[tuple[float, ...]] = []
+        theirs: list[tuple[float, ...]] = []
         for _ in range(args.rounds):
             mine.append(child(args, state, None))
             if args.against:
                 theirs.append(child(args, state, args.against))
-        line = f"{state:7s} this checkout {statistics.median(mine):7.1f}"
+        print(f"{state:7s} this checkout {_medians(mine)}")
         if args.against:
-            ratios = [a / b for a, b in zip(mine, theirs, strict=True)]
-            line += (
-                f"   {args.against} {statistics.median(theirs):7.1f}"
-                f"   ratio {statistics.median(ratios):.3f}"
+            ratios = [a[0] / b[0] for a, b in zip(mine, theirs, strict=True)]
+            print(f"{state:7s} {args.against} {_medians(theirs)}")
+            print(
+                f"{state:7s} CPU ratio {statistics.median(ratios):.3f}"
                 f" ({' '.join(f'{r:.2f}' for r in ratios)})"
             )
-        print(line)
+
+
+def _medians(runs: list[tuple[float, ...]]) -> str:
+    cpu, calls, given = (statistics.median(column) for column in zip(*runs, strict=True))
+    return f"{cpu:7.1f} us of CPU  {calls:.3f} store calls  {given:.3f} given back"
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ def test_gate_bench_quick_run_measures_the_gate_in_both_states():
         check=True,
         timeout=300,
     ).stdout
-    rows = {line.split()[0]: float(line.split()[-1]) for line in out.splitlines()[1:]}
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
     assert set(rows) == {"memory", "redis"}
-    assert all(us > 0 for us in rows.values())
+    assert all(float(row[3]) > 0 for row in rows.values())  # CPU per task
+    assert float(rows["memory"][7]) == 0  # alone, no store calls
+    assert float(rows["redis"][7]) > 0
