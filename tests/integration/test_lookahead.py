@@ -2,13 +2,15 @@
 
 One starts the moment a process frees, with no store round trip in between; the pool never
 runs more than its size, conflicts still never overlap, and a newcomer that ranks first takes
-the place of a reserved job, so it waits no longer than without a lookahead.
+the place of reserved jobs that would hold it up longer than ``fair_reserve_seconds``, so it
+waits no longer than without a lookahead, give or take that bound.
 """
 
 from __future__ import annotations
 
 import time
 
+import pytest
 from harness import BROKERS, gate_stats, intervals, max_overlap, wait_until, wait_until_taken_in
 
 from celery_fair import fair_headers
@@ -89,34 +91,32 @@ def busy_then_reserved(run, worker):
     return reserved
 
 
-def test_a_newcomer_that_ranks_first_takes_the_reserved_place(make_run, start_worker):
-    # Given one process busy with client A's job and A's next job reserved behind it,
-    run = make_run(conf={"fair_lookahead": LOOKAHEAD})
-    worker = start_worker(run, concurrency=1)
-    busy_then_reserved(run, worker)
-    # when client B, who has used nothing, publishes a job,
-    run.send("fairapp.clone", "B", 0.01, headers=fair_headers("clone", "B", "b0"))
-    # then B's job runs first when the process frees, and A's next job after it.
-    wait_until(lambda: run.recorder.done_counts().get("next"), 30, "A's next job")
-    assert [e["tag"] for e in starts(run)] == ["busy", "B", "next"]
-    assert gate_stats(run, worker)["fair-store-given_back"] == 1
-
-
-def test_a_newcomer_waits_behind_less_reserved_work_than_fair_reserve_seconds(
-    make_run, start_worker
+@pytest.mark.parametrize(
+    ("reserve_seconds", "order", "given_back"),
+    [
+        # B goes before A's reserved job, estimated at the default 1 s: more than the 10 ms
+        # of reserved work a newcomer may wait behind by default, so B takes its place;
+        (None, ["busy", "B", "next"], 1),
+        # with up to 5 s allowed, the reserved job keeps its place and B starts after it.
+        (5.0, ["busy", "next", "B"], 0),
+    ],
+)
+def test_a_newcomer_that_ranks_first_takes_the_reserved_place_unless_it_is_within_bound(
+    make_run, start_worker, reserve_seconds, order, given_back
 ):
-    # Given a reserve allowed to hold 5 s of the pool's work, one process busy with client
-    # A's job and A's next job (estimated at the default 1 s) reserved behind it,
-    run = make_run(conf={"fair_lookahead": LOOKAHEAD, "fair_reserve_seconds": 5.0})
+    # Given one process busy with client A's job and A's next job reserved behind it,
+    conf = {"fair_lookahead": LOOKAHEAD}
+    if reserve_seconds is not None:
+        conf["fair_reserve_seconds"] = reserve_seconds
+    run = make_run(conf=conf)
     worker = start_worker(run, concurrency=1)
     busy_then_reserved(run, worker)
     # when client B, who has used nothing, publishes a job,
     run.send("fairapp.clone", "B", 0.01, headers=fair_headers("clone", "B", "b0"))
-    wait_until(lambda: run.recorder.done_counts().get("B"), 30, "B's job")
-    # then the reserved job keeps its place (B would go first, but waits for less than 5 s
-    # of reserved work), and nothing is given back.
-    assert [e["tag"] for e in starts(run)] == ["busy", "next", "B"]
-    assert gate_stats(run, worker)["fair-store-given_back"] == 0
+    # then the jobs start in the order the bound gives.
+    wait_until(lambda: len(run.recorder.done_counts()) == 3, 30, "every job")
+    assert [e["tag"] for e in starts(run)] == order
+    assert gate_stats(run, worker)["fair-store-given_back"] == given_back
 
 
 def test_a_job_revoked_while_reserved_is_released_and_never_runs(make_run, start_worker):
