@@ -303,9 +303,10 @@ class Gate:
 
         A job Celery has just handed to the prefork pool is written to its process only after
         this turn's poll; the store call, which wakes Redis and may yield the CPU to it, waits
-        one turn so the job goes first.
+        one turn so the job goes first. While a call is in flight there is nothing to decide:
+        its reply dispatches again.
         """
-        if not self._dirty or self._gathering():
+        if not self._dirty or self._gathering() or self.engine.busy:
             return
         if not self._yielded and _writes_pending(self.pool):
             self._yielded = True
