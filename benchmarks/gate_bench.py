@@ -215,10 +215,9 @@ def child(args: argparse.Namespace, state: str, code: str | None) -> tuple[float
     env = dict(os.environ)
     if code:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH")]))
-    command = [sys.executable, __file__, "--child", state, "--tasks", str(args.tasks)]
-    out = subprocess.run(
-        [*command, "--held", str(args.held)], env=env, capture_output=True, text=True, check=True
-    )
+    command = [sys.executable, __file__, "--child", state]
+    command += ["--tasks", str(args.tasks), "--held", str(args.held)]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return tuple(float(x) for x in out.stdout.split()[-3:])
 
 
