@@ -25,6 +25,21 @@ def test_a_reverted_admission_goes_back_to_its_place_and_is_refunded():
     assert refs(s.schedule()) == ["a1"]
 
 
+def test_a_key_whose_cost_went_down_while_its_lane_was_empty_keeps_its_turn_there():
+    s, _ = make(2, [("low", 1, None, "", 1), ("high", 2, None, "", 1)])
+    s.submit("l1", "low", None, "a")
+    assert refs(s.schedule()) == ["l1"]
+    s.submit("h1", "high", None, "a")  # queued at a's cost of 1
+    assert refs(s.schedule()) == ["h1"]  # a has used 2; a's "high" line is empty
+    # a's cost goes down twice (a refund, then the fleet's figure) while that line is empty,
+    s.revert("l1")
+    s.set_accumulated("a", 0)
+    # then a's next "high" job, tied with b's at 0, goes first by submission order.
+    s.submit("h2", "high", None, "a")
+    s.submit("h3", "high", None, "b")
+    assert refs(s.schedule()) == ["h2"]
+
+
 def test_reverting_a_job_that_holds_a_conflict_frees_it_for_its_waiters():
     s, _ = make(3, [FG])
     s.submit("first", "clone", "linux", "a")

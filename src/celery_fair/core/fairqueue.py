@@ -404,11 +404,13 @@ def reposition(key: KeyState) -> None:
 
     Each key queue of ``key`` gets a fresh heap entry (older ones die by their id), and each
     conflict lane it waits in checks its loan again, since a bound recorded with the old cost
-    may now be too high. O(q log n) for the q key queues of ``key``.
+    may now be too high. An empty key queue gets none: its entry dies, and the next job pushed
+    there records one at the new cost. O(q log n) for the q key queues of ``key``.
     """
     for kq in list(key.queues or ()):
         job = kq.head(False)
         if job is None:
+            kq.ver = -1
             continue
         owner = kq.owner
         kq.ver = ver = _next_id()
