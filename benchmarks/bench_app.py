@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import time
 
@@ -25,6 +26,8 @@ app.conf.update(
     fair_store_prefix=f"bench-{os.environ.get('BENCH_QUEUE', 'bench')}",
     fair_lookahead=LOOKAHEAD,
 )
+# worker_bench.py --variant: more fair_* settings, a Python dict literal
+app.conf.update(ast.literal_eval(os.environ.get("BENCH_SETTINGS") or "{}"))
 KEY = os.environ.get("BENCH_KEY", "bench")
 RECORD = redis.Redis.from_url("redis://127.0.0.1:6379/0")
 

@@ -26,7 +26,9 @@ woken by a call; a pool process) took from it, which its CPU time does not show.
 ``--against DIR``: also run the fair worker with ``celery_fair`` imported from ``DIR`` (the
 ``src`` folder of another checkout, e.g. ``git worktree add /tmp/base HEAD~1``), in the same
 rounds, so two versions are compared against the same plain runs; rows for it say
-``fair@DIR``.
+``fair@DIR``. ``--variant NAME=SETTINGS`` does the same for settings: one more fair worker
+with the ``fair_*`` settings of a Python dict literal on top of the bench app's, e.g.
+``--variant 'uncapped={"fair_tier_caps": {8: None}}'``; rows for it say ``fair+NAME``.
 
 ``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
 ``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
@@ -38,6 +40,7 @@ the broker's commands do not share one Redis thread).
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import signal
 import statistics
@@ -106,6 +109,7 @@ def measure(
     state: str,
     lookahead: int | None = None,
     code: str | None = None,
+    settings: str = "",
 ) -> Measured:
     """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
@@ -122,6 +126,7 @@ def measure(
         "PYTHONPATH": os.pathsep.join([code, str(HERE)] if code else [str(HERE)]),
         "BENCH_STORE": STATES[state],
         "BENCH_LOOKAHEAD": "" if lookahead is None else str(lookahead),
+        "BENCH_SETTINGS": settings,
     }
     pool = "fair" if mode == "fair" else "prefork"
     proc = subprocess.Popen(
@@ -166,7 +171,8 @@ def measure(
         first = float(record.get(f"{key}:first") or 0)
         last = float(record.get(f"{key}:last") or 0)
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -214,6 +220,13 @@ def main() -> None:
         default=None,
         help="also run the fair worker on the celery_fair in DIR (another checkout's src)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=SETTINGS",
+        help="also run a fair worker with these fair_* settings (a Python dict literal)",
+    )
     parser.add_argument("--tasks", default="noop,10ms", help="noop and/or 10ms")
     parser.add_argument(
         "--store-url",
@@ -222,9 +235,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     STATES["redis"] = args.store_url
-    variants: list[tuple[str, str | None]] = [("fair", None)]
+    variants: list[tuple[str, str | None, str]] = [("fair", None, "")]
     if args.against:
-        variants.append((f"fair@{args.against}", str(Path(args.against).resolve())))
+        variants.append((f"fair@{args.against}", str(Path(args.against).resolve()), ""))
+    for variant in args.variant:
+        name, _, settings = variant.partition("=")
+        if not isinstance(ast.literal_eval(settings or "None"), dict):
+            parser.error(f"--variant {variant!r}: expected NAME={{'fair_...': value, ...}}")
+        variants.append((f"fair+{name}", None, settings))
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
     sizes = {task: n for task, n in sizes.items() if task in args.tasks.split(",")}
     header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
@@ -235,18 +253,26 @@ def main() -> None:
     for broker in args.brokers.split(","):
         for state in args.states.split(","):
             for task, n in sizes.items():
-                runs: list[tuple[str, str | None]] = [("plain", None), *variants]
-                got: dict[str, list[Measured]] = {name: [] for name, _ in runs}
+                runs: list[tuple[str, str | None, str]] = [("plain", None, ""), *variants]
+                got: dict[str, list[Measured]] = {name: [] for name, _, _ in runs}
                 for i in range(args.pairs):
-                    for name, code in runs if i % 2 == 0 else runs[::-1]:
+                    for name, code, settings in runs if i % 2 == 0 else runs[::-1]:
                         mode = "plain" if name == "plain" else "fair"
                         got[name].append(
                             measure(
-                                broker, mode, task, n, args.concurrency, state, args.lookahead, code
+                                broker,
+                                mode,
+                                task,
+                                n,
+                                args.concurrency,
+                                state,
+                                args.lookahead,
+                                code,
+                                settings,
                             )
                         )
                 plain = [g.rate for g in got["plain"]]
-                for name, _ in variants:
+                for name, _, _ in variants:
                     fair = [g.rate for g in got[name]]
                     ratios = [f / p for f, p in zip(fair, plain, strict=True)]
                     label = task if name == "fair" else f"{task} {name}"
