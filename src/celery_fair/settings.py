@@ -51,7 +51,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
     }
 )
 
-STORE_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+STORE_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "sentinel")
 
 _TYPE_OPTIONS = {"priority", "max_concurrency", "conflict_group", "default_cost"}
 

@@ -8,6 +8,7 @@ import pytest
 
 from celery_fair import ConfigurationError, FairSettings
 from celery_fair.settings import DEFAULTS
+from celery_fair.worker.bootstep import _sentinel_url
 
 
 def test_defaults_are_valid_and_documented():
@@ -67,3 +68,22 @@ def test_a_misspelt_fair_setting_in_the_celery_configuration_is_an_error():
     app.conf.fair_max_hled = 5
     with pytest.raises(ConfigurationError, match="fair_max_hled"):
         FairSettings.from_celery_conf(app.conf)
+
+
+@pytest.mark.parametrize(
+    ("sentinels", "options", "url"),
+    [
+        (["sentinel://a:1/2", "sentinel://b:2"], {"master_name": "m 1"},
+         "sentinel://a:1/2;sentinel://b:2?master_name=m%201"),
+        (["sentinel://a:1/2?ssl=0"], {"master_name": "m"}, "sentinel://a:1/2?ssl=0&master_name=m"),
+        (["sentinel://a:1?master_name=x"], {"master_name": "m"}, "sentinel://a:1?master_name=x"),
+        (["sentinel://a:1"], {}, "sentinel://a:1"),  # RedisStore.from_url says what is missing
+    ],
+)  # fmt: skip
+def test_a_sentinel_broker_gives_the_store_its_sentinels_and_master_name(sentinels, options, url):
+    assert _sentinel_url(sentinels, options) == url
+
+
+def test_a_sentinel_store_url_is_accepted():
+    url = "sentinel://a:26379;sentinel://b:26379/0?master_name=m"
+    assert FairSettings.from_mapping({"fair_store_url": url}).store_url == url

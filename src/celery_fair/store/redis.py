@@ -200,7 +200,9 @@ class RedisStore:
         """A store on the Redis at ``url``.
 
         ``redis://``, ``rediss://`` and ``unix://`` name one server; ``redis+cluster://host:port``
-        (or ``rediss+cluster://``) names any node of a Redis Cluster.
+        (or ``rediss+cluster://``) names any node of a Redis Cluster;
+        ``sentinel://host:port;sentinel://host2:port/db?master_name=name`` names the Sentinels
+        that know the current master of ``name`` (the form of Kombu's Sentinel broker URL).
         """
         import redis as redis_py
         from redis.cluster import RedisCluster
@@ -210,6 +212,8 @@ class RedisStore:
         if scheme in ("redis+cluster", "rediss+cluster"):
             node_url = f"{scheme.split('+')[0]}{sep}{rest}"
             return cls(RedisCluster.from_url(node_url, **client_options), **options)
+        if scheme == "sentinel":
+            return cls(_sentinel_master(url, client_options), **options)
         return cls(redis_py.Redis.from_url(url, **client_options), **options)
 
     # -- operations ------------------------------------------------------------------------
@@ -429,6 +433,9 @@ class RedisStore:
                     full = True  # Redis forgot the script (a restart, SCRIPT FLUSH): send it
                     continue
                 raise script_reply_error(str(raw))
+        except StoreUnavailable:  # e.g. READONLY from a master turned replica: connect anew
+            wire.close()
+            raise
         except failures as exc:
             wire.close()
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
@@ -448,6 +455,44 @@ class RedisStore:
             return op(self.client)
         except _unavailable() as exc:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
+
+
+def _sentinel_master(url: str, client_options: dict[str, Any]) -> redis_py.Redis:
+    """A client of the master that the Sentinels of ``url`` name; it asks them again on
+    every new connection, so a connection dropped after a failover finds the new master."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    from redis.sentinel import Sentinel
+
+    sentinels, query = [], {}
+    parts = [urlsplit(part) for part in url.split(";") if part]
+    for part in parts:
+        if part.scheme != "sentinel":
+            raise ConfigurationError(
+                f"fair_store_url: every part of a Sentinel URL starts sentinel://, got "
+                f"{part.scheme}://"
+            )
+        sentinels.append((part.hostname or "localhost", part.port or 26379))
+        query.update({k: v[-1] for k, v in parse_qs(part.query).items()})
+    master = query.get("master_name")
+    if not master:
+        raise ConfigurationError(
+            "fair_store_url: a sentinel:// URL needs the master's name, e.g. "
+            "sentinel://host:26379/0?master_name=mymaster"
+        )
+    first = parts[0]
+    db = first.path.strip("/")
+    if not db.isdigit() and db:
+        raise ConfigurationError(f"fair_store_url: the database must be a number, got {db!r}")
+    sentinel = Sentinel(sentinels, **client_options)  # type: ignore[no-untyped-call]
+    client: redis_py.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        master,
+        db=int(db or 0),
+        username=unquote(first.username) if first.username else None,
+        password=unquote(first.password) if first.password else None,
+        **client_options,
+    )
+    return client
 
 
 def _unavailable() -> tuple[type[Exception], ...]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from celery import bootsteps
 from celery.utils.log import get_logger
@@ -34,9 +36,22 @@ def store_url(settings: FairSettings, app: Any) -> str | None:
         if connection.transport.driver_type != "redis":
             return None
         url: str = connection.as_uri(include_password=True)
+        scheme = url.partition("://")[0]
+        if scheme == "sentinel":
+            return _sentinel_url(connection.alt or [url], connection.transport_options)
     finally:
         connection.release()
-    return url if url.partition("://")[0] in ("redis", "rediss") else None
+    return url if scheme in ("redis", "rediss") else None
+
+
+def _sentinel_url(sentinels: list[str], options: Mapping[str, Any]) -> str:
+    """The store's URL for a Sentinel broker: its Sentinels, and the master's name from
+    ``broker_transport_options`` unless the URL already says it."""
+    url = ";".join(sentinels)
+    master = options.get("master_name")
+    if "master_name=" in url or not master:
+        return url  # without a name, RedisStore.from_url says what is missing
+    return f"{url}{'&' if '?' in sentinels[-1] else '?'}master_name={quote(str(master))}"
 
 
 def open_store(settings: FairSettings, app: Any) -> RedisStore | None:

@@ -123,7 +123,10 @@ class StoreLink:
                     return
                 self._pending = (call, request, True)
                 return
-            self._finish(call, script_reply_error(str(raw)))
+            error = script_reply_error(str(raw))
+            if isinstance(error, StoreUnavailable):
+                self._drop_connection()  # e.g. READONLY from a master turned replica
+            self._finish(call, error)
             return
         try:
             result = self.store.parse(request, raw)
