@@ -102,6 +102,7 @@ class Call:
     watch: list[tuple[str, str]] = field(default_factory=list)  # conflicts held elsewhere
     keys: list[str] = field(default_factory=list)
     running: list[Running] = field(default_factory=list)
+    keep: list[str] | None = None  # register: with the running jobs, all this worker has
     # The engine's own records: whose finishes ride on this call, whose registration.
     finished: list[Any] = field(default_factory=list)
     flipped: list[Any] = field(default_factory=list)
@@ -113,7 +114,7 @@ class Call:
             return store.admit_request(self.worker, self.asks, self.done, watch)
         if self.kind == "beat":
             return store.heartbeat_request(self.worker, watch, self.keys)
-        return store.register_request(self.worker, self.running)
+        return store.register_request(self.worker, self.running, self.keep)
 
     def execute(self, store: Store) -> Any:
         """Make the call. Raises whatever the store raises (``StoreUnavailable``...)."""
@@ -122,7 +123,7 @@ class Call:
             return store.admit(self.worker, self.asks, self.done, watch)
         if self.kind == "beat":
             return store.heartbeat(self.worker, watch, self.keys)
-        return store.register(self.worker, self.running)
+        return store.register(self.worker, self.running, self.keep)
 
 
 @dataclass(slots=True)
@@ -189,6 +190,7 @@ class Engine:
                 "stalled",
                 "dropped",
                 "registered",
+                "released",
                 "outages",
                 "given_back",
             ),
@@ -210,6 +212,9 @@ class Engine:
         self._local_holds: set[tuple[str, str]] = set()
         self._inflight: Call | None = None
         self._must_register = False
+        # _reconcile: the store counts more jobs under this worker than it has; the next
+        # registration lists all it has, and the store releases the rest.
+        self._reconcile = False
         self._elsewhere_any = False
         now = self.clock.now()
         self._beat_due = now
@@ -352,6 +357,10 @@ class Engine:
             return Decision(start, [], None)
         if self._must_register:
             return Decision([], [], self._send(self._register_call()))
+        if now >= self._beat_due + self.beat_interval:
+            # A beat waits for a quiet moment, but not for ever: under a steady stream of
+            # admissions it still comes, and with it the check for jobs the store lost.
+            return Decision([], [], self._send(self._beat_call()))
         if self._stalled:
             self._retry_stalled(now)
         admissions = self.core.schedule() if now >= self._pause_until else []
@@ -385,12 +394,19 @@ class Engine:
         if call.kind == "beat":
             self._apply_beat(call, result)
         else:
-            self.counts["registered"] += int(result)
-            self._must_register = False
-            if result:
+            self.counts["registered"] += result.registered
+            self.counts["released"] += result.released
+            self._must_register = self._reconcile = False
+            if result.registered:
                 logger.info(
                     "celery-fair: registered %d running job(s) the store did not know.",
-                    int(result),
+                    result.registered,
+                )
+            if result.released:
+                logger.warning(
+                    "celery-fair: released %d job(s) the store counted as running on this "
+                    "worker, which does not run them (a release lost in a failover?).",
+                    result.released,
                 )
         return NOTHING
 
@@ -566,6 +582,10 @@ class Engine:
             # The store lost some of our jobs (our lease expired during a pause, or it came
             # back empty): they do run, so they must count again.
             self._must_register = True
+        elif view.mine > expected:
+            # The store counts jobs of ours that ended (their release was lost: a failover to
+            # a replica that had not seen it). Only a full list tells it which.
+            self._must_register = self._reconcile = True
 
     def _beat_call(self) -> Call:
         call = Call("beat", self.worker)
@@ -580,6 +600,8 @@ class Engine:
         the registration; if the call fails, the marks are taken back.
         """
         call = Call("register", self.worker)
+        if self._reconcile:
+            call.keep = [done.uid for done, _ in self._done]
         for job in self._jobs.values():
             if job.token:  # admitted (by the store, or locally during an outage): running
                 ask = job.ask

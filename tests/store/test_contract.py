@@ -217,7 +217,7 @@ def test_register_puts_back_only_what_the_store_forgot(make_store):
         Running("z", 99, "clone", 8, conflict_field("git", "git"),
                 estimate_field("clone", "git"), "k", 1.0, 1.0),
     ]  # fmt: skip
-    assert store.register("w1", jobs) == 1
+    assert store.register("w1", jobs) == (1, 0)
     view = store.heartbeat("w1", [conflict_field("git", "git")], [])
     assert view.mine == 2
     assert view.tiers == {8: 2}
@@ -225,6 +225,39 @@ def test_register_puts_back_only_what_the_store_forgot(make_store):
     # The registered token stays valid and later tokens are larger.
     assert store.finish("w1", [Done("z", 99, None)])[0].applied
     assert store.admit("w1", [ask("b")]).grants[0].token > 99
+
+
+def test_register_with_a_keep_list_releases_what_the_worker_does_not_have(make_store):
+    # Given w1 runs a (conflict linux) and b; c ended and its end is not reported yet; d ended
+    # and the store never heard (its release was lost); w2 runs e,
+    store = make_store(lifecycle=NEVER)
+    grants = store.admit(
+        "w1",
+        [ask("a", job_id="linux"), ask("b", job_id="b"), ask("c", job_id="c"),
+         ask("d", job_id="linux2")],
+    ).grants  # fmt: skip
+    [e] = store.admit("w2", [ask("e", job_id="e")]).grants
+    a, b = grants[0], grants[1]
+    running = [
+        Running(uid, g.token, "clone", 8, conflict_field("git", job), estimate_field("clone", job),
+                "k", 1.0, 1.0)
+        for uid, g, job in (("a", a, "linux"), ("b", b, "b"))
+    ]  # fmt: skip
+    # when w1 registers all it has: a and b running, c ended,
+    assert store.register("w1", running, keep=["c"]) == (0, 1)
+    # then only d is released: its slot and its conflict come back,
+    view = store.heartbeat(
+        "w1", [conflict_field("git", "linux2"), conflict_field("git", "linux")], []
+    )
+    assert view.mine == 3
+    assert view.tiers == {8: 4}
+    assert view.held == {
+        conflict_field("git", "linux2"): False,
+        conflict_field("git", "linux"): True,
+    }
+    # c's late report still applies, and w2's job was not touched.
+    assert store.finish("w1", [Done("c", grants[2].token, None)])[0].applied
+    assert store.finish("w2", [Done("e", e.token, None)])[0].applied
 
 
 def test_idle_keys_and_unused_estimates_expire(make_store):

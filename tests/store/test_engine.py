@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import pytest
 from harness import wait_until
+from test_contract import ask
 
 from celery_fair.core import CostLifecycle, JobType, Scheduler, SchedulerConfig, SimClock
 from celery_fair.engine import Engine, Mode
 from celery_fair.errors import StoreUnavailable
+from celery_fair.store import Done
 
 NEVER = CostLifecycle.never()
 TYPES = [
@@ -338,3 +340,51 @@ def test_no_reconsidering_while_a_call_is_in_flight(fleet, clock):
     assert one.reconsider(["a1"]) == []  # its answer may change the picture: ask after it
     one.apply(call, call.execute(one.store))
     assert one.reconsider(["a1"]) == ["a1"]
+
+
+def test_a_job_the_store_counts_after_its_release_was_lost_is_released(fleet, clock):
+    # Given a worker running a, and the store counting one more job under its name: one that
+    # ended, whose release a failover lost (written here straight into the store),
+    [one] = fleet(1)
+    one.submit("a", "clone", "linux", "k", arrival=clock.now())
+    assert started(one.run_inline()) == ["a"]
+    [ghost] = one.store.admit(one.worker, [ask("ghost", job_id="gone")]).grants
+    # so b waits: a and the ghost fill the type cap of 2,
+    one.submit("b", "clone", "git", "k", arrival=clock.now())
+    assert started(one.run_inline()) == []
+    assert one.counts["refused"] == 1
+
+    # when the worker's heartbeats go on,
+    def b_started():
+        clock.advance(1.0)
+        return "b" in started(one.run_inline())
+
+    wait_until(b_started, 5, "b to start", every=0)
+    # then it notices, tells the store all it has, and the store releases the ghost.
+    assert one.counts["released"] == 1
+    assert not one.store.finish(one.worker, [Done("ghost", ghost.token, None)])[0].applied
+    view = one.store.heartbeat(one.worker, [], [])
+    assert view.mine == 2  # a and b
+    assert view.types == {"clone": 2}
+
+
+def test_a_steady_stream_of_admissions_does_not_hold_back_the_check_for_lost_jobs(fleet, clock):
+    # Given a worker whose every decision has a job to admit and one to report finished (as a
+    # busy worker's loop has, call after call), and a ghost job in the store under its name,
+    [one] = fleet(1)
+    [ghost] = one.store.admit(one.worker, [ask("ghost", job_id="gone")]).grants
+    kinds = []
+    for i in range(40):
+        one.submit(f"j{i}", "fetch", f"r{i}", "k", arrival=clock.now())
+        if i:
+            one.finish(f"j{i - 1}", 0.01, final=True)
+        call = one.decide().call
+        assert call is not None
+        kinds.append(call.kind)
+        one.apply(call, call.execute(one.store))
+        clock.advance(0.25)
+    # then a heartbeat still comes within two of its periods, finds the ghost, and the
+    # registration that follows releases it.
+    assert "beat" in kinds[: int(2 * one.beat_interval / 0.25) + 2]
+    assert one.counts["released"] == 1
+    assert not one.store.finish(one.worker, [Done("ghost", ghost.token, None)])[0].applied

@@ -76,10 +76,10 @@ def test_a_store_that_comes_back_empty_admits_nothing_until_workers_re_register(
     assert reply.grants[0].verdict is Verdict.RECOVERING
     assert one.epoch != before
     # each worker notices the new epoch and registers what it runs,
-    assert one.register("w1", [running(a, "linux")]) == 1
+    assert one.register("w1", [running(a, "linux")]).registered == 1
     assert two.admit("w2", [ask("d", type_cap=2)]).grants[0].verdict is Verdict.RECOVERING
     assert two.epoch != before
-    assert two.register("w2", [running(b, "git")]) == 1
+    assert two.register("w2", [running(b, "git")]).registered == 1
     # and once the window has passed, the counts are right again: the type cap of 2 is full.
 
     def admits():

@@ -20,6 +20,7 @@ __all__ = [
     "Done",
     "Finished",
     "Grant",
+    "Registered",
     "Reply",
     "Running",
     "Store",
@@ -149,6 +150,14 @@ class Running(NamedTuple):
     default_cost: float
 
 
+class Registered(NamedTuple):
+    """What a ``register`` changed: jobs put back, and (when the caller listed every job it
+    has) jobs the store counted under it that it does not run, released."""
+
+    registered: int
+    released: int
+
+
 class View(NamedTuple):
     """What a heartbeat reads: enough for a worker to order its held jobs and wake them."""
 
@@ -187,8 +196,15 @@ class Store(Protocol):
         """Renew the worker's lease, reclaim dead workers' jobs, read what the worker needs."""
         ...
 
-    def register(self, worker: str, jobs: list[Running]) -> int:
-        """Put back running jobs the store forgot; return how many it did not know."""
+    def register(
+        self, worker: str, jobs: list[Running], keep: list[str] | None = None
+    ) -> Registered:
+        """Put back running jobs the store forgot.
+
+        With ``keep`` (the uids of the jobs that ended and whose end is not reported yet),
+        ``jobs`` and ``keep`` are all the worker has: any other job the store counts under it
+        is released (a release that a failover lost, say).
+        """
         ...
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:

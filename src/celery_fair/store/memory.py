@@ -16,7 +16,18 @@ from typing import Any
 
 from ..core.clock import Clock, WallClock
 from ..core.types import CostLifecycle
-from .base import Ask, Done, Finished, Grant, Reply, Running, Verdict, View, estimate_field
+from .base import (
+    Ask,
+    Done,
+    Finished,
+    Grant,
+    Registered,
+    Reply,
+    Running,
+    Verdict,
+    View,
+    estimate_field,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -171,7 +182,9 @@ class MemoryStore:
             len(self.workers),
         )
 
-    def register(self, worker: str, jobs: list[Running]) -> int:
+    def register(
+        self, worker: str, jobs: list[Running], keep: list[str] | None = None
+    ) -> Registered:
         now = self.clock.now()
         self.workers[worker] = now + self.lease
         registered = 0
@@ -189,7 +202,14 @@ class MemoryStore:
                 j.default_cost, j.estimate,
             )  # fmt: skip
             registered += 1
-        return registered
+        released = 0
+        if keep is not None:  # all this worker has: any other job counted under it goes
+            known = {j.uid for j in jobs}.union(keep)
+            for uid, job in list(self.jobs.items()):
+                if job.worker == worker and uid not in known:
+                    self._drop(uid, job, now)
+                    released += 1
+        return Registered(registered, released)
 
     # -- inspection --------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from .base import (
     Done,
     Finished,
     Grant,
+    Registered,
     Reply,
     Running,
     Verdict,
@@ -243,9 +244,12 @@ class RedisStore:
         result: View = self.run(self.heartbeat_request(worker, conflicts, keys))
         return result
 
-    def register(self, worker: str, jobs: list[Running]) -> int:
-        """Put back the running jobs the store forgot: one round trip."""
-        result: int = self.run(self.register_request(worker, jobs))
+    def register(
+        self, worker: str, jobs: list[Running], keep: list[str] | None = None
+    ) -> Registered:
+        """Put back the running jobs the store forgot (with ``keep``, also release what this
+        worker does not have): one round trip."""
+        result: Registered = self.run(self.register_request(worker, jobs, keep))
         return result
 
     def run(self, request: Request) -> Any:
@@ -333,7 +337,9 @@ class RedisStore:
 
         return Request("heartbeat", args, parse)
 
-    def register_request(self, worker: str, jobs: list[Running]) -> Request:
+    def register_request(
+        self, worker: str, jobs: list[Running], keep: list[str] | None = None
+    ) -> Request:
         args = self._head(worker)
         args.append(str(len(jobs)))
         for j in jobs:
@@ -348,7 +354,10 @@ class RedisStore:
                 repr(float(j.estimate)),
                 repr(float(j.default_cost)),
             )
-        return Request("register", args, lambda raw: int(raw[1]))
+        if keep is not None:
+            args.append(str(len(keep)))
+            args += keep
+        return Request("register", args, lambda raw: Registered(int(raw[1]), int(raw[2])))
 
     def script(self, name: str) -> tuple[str, str]:
         """A script's SHA1 and its source, for clients that send it themselves."""

@@ -2,11 +2,16 @@
 -- Redis restart without persistence, or after its lease expired during a long pause). The
 -- jobs do run, so they count again even if that briefly puts a cap over its limit; a
 -- conflict is taken back only if nobody else holds it. Jobs already known are left alone.
+-- With a keep list, the jobs given and the uids kept (ended, their end not yet reported) are
+-- all this worker has: every other job recorded under it is released (a release that a
+-- failover to a replica lost).
 -- ARGV: the common head (see common.lua), n, then n times:
 --       uid, token, type, priority, conflict field, estimate field, fairness key, estimate,
---       default cost.
--- Returns {epoch, registered}.
--- Cost: O(n).
+--       default cost;
+--       then, optionally, k and k uids to keep.
+-- Returns {epoch, registered, released}.
+-- Cost: O(n); with a keep list, O(n + k + running jobs of the fleet) (rare: the worker asks
+-- only when the store counts more of its jobs than it runs).
 local now = now_s()
 local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
 local worker = ARGV[3]
@@ -35,5 +40,25 @@ for i = 0, n - 1 do
     registered = registered + 1
   end
 end
+local released = 0
+local kb = HEAD + 2 + n * 9
+local k = tonumber(ARGV[kb] or '')
+if k then
+  local keep = {}
+  for i = 0, n - 1 do keep[ARGV[HEAD + 2 + i * 9]] = true end
+  for i = 1, k do keep[ARGV[kb + i]] = true end
+  local snow = fmt(now)
+  local all = redis.call('HGETALL', JOBS)
+  for i = 1, #all, 2 do
+    if not keep[all[i]] then
+      local rec = cmsgpack.unpack(all[i + 1])
+      if rec.w == worker then
+        drop_job(all[i], rec, snow)
+        mine = mine - 1
+        released = released + 1
+      end
+    end
+  end
+end
 close_store()
-return {epoch, registered}
+return {epoch, registered, released}
