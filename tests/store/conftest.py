@@ -1,6 +1,6 @@
 """Stores under test: in memory, the real Redis on 127.0.0.1:6379, a real 3-master Redis
-Cluster that the session starts on spare ports (tests/store/redis_cluster.py), and a real
-Sentinel group (a master, a replica and a Sentinel, tests/store/redis_sentinel.py), which the
+Cluster that the session starts on spare ports (tests/redis_cluster.py), and a real
+Sentinel group (a master, a replica and a Sentinel, tests/redis_sentinel.py), which the
 store finds through ``fair_store_url = "sentinel://..."``.
 
 Each Redis store gets a random prefix, and its keys are removed with SCAN afterwards (never
@@ -13,11 +13,11 @@ import uuid
 
 import pytest
 import redis
-from redis_cluster import running_cluster
-from redis_sentinel import running_sentinel
 from shared_redis import REDIS_URL, clean
 
 from celery_fair.store import MemoryStore, RedisStore
+from redis_cluster import running_cluster
+from redis_sentinel import running_sentinel
 
 
 @pytest.fixture

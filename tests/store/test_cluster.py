@@ -2,7 +2,7 @@
 
 The whole contract suite (test_contract.py) and the engine tests run on the cluster too (the
 ``kind`` fixture's ``cluster``); this module covers what is particular to it. The cluster is
-the session's own, started on spare ports (tests/store/redis_cluster.py).
+the session's own, started on spare ports (tests/redis_cluster.py).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import pytest
 from harness import wait_until
-from redis_cluster import HOST, MASTERS, Cluster, cluster_states, running_cluster, stop
 from test_contract import ask
 
 from celery_fair.core import CostLifecycle
 from celery_fair.errors import StoreUnavailable
 from celery_fair.store import Done, RedisStore, Running, Verdict, conflict_field, estimate_field
+from redis_cluster import HOST, MASTERS, Cluster, cluster_states, running_cluster, stop
 
 NEVER = CostLifecycle.never()
 # The keys of docs/store.md ("Keys"), all of which test_every_key_of_a_prefix_... creates.

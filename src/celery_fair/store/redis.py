@@ -491,7 +491,7 @@ def _sentinel_master(url: str, client_options: dict[str, Any]) -> redis_py.Redis
         )
     first = parts[0]
     db = first.path.strip("/")
-    if not db.isdigit() and db:
+    if db and not db.isdigit():
         raise ConfigurationError(f"fair_store_url: the database must be a number, got {db!r}")
     sentinel = Sentinel(sentinels, **client_options)  # type: ignore[no-untyped-call]
     client: redis_py.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]

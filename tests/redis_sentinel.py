@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 from harness import wait_until
+
 from redis_cluster import HOST, answers_ping, spare_ports, stop
 
 MASTER_NAME = "fair-master"
