@@ -13,8 +13,6 @@ import pytest
 import redis
 from celery import Celery
 from harness import Run, Worker, intervals, max_overlap, wait_until
-from redis_cluster import HOST
-from redis_sentinel import MASTER_NAME, running_sentinel
 from test_contract import ask, verdicts
 from test_link import RecordingLoop
 
@@ -25,6 +23,8 @@ from celery_fair.settings import FairSettings
 from celery_fair.store import Done, RedisStore, Verdict
 from celery_fair.worker.bootstep import open_store, store_url
 from celery_fair.worker.link import StoreLink, _readable
+from redis_cluster import HOST
+from redis_sentinel import MASTER_NAME, running_sentinel
 
 
 def prefix() -> str:
@@ -169,3 +169,26 @@ def test_fair_workers_on_a_sentinel_broker_share_their_state_on_its_master(senti
             worker.stop()
         run.recorder.clear()
         run.app.close()
+
+
+def test_a_store_following_a_sentinel_broker_uses_its_sentinel_kwargs(tmp_path_factory):
+    # Sentinels with a password of their own: Kombu takes it from the transport option
+    # sentinel_kwargs, and so does the store that follows the broker.
+    with running_sentinel(tmp_path_factory, sentinel_password="s3cret") as group:
+        app = Celery("t", broker=f"sentinel://{HOST}:{group.sentinel_port}/0")
+        options = {"master_name": MASTER_NAME, "sentinel_kwargs": {"password": "s3cret"}}
+        app.conf.broker_transport_options = options
+        settings = FairSettings.from_mapping({"fair_store_prefix": prefix()})
+        store = open_store(settings, app)
+        try:
+            assert verdicts(store.admit("w1", [ask("a")])) == [Verdict.ADMITTED]
+        finally:
+            store.close()
+        # Without them the Sentinel refuses, and that is an outage, not a crash.
+        app.conf.broker_transport_options = {"master_name": MASTER_NAME}
+        store = open_store(settings, app)
+        try:
+            with pytest.raises(StoreUnavailable):
+                store.admit("w1", [ask("b")])
+        finally:
+            store.close()

@@ -8,7 +8,7 @@ SCRIPT FLUSH). Time is the Redis server's clock (``TIME``), so worker clocks may
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -197,13 +197,17 @@ class RedisStore:
         self._scripts = {name: client.register_script(self._sources[name]) for name in _SCRIPTS}
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisStore:
+    def from_url(
+        cls, url: str, *, sentinel_kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> RedisStore:
         """A store on the Redis at ``url``.
 
         ``redis://``, ``rediss://`` and ``unix://`` name one server; ``redis+cluster://host:port``
         (or ``rediss+cluster://``) names any node of a Redis Cluster;
         ``sentinel://host:port;sentinel://host2:port/db?master_name=name`` names the Sentinels
-        that know the current master of ``name`` (the form of Kombu's Sentinel broker URL).
+        that know the current master of ``name`` (the form of Kombu's Sentinel broker URL);
+        ``sentinel_kwargs`` are the options of the connections to the Sentinels themselves (a
+        password of theirs, as in Kombu's transport option of that name).
         """
         import redis as redis_py
         from redis.cluster import RedisCluster
@@ -214,7 +218,7 @@ class RedisStore:
             node_url = f"{scheme.split('+')[0]}{sep}{rest}"
             return cls(RedisCluster.from_url(node_url, **client_options), **options)
         if scheme == "sentinel":
-            return cls(_sentinel_master(url, client_options), **options)
+            return cls(_sentinel_master(url, client_options, sentinel_kwargs), **options)
         return cls(redis_py.Redis.from_url(url, **client_options), **options)
 
     # -- operations ------------------------------------------------------------------------
@@ -466,7 +470,9 @@ class RedisStore:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
 
 
-def _sentinel_master(url: str, client_options: dict[str, Any]) -> redis_py.Redis:
+def _sentinel_master(
+    url: str, client_options: dict[str, Any], sentinel_kwargs: Mapping[str, Any] | None = None
+) -> redis_py.Redis:
     """A client of the master that the Sentinels of ``url`` name; it asks them again on
     every new connection, so a connection dropped after a failover finds the new master."""
     from urllib.parse import parse_qs, unquote, urlsplit
@@ -493,7 +499,11 @@ def _sentinel_master(url: str, client_options: dict[str, Any]) -> redis_py.Redis
     db = first.path.strip("/")
     if db and not db.isdigit():
         raise ConfigurationError(f"fair_store_url: the database must be a number, got {db!r}")
-    sentinel = Sentinel(sentinels, **client_options)  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinels,
+        sentinel_kwargs={**client_options, **(sentinel_kwargs or {})},
+        **client_options,
+    )
     client: redis_py.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
         master,
         db=int(db or 0),

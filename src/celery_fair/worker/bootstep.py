@@ -64,8 +64,13 @@ def open_store(settings: FairSettings, app: Any) -> RedisStore | None:
     url = store_url(settings, app)
     if url is None:
         return None
+    sentinel_kwargs = None
+    if settings.store_url is None and url.startswith("sentinel://"):
+        # Following a Sentinel broker: its Sentinels' own options (a password...) too.
+        sentinel_kwargs = (app.conf.broker_transport_options or {}).get("sentinel_kwargs")
     store = RedisStore.from_url(
         url,
+        sentinel_kwargs=sentinel_kwargs,
         prefix=settings.store_prefix,
         alpha=settings.alpha,
         lifecycle=settings.lifecycle,
