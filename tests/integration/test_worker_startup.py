@@ -57,6 +57,10 @@ def test_fair_pool_wraps_the_pool_fair_pool_names(make_run, start_worker, inner)
         ({"fair_pool": "nonsense.module:Pool"}, "fair_pool: cannot load pool"),
         ({"fair_typo": 1}, "unknown celery-fair setting(s): fair_typo"),
         ({"fair_types": {"clone": {"priority": 2}}}, "job type 'clone' is declared twice"),
+        (
+            {"fair_store_url": "sentinel://127.0.0.1:26379/0"},
+            "fair_store_url: a sentinel:// URL needs the master's name",
+        ),
     ],
 )
 def test_a_bad_setting_stops_the_worker_with_a_message_naming_it(make_run, conf, message):
