@@ -1,5 +1,5 @@
-"""What only the Redis store has: schema, scripts by SHA, restarts, outages, and its equality
-with the in-memory store on random histories."""
+"""What only the Redis store has: schema, scripts by SHA, restarts, outages. (Its equality with
+the in-memory store on random operations: test_stores_agree.py.)"""
 
 from __future__ import annotations
 
@@ -8,16 +8,13 @@ import uuid
 import pytest
 import redis
 from harness import wait_until
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from redis.crc import key_slot
 from shared_redis import REDIS_URL, clean
 from test_contract import ask
 
 from celery_fair.core import CostLifecycle
-from celery_fair.core.clock import SimClock
 from celery_fair.errors import ConfigurationError, StoreUnavailable
-from celery_fair.store import Done, MemoryStore, RedisStore, Running, Verdict, conflict_field
+from celery_fair.store import Done, RedisStore, Running, Verdict, conflict_field
 from celery_fair.store.redis import KEY_NAMES
 
 NEVER = CostLifecycle.never()
@@ -99,85 +96,6 @@ def running(grant, job_id):
         grant.uid, grant.token, "clone", 8, conflict_field("git", job_id),
         f"5:clone={job_id}", "k", 1.0, 1.0,
     )  # fmt: skip
-
-
-# -- the two stores agree on random histories -------------------------------------------------
-
-_ops = st.lists(
-    st.one_of(
-        st.tuples(
-            st.just("admit"),
-            st.lists(
-                st.tuples(
-                    st.sampled_from(["clone", "pull", "repack"]),
-                    st.sampled_from(["alice", "bob", ""]),
-                    st.sampled_from([None, "linux", "git"]),
-                    st.one_of(st.none(), st.floats(0, 50, allow_nan=False)),
-                ),
-                max_size=4,
-            ),
-            st.lists(st.sampled_from(["linux", "git", "redis"]), max_size=2),  # watched
-            st.integers(0, 2),  # finished jobs carried along
-        ),
-        st.tuples(
-            st.just("finish"),
-            st.integers(0, 30),
-            st.one_of(st.none(), st.floats(0, 100, allow_nan=False)),
-            st.booleans(),  # final
-        ),
-    ),
-    max_size=25,
-)
-
-_TYPES = {
-    "clone": {"priority": 8, "tier_cap": 3, "type_cap": None, "group": "git"},
-    "pull": {"priority": 8, "tier_cap": 3, "type_cap": 1, "group": "git"},
-    "repack": {"priority": 4, "tier_cap": 1, "type_cap": None, "group": ""},
-}
-
-
-@settings(max_examples=60)
-@given(ops=_ops)
-def test_memory_and_redis_stores_answer_every_history_identically(ops):
-    redis_client = redis.Redis.from_url(REDIS_URL)
-    prefix = f"test-{uuid.uuid4().hex[:12]}"
-    stores = [
-        MemoryStore(lifecycle=NEVER, clock=SimClock()),
-        RedisStore(redis_client, prefix, lifecycle=NEVER),
-    ]
-    try:
-        answers: list[list] = [[], []]
-        running_: list[list] = [[], []]
-        uid = 0
-        for op in ops:
-            if op[0] == "admit":
-                _, jobs, watched, carried = op
-                batch = []
-                for type_, key, job_id, cost in jobs:
-                    uid += 1
-                    t = _TYPES[type_]
-                    batch.append(
-                        ask(f"j{uid}", key, type=type_, priority=t["priority"],
-                            tier_cap=t["tier_cap"], type_cap=t["type_cap"], group=t["group"],
-                            job_id=job_id, cost=cost, default_cost=2.0)
-                    )  # fmt: skip
-                watch = [conflict_field("git", w) for w in watched]
-                for i, store in enumerate(stores):
-                    done = [Done(*running_[i].pop(0), 1.5, True) for _ in range(carried)
-                            if running_[i]]  # fmt: skip
-                    reply = store.admit("w", batch, done=done, watch=watch)
-                    answers[i].append(reply[1:])  # all but the epoch
-                    running_[i] += [(g.uid, g.token) for g in reply.grants if g.token]
-            else:
-                _, pick, elapsed, final = op
-                for i, store in enumerate(stores):
-                    if running_[i]:
-                        uid_, token = running_[i].pop(pick % len(running_[i]))
-                        answers[i].append(store.finish("w", [Done(uid_, token, elapsed, final)]))
-        assert answers[0] == answers[1]
-    finally:
-        clean(redis_client, prefix)
-        redis_client.close()
 
 
 def test_an_estimate_in_use_is_noted_again_when_a_long_job_ends(redis_client, prefix):

@@ -23,7 +23,7 @@ from shared_redis import REDIS_URL, clean
 from test_contract import ask
 
 from celery_fair.core import CostLifecycle
-from celery_fair.store import Done, MemoryStore, RedisStore, Running
+from celery_fair.store import Done, MemoryStore, RedisStore, Running, conflict_field
 
 NEVER = CostLifecycle.never()
 WORKERS = ("w1", "w2")
@@ -76,15 +76,16 @@ class BothStores(RuleBasedStateMachine):
                 st.sampled_from(sorted(TYPES)),
                 st.sampled_from(JOB_IDS),
                 st.sampled_from(KEYS),
-                st.none() | st.floats(0.1, 5.0),
+                st.none() | st.just(0.0) | st.floats(0.1, 50.0),
                 st.none() | st.integers(1, 3),
             ),
             min_size=1,
             max_size=4,
         ),
         ends=st.integers(0, 3),
+        watched=st.lists(st.sampled_from(["linux", "git", "redis"]), max_size=2),
     )
-    def admit(self, worker, jobs, ends):
+    def admit(self, worker, jobs, ends, watched):
         asks = []
         for jtype, job_id, key, cost, tier_cap in jobs:
             self.serial += 1
@@ -94,9 +95,12 @@ class BothStores(RuleBasedStateMachine):
                     type_cap=type_cap, job_id=job_id, cost=cost, default_cost=2.0)
             )  # fmt: skip
         done = self._ends(worker, ends)
-        mine, theirs = self.both("admit", worker, asks, done)
+        watch = [conflict_field("git", w) for w in watched]
+        mine, theirs = self.both("admit", worker, asks, done, watch)
         assert same(mine.finished, theirs.finished), (mine.finished, theirs.finished)
         assert same(mine.grants, theirs.grants), (mine.grants, theirs.grants)
+        assert mine.held == theirs.held
+        assert mine.workers == theirs.workers
         assert same(mine.tiers, theirs.tiers)
         assert same(mine.types, theirs.types)
         for a, grant in zip(asks, mine.grants, strict=True):
@@ -165,8 +169,8 @@ class BothStores(RuleBasedStateMachine):
         ours = sorted(uid for uid, (w, _, _) in self.running.items() if w == worker)
         for i, uid in enumerate(ours[:n]):
             _, token, _ = self.running[uid]
-            how = (self.serial + i) % 4
-            elapsed = None if how == 0 else 0.5 + how
+            how = (self.serial + i) % 5
+            elapsed = (None, 0.0, 1.5, 2.5, 42.0)[how]
             stale = how == 3 and i == 0  # the store still counts it: it ends for real later
             done.append(Done(uid, token + 1 if stale else token, elapsed, final=how == 1,
                              unstarted=how == 2))  # fmt: skip
