@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -286,12 +287,16 @@ def _prefix(value: object) -> str:
 
 
 def _redact(url: str) -> str:
-    """``url`` without its password, for logs."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+    """``url`` without its passwords, for logs: each part's of a Sentinel URL (``;``), and a
+    ``sentinel_password`` in the query."""
+    parts = []
+    for part in url.split(";"):
+        scheme, sep, rest = part.partition("://")
+        userinfo, at, host = rest.rpartition("@")
+        if at and ":" in userinfo:
+            rest = f"{userinfo.split(':', 1)[0]}:***@{host}"
+        parts.append(re.sub(r"(sentinel_password=)[^&]*", r"\1***", f"{scheme}{sep}{rest}"))
+    return ";".join(parts)
 
 
 def _text(name: str, value: object) -> str:

@@ -184,11 +184,18 @@ def test_a_store_following_a_sentinel_broker_uses_its_sentinel_kwargs(tmp_path_f
             assert verdicts(store.admit("w1", [ask("a")])) == [Verdict.ADMITTED]
         finally:
             store.close()
-        # Without them the Sentinel refuses, and that is an outage, not a crash.
+        # An explicit URL says it in its query,
+        url = f"{group.url()}&sentinel_password=s3cret"
+        store = RedisStore.from_url(url, prefix=settings.store_prefix)
+        try:
+            assert verdicts(store.admit("w1", [ask("b")])) == [Verdict.ADMITTED]
+        finally:
+            store.close()
+        # and without either, the Sentinel refuses: an outage, not a crash.
         app.conf.broker_transport_options = {"master_name": MASTER_NAME}
         store = open_store(settings, app)
         try:
             with pytest.raises(StoreUnavailable):
-                store.admit("w1", [ask("b")])
+                store.admit("w1", [ask("c")])
         finally:
             store.close()

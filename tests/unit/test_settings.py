@@ -87,3 +87,10 @@ def test_a_sentinel_broker_gives_the_store_its_sentinels_and_master_name(sentine
 def test_a_sentinel_store_url_is_accepted():
     url = "sentinel://a:26379;sentinel://b:26379/0?master_name=m"
     assert FairSettings.from_mapping({"fair_store_url": url}).store_url == url
+
+
+def test_store_urls_are_shown_without_their_passwords():
+    url = "sentinel://:pw1@a:1/0;sentinel://u:pw2@b:2?master_name=m&sentinel_password=pw3"
+    shown = FairSettings.from_mapping({"fair_store_url": url}).describe()["store"]
+    assert shown == "sentinel://:***@a:1/0;sentinel://u:***@b:2?master_name=m&sentinel_password=***"
+    assert "pw" not in shown.replace("sentinel_password", "")

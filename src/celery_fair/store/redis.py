@@ -207,7 +207,8 @@ class RedisStore:
         ``sentinel://host:port;sentinel://host2:port/db?master_name=name`` names the Sentinels
         that know the current master of ``name`` (the form of Kombu's Sentinel broker URL);
         ``sentinel_kwargs`` are the options of the connections to the Sentinels themselves (a
-        password of theirs, as in Kombu's transport option of that name).
+        password of theirs, as in Kombu's transport option of that name); ``sentinel_username``
+        and ``sentinel_password`` in the URL's query say the same.
         """
         import redis as redis_py
         from redis.cluster import RedisCluster
@@ -499,9 +500,11 @@ def _sentinel_master(
     db = first.path.strip("/")
     if db and not db.isdigit():
         raise ConfigurationError(f"fair_store_url: the database must be a number, got {db!r}")
+    own = {k[len("sentinel_") :]: query[k] for k in ("sentinel_username", "sentinel_password")
+           if k in query}  # fmt: skip
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         sentinels,
-        sentinel_kwargs={**client_options, **(sentinel_kwargs or {})},
+        sentinel_kwargs={**client_options, **own, **(sentinel_kwargs or {})},
         **client_options,
     )
     client: redis_py.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
