@@ -204,7 +204,7 @@ class RedisStore:
 
         ``redis://``, ``rediss://`` and ``unix://`` name one server; ``redis+cluster://host:port``
         (or ``rediss+cluster://``) names any node of a Redis Cluster;
-        ``sentinel://host:port;sentinel://host2:port/db?master_name=name`` names the Sentinels
+        ``sentinel://host:port/db;sentinel://host2:port?master_name=name`` names the Sentinels
         that know the current master of ``name`` (the form of Kombu's Sentinel broker URL);
         ``sentinel_kwargs`` are the options of the connections to the Sentinels themselves (a
         password of theirs, as in Kombu's transport option of that name); ``sentinel_username``
