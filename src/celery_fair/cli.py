@@ -7,9 +7,10 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import __version__
-from .errors import FairError, TraceError
+from .errors import FairError, StoreUnavailable, TraceError
 from .sim import bundled_examples, format_table, load_bundled, parse_trace, simulate
 
 __all__ = ["main"]
@@ -36,12 +37,27 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--format", choices=("json", "table"), default="json", help="output format (default json)"
     )
+    store = verbs.add_parser(
+        "store",
+        help="show what a fleet's shared store holds now (workers, running jobs, conflicts)",
+        description="Read a fleet's shared state in Redis, changing nothing: live workers and "
+        "their leases, running jobs, counts by tier and type, conflicts held, and the "
+        "accumulated costs of the keys that run. See docs/operations.md.",
+    )
+    store.add_argument("url", help="the store's Redis: redis://, rediss://, redis+cluster://, "
+                       "sentinel://...?master_name=...")  # fmt: skip
+    store.add_argument("--prefix", default="celery_fair", help="fair_store_prefix of the fleet")
+    store.add_argument(
+        "--format", choices=("json", "table"), default="table", help="output format (default table)"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit status (2 for bad input)."""
+    """Entry point; returns the process exit status (2 for bad input, 1 if unreachable)."""
     args = _parser().parse_args(argv)
+    if args.verb == "store":
+        return _store(args.url, args.prefix, args.format)
     try:
         data = load_bundled(args.example) if args.example else _read_json(args.trace)
         trace = parse_trace(data)
@@ -55,6 +71,76 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dump(result.to_json(), sys.stdout, indent=1)
         print()
     return 0
+
+
+def _store(url: str, prefix: str, form: str) -> int:
+    from .settings import _redact
+    from .store.redis import RedisStore
+
+    try:
+        store = RedisStore.from_url(url, prefix=prefix)
+        try:
+            state = store.inspect()
+        finally:
+            store.close()
+    except StoreUnavailable as exc:
+        print(f"celery-fair store: {exc}", file=sys.stderr)
+        return 1
+    except FairError as exc:
+        print(f"celery-fair store: error: {exc}", file=sys.stderr)
+        return 2
+    if form == "json":
+        json.dump(state, sys.stdout, indent=1, sort_keys=True)
+        print()
+    else:
+        print(format_store(state, f"{_redact(url)} prefix {prefix}"))
+    return 0
+
+
+def format_store(state: dict[str, Any], where: str) -> str:
+    """``RedisStore.inspect()``'s answer as text for people."""
+    if state["schema"] is None:
+        return f"{where}: empty (no worker has used this prefix, or Redis lost it)"
+    now = state["now"]
+    lines = [f"{where}: schema {state['schema']}, epoch {state['epoch']}, token {state['token']}"]
+    if state["recovering_until"] is not None and state["recovering_until"] > now:
+        left = state["recovering_until"] - now
+        lines.append(f"recovering: nothing is admitted for {left:.1f} s more")
+    lines.append(f"workers ({len(state['workers'])}):")
+    lines += [
+        f"  {w['worker']}  {w['jobs']} running  lease {w['lease_until'] - now:.1f} s left"
+        for w in sorted(state["workers"], key=lambda w: w["worker"])
+    ]
+    by_tier = sorted(state["tiers"].items(), key=lambda item: -int(item[0]))
+    tiers = ", ".join(f"{p}: {n}" for p, n in by_tier if n)
+    types = ", ".join(f"{t}: {n}" for t, n in sorted(state["types"].items()) if n)
+    lines.append(f"running by tier: {tiers or '-'}; by type: {types or '-'}")
+    lines.append(f"jobs ({len(state['jobs'])}):")
+    for j in sorted(state["jobs"], key=lambda j: (-j["priority"], j["since"])):
+        conflict = _conflict(j["conflict"])
+        lines.append(
+            f"  {j['uid']}  {j['type']} (tier {j['priority']})  key {j['fairness_key']!r}  "
+            f"on {j['worker']}  token {j['token']}  for {now - j['since']:.1f} s"
+            + (f"  holds {conflict}" if conflict else "")
+        )
+    held = ", ".join(f"{_conflict(c)} by {uid}" for c, uid in sorted(state["conflicts"].items()))
+    lines.append(f"conflicts held: {held or '-'}")
+    by_cost = sorted(state["costs"].items(), key=lambda item: -item[1])
+    costs = ", ".join(f"{k!r} {v:g}" for k, v in by_cost)
+    lines.append(f"accumulated cost of the keys running: {costs or '-'}")
+    lines.append(
+        f"kept: {state['keys']} keys' costs, {state['estimates']} estimates, "
+        f"{state['tombstones']} tombstones"
+    )
+    return "\n".join(lines)
+
+
+def _conflict(field: str) -> str:
+    """A conflict field (``conflict_field``) as ``group/job_id``."""
+    size, sep, rest = field.partition(":")
+    if not sep or not size.isdigit():
+        return field
+    return f"{rest[: int(size)]}/{rest[int(size) :]}"
 
 
 def _read_json(path: str) -> object:

@@ -50,7 +50,7 @@ KEY_NAMES = (
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
-_SCRIPTS = ("admit", "complete", "heartbeat", "register")
+_SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect")
 
 
 class Request(NamedTuple):
@@ -363,6 +363,20 @@ class RedisStore:
             args.append(str(len(keep)))
             args += keep
         return Request("register", args, lambda raw: Registered(int(raw[1]), int(raw[2])))
+
+    def inspect(self) -> dict[str, Any]:
+        """What the store holds now, read in one round trip that changes nothing: live workers
+        (lease expiry, job count), running jobs, counts by tier and type, conflicts held, the
+        accumulated costs of the keys that run, and how many costs, estimates and tombstones
+        it keeps. Times are the Redis server's (``now`` says it). See ``celery-fair store``.
+        """
+        import json
+
+        state: dict[str, Any] = json.loads(self._call("inspect", self._head("")))
+        for name in ("workers", "jobs", "conflicts", "costs", "tiers", "types"):
+            if not state[name]:  # Lua's cjson writes an empty table as {}
+                state[name] = [] if name in ("workers", "jobs") else {}
+        return state
 
     def script(self, name: str) -> tuple[str, str]:
         """A script's SHA1 and its source, for clients that send it themselves."""
