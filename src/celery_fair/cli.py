@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _store(url: str, prefix: str, form: str) -> int:
-    from .settings import _redact
+    from .settings import redact_url
     from .store.redis import RedisStore
 
     try:
@@ -93,7 +93,7 @@ def _store(url: str, prefix: str, form: str) -> int:
         json.dump(state, sys.stdout, indent=1, sort_keys=True)
         print()
     else:
-        print(format_store(state, f"{_redact(url)} prefix {prefix}"))
+        print(format_store(state, f"{redact_url(url)} prefix {prefix}"))
     return 0
 
 

@@ -13,7 +13,7 @@ from .core import CostLifecycle, JobType, SchedulerConfig
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
 
-__all__ = ["BAD_MESSAGE_POLICIES", "DEFAULTS", "FairSettings"]
+__all__ = ["BAD_MESSAGE_POLICIES", "DEFAULTS", "FairSettings", "redact_url"]
 
 BAD_MESSAGE_POLICIES = ("repair", "reject")
 
@@ -173,7 +173,7 @@ class FairSettings:
             "max_held": self.max_held,
             "max_hold_seconds": self.max_hold_seconds or "from broker",
             "on_bad_message": self.on_bad_message,
-            "store": _redact(self.store_url) if self.store_url else "from broker",
+            "store": redact_url(self.store_url) if self.store_url else "from broker",
             "store_prefix": self.store_prefix,
             "lease_seconds": self.lease_seconds,
             "store_outage": self.store_outage,
@@ -274,7 +274,7 @@ def _store_url(value: object) -> str | None:
     if scheme not in STORE_SCHEMES:
         raise ConfigurationError(
             f"fair_store_url: must be 'memory' or a {'/'.join(STORE_SCHEMES)}:// URL, got "
-            f"{_redact(url)!r}"
+            f"{redact_url(url)!r}"
         )
     return url
 
@@ -286,7 +286,7 @@ def _prefix(value: object) -> str:
     return prefix
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """``url`` without its passwords, for logs: each part's of a Sentinel URL (``;``), and a
     ``sentinel_password`` in the query."""
     parts = []
