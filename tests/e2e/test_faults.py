@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness import FAST_RESTORE, gate_stats, wait_until
+from harness import FAST_RESTORE, gate_stats, wait_until, wait_until_recorded_by_the_broker
 
 from celery_fair import fair_headers
 
@@ -26,6 +26,7 @@ def running_late_jobs(make_run, start_worker, broker, count, seconds):
         20,
         "two jobs to be running",
     )
+    wait_until_recorded_by_the_broker(run, count)  # none in flight when the worker goes
     return run, worker, tags
 
 

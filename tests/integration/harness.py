@@ -244,6 +244,28 @@ def wait_until_taken_in(run: Run, workers: list[Worker], count: int, timeout: fl
     wait_until(taken_in, timeout, f"the workers to have received {count} jobs")
 
 
+def wait_until_recorded_by_the_broker(run: Run, count: int, timeout: float = 30) -> None:
+    """On the Redis broker, wait until none of the run's ``count`` messages is on its way from
+    Redis to a worker: the queue is empty, and each message is unacked (Kombu's record of it,
+    which a dead worker's messages come back from) or done. Kombu pops a message (BRPOP) before
+    it records it, so a worker killed in between loses it, with or without celery-fair; a test
+    that kills a worker and counts every job waits for this first. Nothing to wait for on
+    RabbitMQ, which tracks every delivery itself."""
+    if run.broker != "redis":
+        return
+    client = redis.Redis.from_url(run.url)
+
+    def recorded() -> bool:
+        queued = client.llen(f"{run.prefix}:{run.queue}")
+        unacked = client.hlen(f"{run.prefix}:unacked")
+        return queued == 0 and unacked + len(run.recorder.done_counts()) >= count
+
+    try:
+        wait_until(recorded, timeout, f"all {count} messages to be recorded by Kombu", every=0.01)
+    finally:
+        client.close()
+
+
 def cut_broker_connections(worker: Worker) -> int:
     """Close the worker's broker connections from the broker's side; return how many."""
     port = 6379 if worker.run.broker == "redis" else 5672

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import time
 
-from harness import FAST_RESTORE, intervals, max_overlap, wait_until, wait_until_taken_in
+from harness import (
+    FAST_RESTORE,
+    intervals,
+    max_overlap,
+    wait_until,
+    wait_until_recorded_by_the_broker,
+    wait_until_taken_in,
+)
 
 from celery_fair import fair_headers
 from celery_fair.store import RedisStore
@@ -129,6 +136,8 @@ def test_a_killed_worker_gives_back_its_slots_and_conflicts_and_nothing_runs_twi
     tags = [f"j{i}" for i in range(12)]
     for i, tag in enumerate(tags):
         run.send("fairapp.locked", tag, 1.0, headers=fair_headers("locked", "k", f"id{i % 4}"))
+    # (none on its way from Redis to a worker when the victim dies: Kombu's own loss window)
+    wait_until_recorded_by_the_broker(run, len(tags))
 
     def running_on_victim():
         spans = intervals(run.recorder.events())
