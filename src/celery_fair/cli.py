@@ -12,6 +12,7 @@ from typing import Any
 from . import __version__
 from .errors import FairError, StoreUnavailable, TraceError
 from .sim import bundled_examples, format_table, load_bundled, parse_trace, simulate
+from .store.base import conflict_of
 
 __all__ = ["main"]
 
@@ -136,11 +137,9 @@ def format_store(state: dict[str, Any], where: str) -> str:
 
 
 def _conflict(field: str) -> str:
-    """A conflict field (``conflict_field``) as ``group/job_id``."""
-    size, sep, rest = field.partition(":")
-    if not sep or not size.isdigit():
-        return field
-    return f"{rest[: int(size)]}/{rest[int(size) :]}"
+    """A conflict field as ``group/job_id``."""
+    named = conflict_of(field)
+    return field if named is None else "/".join(named)
 
 
 def _read_json(path: str) -> object:

@@ -10,7 +10,7 @@ import json
 import uuid
 
 import pytest
-from shared_redis import REDIS_URL
+from shared_redis import REDIS_URL, clean
 from test_contract import NEVER, ask
 
 from celery_fair.cli import main
@@ -83,8 +83,7 @@ def test_celery_fair_store_prints_the_state_as_json_and_as_a_table(redis_client,
         assert "holds git/linux" in table
         assert "conflicts held: git/linux by a" in table
     finally:
-        for key in keys_of(store):
-            redis_client.delete(key)
+        clean(redis_client, prefix)
 
 
 def test_celery_fair_store_says_so_when_redis_cannot_be_reached_or_the_url_is_wrong(capsys):

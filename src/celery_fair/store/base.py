@@ -27,6 +27,7 @@ __all__ = [
     "Verdict",
     "View",
     "conflict_field",
+    "conflict_of",
     "estimate_field",
 ]
 
@@ -53,6 +54,18 @@ def conflict_field(group: str, job_id: str | None) -> str:
     if not group or job_id is None:
         return ""
     return f"{len(group)}:{group}{job_id}"
+
+
+def conflict_of(field: str) -> tuple[str, str] | None:
+    """The ``(group, job_id)`` a ``conflict_field`` names; ``None`` for ``""`` or a malformed one.
+
+    >>> conflict_of("3:gitlinux"), conflict_of("")
+    (('git', 'linux'), None)
+    """
+    size, sep, rest = field.partition(":")
+    if not sep or not size.isdigit() or int(size) > len(rest):
+        return None
+    return rest[: int(size)], rest[int(size) :]
 
 
 class Verdict(str, enum.Enum):
