@@ -14,15 +14,14 @@ import redis
 from celery import Celery
 from harness import Run, Worker, intervals, max_overlap, wait_until
 from test_contract import ask, verdicts
-from test_link import RecordingLoop
+from test_link import RecordingLoop, _admit_one, _answered
 
 from celery_fair import fair_headers
-from celery_fair.engine import Call
 from celery_fair.errors import ConfigurationError, StoreUnavailable
 from celery_fair.settings import FairSettings
 from celery_fair.store import Done, RedisStore, Verdict
 from celery_fair.worker.bootstep import open_store, store_url
-from celery_fair.worker.link import StoreLink, _readable
+from celery_fair.worker.link import StoreLink
 from redis_cluster import HOST
 from redis_sentinel import MASTER_NAME, running_sentinel
 
@@ -126,17 +125,10 @@ def test_a_replicas_readonly_answer_is_an_outage_and_drops_the_connection(replic
 def test_the_links_readonly_answer_is_an_outage_and_drops_the_connection(replica):
     loop, delivered = RecordingLoop(), []
     link = StoreLink(replica, loop, lambda call, result: delivered.append(result))
-    call = Call("admit", "w1")
-    call.asks = [ask("a")]
-    link.submit(call)
+    link.submit(_admit_one("a"))
     (on_readable,) = loop.readers.values()
-
-    def read() -> list[object]:
-        if _readable(link._fd):
-            on_readable()
-        return delivered
-
-    wait_until(read, 10, "the replica's answer")
+    wait_until(lambda: _answered(loop), 10, "the replica's answer")
+    on_readable()
     assert isinstance(delivered[0], StoreUnavailable)
     assert "READONLY" in str(delivered[0])
     assert loop.readers == {}  # the socket is gone from the loop; the next call connects anew
