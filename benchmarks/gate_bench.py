@@ -134,14 +134,23 @@ def run(state: str, tasks: int, held: int, profile: str | None) -> tuple[float, 
         def acknowledged(self) -> bool:
             return self._message.acknowledged
 
+        def on_accepted(self, pid: int, time_accepted: float) -> None:
+            pass
+
+        def on_success(self, result: Any) -> None:
+            pass
+
+        def on_failure(self, einfo: Any) -> None:
+            pass
+
     handed: list[tuple[Request, dict[str, Any]]] = []
 
     def process_task(req: Request) -> None:  # Celery's path to the pool, down to apply_async
         options = {
             "correlation_id": req.id,
-            "accept_callback": None,
-            "callback": None,
-            "error_callback": None,
+            "accept_callback": req.on_accepted,
+            "callback": req.on_success,
+            "error_callback": req.on_failure,
         }
         handed.append((req, gate.wrap_callbacks(("task", req.id, req.request_dict), options)))
 

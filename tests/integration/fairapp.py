@@ -62,11 +62,13 @@ def make_app(
 ) -> Celery:
     app = Celery("fairapp", broker=broker, backend=backend, set_as_current=False)
     app.conf.update(
-        task_default_queue=queue,
-        worker_prefetch_multiplier=1,
-        broker_connection_retry_on_startup=True,
-        task_create_missing_queues=True,
-        **(conf or {}),
+        {
+            "task_default_queue": queue,
+            "worker_prefetch_multiplier": 1,
+            "broker_connection_retry_on_startup": True,
+            "task_create_missing_queues": True,
+            **(conf or {}),
+        }
     )
     rec = Recorder(prefix)
 
@@ -158,6 +160,23 @@ def make_app(
             raise self.retry(countdown=1)
         rec.done(tag)
         return tag
+
+    @app.task(name="fairapp.replaced", shared=False, bind=True)
+    def replaced(self, tag: str, depth: int, seconds: float = 0.01) -> str:
+        """Replaces itself ``depth`` times (each replacement keeps the task id), then runs."""
+        rec.record("start", f"{tag}@{depth}", nesting=self.request.replaced_task_nesting)
+        if depth:
+            raise self.replace(replaced.s(tag, depth - 1, seconds))
+        return run(tag, seconds, type="plain")
+
+    @fair_task(app=app, name="fairapp.fair_replaced", type="clone", bind=True)
+    def fair_replaced(self, tag: str, depth: int, seconds: float = 0.01) -> str:
+        """The same as a fair task: its replacements are fair jobs with the same task id."""
+        key = getattr(self.request, "fairness_key", None)
+        rec.record("start", f"{tag}@{depth}", nesting=self.request.replaced_task_nesting, key=key)
+        if depth:
+            raise self.replace(fair_replaced.s(tag, depth - 1, seconds))
+        return run(tag, seconds, type="clone")
 
     @fair_task(app=app, name="fairapp.limited", type="clone", rate_limit="2/s")
     def limited(tag: str) -> str:

@@ -233,6 +233,24 @@ def gate_stats(run: Run, worker: Worker) -> dict[str, Any]:
     return dict(stats.get(node, {}).get("pool", {}))
 
 
+#: The gate's counts of what is inside it, each zero when the worker is idle.
+INSIDE = ("fair-held", "fair-reserved", "fair-running", "plain-running", "pool-in-line")
+
+
+def wait_until_gate_idle(run: Run, worker: Worker, timeout: float = 20) -> dict[str, Any]:
+    """Wait until the gate counts nothing inside it and its capacity is whole again (the pool's
+    slots plus the reserve); return its statistics."""
+
+    def idle() -> dict[str, Any] | None:
+        stats = gate_stats(run, worker)
+        whole = stats.get("fair-capacity") == stats.get("max-concurrency", -1) + stats.get(
+            "fair-lookahead", -1
+        )
+        return stats if whole and all(stats.get(k) == 0 for k in INSIDE) else None
+
+    return wait_until(idle, timeout, "the gate to be idle", show=lambda: gate_stats(run, worker))
+
+
 def wait_until_taken_in(run: Run, workers: list[Worker], count: int, timeout: float = 30) -> None:
     """Wait until the workers' gates hold, or have started, ``count`` jobs between them."""
 

@@ -58,7 +58,8 @@ from ..core import Admission, JobType, ReserveDepth, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
 from ..store.base import Store
 from ..store.redis import RedisStore
-from .headers import ERROR, REPUBLISHED, SUBMITTED, TOKEN, FairHeaders, job_uid, parse_headers
+from .headers import ERROR, REPUBLISHED, SUBMITTED, TOKEN, FairHeaders, parse_headers, request_uid
+from .internals import ack_quietly, already_revoked, request_of, writes_pending
 from .link import StoreLink
 
 __all__ = ["Gate"]
@@ -91,13 +92,17 @@ class Held:
 
 @dataclass(slots=True)
 class Started:
-    """A request handed to the pool (fair or plain) and not yet finished."""
+    """One run of a request: handed to the pool (fair or plain) and not yet finished.
 
-    fair: bool
+    A run is known by its ``Request`` object, never by its task id, which Celery reuses
+    (``Task.replace``, duplicated messages): two runs of one id hold a slot each.
+    """
+
+    req: Any
+    uid: str | None  # a fair job's uid (the engine's name for it); None for a plain task
     dispatched: float  # monotonic
-    req: Any = None
     accepted: float | None = None
-    applied: bool = False
+    applied: bool = False  # the pool took it (its apply_async call came)
 
 
 class Gate:
@@ -173,19 +178,26 @@ class Gate:
         self._pool_slots = self._slots()
         # held: fair requests not yet admitted, by task id, oldest first.
         self.held: dict[str, Held] = {}
-        # started: requests handed to the pool and not finished, by task id.
-        self.started: dict[str, Started] = {}
-        # nonfair_running: plain tasks handed to the pool and not finished.
+        # started: runs handed to the pool and not finished, by id() of their Request (each
+        # Started keeps its Request alive, so no two entries share a key).
+        self.started: dict[int, Started] = {}
+        # fair_running: the uids of the fair runs in ``started``.
+        self.fair_running: set[str] = set()
+        # nonfair_running: the plain runs in ``started``; plain_started: all there have been.
         self.nonfair_running = 0
-        # qos_raised: how much this gate has raised the prefetch window on this connection;
-        # while connected, held + 1 <= qos_raised <= max(8, 2 * (held + 1) + 16), capped
-        # at max_held + 1 (see _adjust_qos).
+        self.plain_started = 0
+        # qos_raised: how much this gate has raised the prefetch window on this connection.
+        # While fair work is inside (held or running), held + 1 <= qos_raised
+        # <= max(8, 2 * (held + 1) + 16), capped at max_held + 1; once none has been inside
+        # for a whole sweep interval, 0: the window is Celery's own (see _adjust_qos).
         self.qos_raised = 0
+        self._fair_since_sweep = False  # a fair request came in since the last sweep
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self.counts = dict.fromkeys(
             ("admitted", "spilled", "refreshed", "dead_lettered", "revoked_held", "duplicates"), 0
         )
         self._lock = threading.RLock()
+        self._unnamed_warned = False
         self._last_spill = -float("inf")
         self._revoked_seen = (-1, -1)
         self._sweep_entry: Any = None
@@ -236,7 +248,8 @@ class Gate:
                 self._adjust_qos()
 
     def _hold(self, req: Any, parsed: FairHeaders) -> None:
-        uid = job_uid(req.id, req.request_dict.get("retries"))
+        uid = request_uid(req.id, req.request_dict)
+        self._fair_since_sweep = True
         earlier = self.held.get(uid)
         if earlier is not None:
             # The broker redelivered a message we hold (an ack timeout ran out): keep one, the
@@ -245,17 +258,17 @@ class Gate:
             logger.warning(
                 "Task %s[%s] was delivered again while held; keeping one copy.", req.name, uid
             )
-            _ack_quietly(earlier.req)
+            ack_quietly(earlier.req)
             earlier.req = req
             return
-        if uid in self.started:
+        if uid in self.fair_running:
             self.counts["duplicates"] += 1
             logger.warning(
                 "Task %s[%s] was delivered again while running; dropping the copy.",
                 req.name,
                 uid,
             )
-            _ack_quietly(req)
+            ack_quietly(req)
             return
         arrival = parsed.submitted if parsed.submitted is not None else time.time()
         self.engine.submit(
@@ -270,10 +283,14 @@ class Gate:
 
     def _start_plain(self, req: Any) -> None:
         self.nonfair_running += 1
-        uid = job_uid(req.id, req.request_dict.get("retries"))
-        self.started[uid] = Started(False, time.monotonic(), req)
+        self.plain_started += 1
+        self._handoff(self._run(req, None))
+
+    def _run(self, req: Any, uid: str | None) -> Started:
+        """Record a run of ``req`` about to be handed to the pool."""
+        info = self.started[id(req)] = Started(req, uid, time.monotonic())
         self._in_line += 1
-        self._handoff(req, uid)
+        return info
 
     # -- decisions -----------------------------------------------------------------------
 
@@ -308,7 +325,7 @@ class Gate:
         """
         if not self._dirty or self._gathering() or self.engine.busy:
             return
-        if not self._yielded and _writes_pending(self.pool):
+        if not self._yielded and writes_pending(self.pool):
             self._yielded = True
             return
         self._yielded = False
@@ -379,14 +396,14 @@ class Gate:
                 held.req.name,
                 uid,
             )
-            _ack_quietly(held.req)
+            ack_quietly(held.req)
             worker_state.task_ready(held.req)
 
     def _start(self, uid: str, admission: Admission) -> None:
         """Hand an admitted job to the pool."""
         req = self.held.pop(uid).req
-        self.started[uid] = Started(True, time.monotonic(), req)
-        self._in_line += 1
+        info = self._run(req, uid)
+        self.fair_running.add(uid)
         req.request_dict[TOKEN] = admission.token
         logger.debug(
             "Admitted %s[%s] job_type=%s job_id=%s fairness_key=%s estimate=%.3f token=%d",
@@ -398,7 +415,7 @@ class Gate:
             admission.estimate,
             admission.token,
         )
-        self._handoff(req, uid)
+        self._handoff(info)
 
     def _hand_reserved(self) -> None:
         """Start reserved jobs on free pool processes, unless a newcomer may go first."""
@@ -415,17 +432,17 @@ class Gate:
             uid = next(iter(reserve))
             self._start(uid, reserve.pop(uid))
 
-    def _handoff(self, req: Any, uid: str) -> None:
-        """Hand ``req`` to the worker's own path to the pool; notice if it never got there."""
+    def _handoff(self, info: Started) -> None:
+        """Hand a run to the worker's own path to the pool; notice if it never got there."""
+        req = info.req
         try:
             self.process_task(req)
         except Exception:
-            logger.exception("Task %s[%s] could not be handed to the pool.", req.name, uid)
-            self._finished(uid, None)
+            logger.exception("Task %s[%s] could not be handed to the pool.", req.name, req.id)
+            self._finished(info, None)
             return
-        info = self.started.get(uid)
-        if info is not None and not info.applied and getattr(req, "_already_revoked", False):
-            self._finished(uid, None)  # revoked at the pool's door: Celery acked it
+        if not info.applied and already_revoked(req):
+            self._finished(info, None)  # revoked at the pool's door: Celery acked it
 
     def _slots(self) -> int:
         """The pool's size now (autoscale moves it), or ``fair_capacity`` if smaller."""
@@ -440,19 +457,11 @@ class Gate:
     # -- pool callbacks ------------------------------------------------------------------
 
     def wrap_callbacks(self, args: Any, options: dict[str, Any]) -> dict[str, Any]:
-        """Wrap one ``apply_async`` call's callbacks to learn when the job starts and ends.
+        """Wrap one ``apply_async`` call's callbacks to learn when its run starts and ends.
 
         ``args`` are the trace arguments Celery gives the pool: (type, task id, request, ...).
         """
-        task_id = options.get("correlation_id")
-        if not isinstance(task_id, str):
-            return options
-        try:
-            retries = args[2].get("retries")
-        except (TypeError, IndexError, AttributeError):
-            retries = None
-        task_id = job_uid(task_id, retries)
-        info = self.started.get(task_id)
+        info = self._run_of(args, options)
         if info is None:
             return options
         if not info.applied:
@@ -471,14 +480,14 @@ class Gate:
                 return done(result) if done else None
             finally:
                 # A BaseException in a thread reaches ``callback`` as an ExceptionInfo.
-                self._finish_soon(task_id, info, observe=not isinstance(result, ExceptionInfo))
+                self._finish_soon(info, observe=not isinstance(result, ExceptionInfo))
 
         def on_failed(einfo: Any) -> Any:
             try:
                 return failed(einfo) if failed else None
             finally:
                 exc = getattr(einfo, "exception", None)
-                self._finish_soon(task_id, info, observe=isinstance(exc, TimeLimitExceeded))
+                self._finish_soon(info, observe=isinstance(exc, TimeLimitExceeded))
 
         return {
             **options,
@@ -487,7 +496,24 @@ class Gate:
             "error_callback": on_failed,
         }
 
-    def _finish_soon(self, task_id: str, info: Started, *, observe: bool) -> None:
+    def _run_of(self, args: Any, options: dict[str, Any]) -> Started | None:
+        """The run a pool call is: by its Request (``request_of``); if Celery's call ever stops
+        naming it, the oldest run of the same task id the pool has yet to take."""
+        req = request_of(options)
+        if req is not None:
+            return self.started.get(id(req))
+        task_id = options.get("correlation_id")
+        if not self._unnamed_warned:
+            self._unnamed_warned = True
+            logger.warning(
+                "celery-fair: this Celery's pool calls do not name their request; matching runs "
+                "by task id instead (a replaced or duplicated task id may then be miscounted)."
+            )
+        return next(
+            (i for i in self.started.values() if not i.applied and i.req.id == task_id), None
+        )
+
+    def _finish_soon(self, info: Started, *, observe: bool) -> None:
         elapsed = None
         if observe:
             elapsed = max(0.0, time.monotonic() - (info.accepted or info.dispatched))
@@ -496,25 +522,27 @@ class Gate:
             # Still on the job's own greenlet, which holds its pool slot until it returns:
             # starting the next job from here would wait for that very slot. A fresh greenlet
             # (the timer's) does it once this one has ended.
-            self.consumer.timer.call_after(0, self._finished, (task_id, elapsed))
+            self.consumer.timer.call_after(0, self._finished, (info, elapsed))
         elif hub is None or self._closed or threading.get_ident() == self._loop_thread:
             # On the loop already (prefork's results are read there): release the slot and
             # start the next job in the same breath, as Celery releases its own semaphore.
-            self._finished(task_id, elapsed)
+            self._finished(info, elapsed)
         else:  # a pool thread (the threads pool): the loop does it
-            hub.call_soon(self._finished, task_id, elapsed)
+            hub.call_soon(self._finished, info, elapsed)
 
-    def _finished(self, uid: str, elapsed: float | None) -> None:
-        """A job handed to the pool is done (any outcome): release its slot; learn if timed."""
+    def _finished(self, info: Started, elapsed: float | None) -> None:
+        """A run handed to the pool is done (any outcome): release its slot; learn if timed."""
         with self._lock:
-            info = self.started.pop(uid, None)
-            if info is None:
-                return
+            if self.started.get(id(info.req)) is not info:
+                return  # already released
+            del self.started[id(info.req)]
             if not info.applied:
                 self._in_line -= 1
-            if not info.fair:
+            uid = info.uid
+            if uid is None:
                 self.nonfair_running -= 1
             else:
+                self.fair_running.discard(uid)
                 # Acknowledged means the broker will not deliver it again: the store may then
                 # recognise a late copy of its message.
                 final = bool(getattr(info.req, "acknowledged", False))
@@ -545,18 +573,15 @@ class Gate:
             self.dispatch()
             if blocking:
                 self._spill()
+            self._close_idle_window()
 
     def _release_revoked_in_line(self) -> None:
         """Release admitted jobs that Celery revoked (or found expired) while they waited in
         line for a pool slot (``fair_lookahead``): Celery acked them and will never run them,
         so no pool callback would. O(jobs handed to the pool)."""
-        gone = [
-            uid
-            for uid, info in self.started.items()
-            if not info.applied and getattr(info.req, "_already_revoked", False)
-        ]
-        for uid in gone:
-            self._finished(uid, None)
+        gone = [i for i in self.started.values() if not i.applied and already_revoked(i.req)]
+        for info in gone:
+            self._finished(info, None)
 
     def _is_blocking(self) -> bool:
         """Held work blocks the queue: the window is full (``fair_max_held``) and a slot is free
@@ -630,9 +655,13 @@ class Gate:
             self.engine.cancel(uid)
 
     def _adjust_qos(self) -> None:
-        """Keep the prefetch window ahead of what is held, moving it in chunks."""
+        """Keep the prefetch window ahead of what is held, moving it in chunks.
+
+        Only while fair work is inside: a worker with none prefetches what Celery would
+        (``_close_idle_window`` gives the raise back).
+        """
         qos = self.consumer.qos
-        if qos is None:
+        if qos is None or not (self.held or self.fair_running):
             return
         cap = self.settings.max_held + 1
         need = min(len(self.held) + 1, cap)
@@ -647,8 +676,19 @@ class Gate:
             return
         self.qos_raised = target
 
+    def _close_idle_window(self) -> None:
+        """From the sweep: once no fair request has been inside for a whole sweep interval,
+        give the window's raise back. Waiting that long spares a trickle of fair jobs a
+        ``basic.qos`` round trip (RabbitMQ) on every arrival and every end."""
+        idle = not (self.held or self.fair_running or self._fair_since_sweep)
+        self._fair_since_sweep = False
+        qos = self.consumer.qos
+        if idle and self.qos_raised and qos is not None:
+            qos.decrement_eventually(self.qos_raised)
+            self.qos_raised = 0
+
     def on_connected(self) -> None:
-        """A new connection (and QoS): open the lookahead."""
+        """A new connection (and QoS): open the lookahead if fair work is running."""
         self._loop_thread = threading.get_ident()
         with self._lock:
             self.qos_raised = 0
@@ -722,7 +762,7 @@ class Gate:
             return False
         message.ack()
         worker_state.task_ready(req)
-        self._forget(job_uid(req.id, req.request_dict.get("retries")))
+        self._forget(request_uid(req.id, req.request_dict))
         logger.info("Returned held task %s[%s] to the broker: %s.", req.name, req.id, reason)
         return True
 
@@ -785,6 +825,8 @@ class Gate:
                 "fair-lookahead": self.lookahead,
                 "fair-running": self.scheduler.running,
                 "plain-running": self.nonfair_running,
+                "plain-started": self.plain_started,
+                "pool-in-line": self._in_line,
                 "fair-capacity": self.scheduler.capacity,
                 **{f"fair-{name.replace('_', '-')}": n for name, n in self.counts.items()},
                 **{f"fair-store-{name}": v for name, v in self.engine.info().items()},
@@ -801,14 +843,3 @@ class Gate:
         else:
             return float("inf")
         return timeout * HOLD_FRACTION
-
-
-def _writes_pending(pool: Any) -> bool:
-    """Whether the prefork pool holds jobs it has yet to write to a process."""
-    return bool(getattr(getattr(pool, "_pool", None), "outbound_buffer", None))
-
-
-def _ack_quietly(req: Any) -> None:
-    message = getattr(req, "_message", None)
-    if message is not None and not message.acknowledged:
-        message.ack_log_error(logger, (Exception,))

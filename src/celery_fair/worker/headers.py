@@ -37,6 +37,7 @@ __all__ = [
     "HeaderProblem",
     "job_uid",
     "parse_headers",
+    "request_uid",
 ]
 
 FAIRNESS_KEY = "fairness_key"
@@ -48,18 +49,31 @@ ERROR = "fair_error"
 TOKEN = "fair_token"  # set by the gate on admission: the job's fencing token
 
 
-def job_uid(task_id: str, retries: object) -> str:
-    """A job's identity in the gate and the store: its task id, plus the retry it is.
+def job_uid(task_id: str, retries: object, replaced: object = 0) -> str:
+    """A job's identity in the gate and the store: its task id, plus the retry it is, plus how
+    many times it was replaced.
 
-    ``Task.retry`` sends a new message with the same task id; it is another job (it may even
-    arrive while the first run is still ending), so each retry gets its own uid.
+    Celery reuses a task id for another job twice over. ``Task.retry`` sends a new message with
+    the same id (it may even arrive while the first run is still ending); ``Task.replace`` sends
+    its replacement with the id of the task it replaces, and counts the replacements in the
+    ``replaced_task_nesting`` header. Each gets its own uid, so neither is taken for a copy of
+    the first run. Two messages with the same uid are copies of one job (a redelivery, or a
+    message the broker duplicated): the gate and the store run one of them.
 
-    >>> job_uid("1f0c", 0), job_uid("1f0c", 2)
-    ('1f0c', '1f0c/retry-2')
+    >>> job_uid("1f0c", 0), job_uid("1f0c", 2), job_uid("1f0c", 2, 1)
+    ('1f0c', '1f0c/retry-2', '1f0c/retry-2/replaced-1')
     """
-    if not retries or not isinstance(retries, int):
-        return task_id
-    return f"{task_id}/retry-{retries}"
+    uid = task_id
+    if retries and isinstance(retries, int):
+        uid = f"{uid}/retry-{retries}"
+    if replaced and isinstance(replaced, int):
+        uid = f"{uid}/replaced-{replaced}"
+    return uid
+
+
+def request_uid(task_id: str, request: Mapping[str, Any]) -> str:
+    """``job_uid`` of a request, from its task id and its request dict (Celery's headers)."""
+    return job_uid(task_id, request.get("retries"), request.get("replaced_task_nesting"))
 
 
 @dataclass(frozen=True, slots=True)
