@@ -10,7 +10,13 @@ from celery.worker import state as worker_state
 from celery.worker.request import Request, create_request_cls
 
 from celery_fair.worker.headers import request_uid
-from celery_fair.worker.internals import already_revoked, request_of
+from celery_fair.worker.internals import (
+    already_revoked,
+    ends_on_loop,
+    pool_size,
+    request_of,
+    revoked_marker,
+)
 
 
 class Pool:
@@ -68,3 +74,26 @@ def test_a_replacement_and_a_retry_are_other_jobs_than_the_task_they_follow():
     replacement = request_uid("abc", {"retries": 0, "replaced_task_nesting": 1})
     assert len({first, retry, replacement}) == 3
     assert request_uid("abc", {}) == first == "abc"
+
+
+def test_pool_size_and_which_pools_end_jobs_on_the_loop():
+    from celery.concurrency.prefork import TaskPool as Prefork
+    from celery.concurrency.solo import TaskPool as Solo
+    from celery.concurrency.thread import TaskPool as Threads
+
+    prefork, threads, solo = Prefork(limit=3), Threads(limit=5), Solo()
+    try:
+        assert pool_size(prefork) == 3  # before its processes exist
+        assert pool_size(threads) == 5
+        assert [ends_on_loop(p) for p in (prefork, threads, solo)] == [True, True, False]
+    finally:
+        threads.on_stop()
+
+
+def test_the_revoked_marker_moves_with_every_revoke():
+    before = revoked_marker()
+    worker_state.revoked.add("marker-test")
+    try:
+        assert revoked_marker() != before
+    finally:
+        worker_state.revoked.discard("marker-test")

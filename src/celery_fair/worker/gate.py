@@ -8,18 +8,13 @@ would have sent it, so acks (early or late), time limits, events and revokes sta
 
 Held messages and the broker (docs/operations.md):
 
-- *Prefetch.* A held message occupies a slot of the consumer's prefetch window, so the gate
-  raises the window (``qos.increment_eventually``, as Celery does for ETA tasks) to stay
-  ahead of what it holds, up to ``fair_max_held``; otherwise one client's burst would fill the
-  window and hide every other client's messages. The raise always leaves room for at least one
-  more message (the *lookahead*): ``acks_late`` tasks keep their messages unacked while they
-  run, and a full pool would otherwise leave no room to see what arrives next. The window moves
-  in chunks (grown by half, shrunk only when far too big) because on RabbitMQ every change is
-  a ``basic.qos`` round trip to the broker.
+- *Prefetch.* A held message occupies a slot of the consumer's prefetch window, so while fair
+  work is inside, the gate keeps the window ahead of what it holds (window.py); with none
+  inside, the window is Celery's own.
 - *Spill.* When the gate holds ``fair_max_held`` messages and a slot is free that none of them
   can take (they all wait for conflicts or caps), held work blocks the queue: the gate then
-  returns the lowest-ranked tenth of what it holds to the broker (republish to the same
-  exchange and routing key with every header kept, then ack), at most every
+  returns the lowest-ranked tenth of what it holds to the broker (returns.py: republish to the
+  same exchange and routing key with every header kept, then ack), at most every
   ``fair_spill_interval``, so that the messages behind them can be seen; the spilled jobs keep
   their submission time and so their place in the fair order.
 - *Ack timeouts.* A message held longer than ``max_hold`` (by default half the broker's ack
@@ -34,6 +29,9 @@ also carries the jobs that finished since the last one; with an event loop the c
 and its reply read when it arrives (``StoreLink``), one at a time, so the loop never waits for
 Redis; without one the calls are made inline.
 
+Runs handed to the pool, and their ends, are counted per request (runs.py); what the gate
+reads of Celery's insides is in internals.py.
+
 Threading: with an event loop (Redis, RabbitMQ) everything runs on the loop thread and pool
 callbacks from other threads are marshalled onto it with ``hub.call_soon``; without one
 (the in-memory transport, gevent, eventlet) the gate acts where it is called, under a lock.
@@ -47,10 +45,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from billiard.einfo import ExceptionInfo
-from celery.concurrency.prefork import TaskPool as _PreforkPool
-from celery.concurrency.thread import TaskPool as _ThreadPool
-from celery.exceptions import TimeLimitExceeded
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 
@@ -58,15 +52,23 @@ from ..core import Admission, JobType, ReserveDepth, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
 from ..store.base import Store
 from ..store.redis import RedisStore
-from .headers import ERROR, REPUBLISHED, SUBMITTED, TOKEN, FairHeaders, parse_headers, request_uid
-from .internals import ack_quietly, already_revoked, request_of, writes_pending
+from .headers import TOKEN, FairHeaders, parse_headers, request_uid
+from .internals import (
+    ack_quietly,
+    already_revoked,
+    ends_on_loop,
+    pool_size,
+    revoked_marker,
+    writes_pending,
+)
 from .link import StoreLink
+from .returns import dead_letter, return_to_queue
+from .runs import Run, Runs, wrap_callbacks
+from .window import PrefetchWindow
 
 __all__ = ["Gate"]
 
 logger = get_logger(__name__)
-
-_LOOKAHEAD_POOLS = (_PreforkPool, _ThreadPool)
 
 #: Fraction of the broker's ack timeout a message may be held before it is republished.
 HOLD_FRACTION = 0.5
@@ -88,21 +90,6 @@ class Held:
     received: float  # monotonic
     headers: FairHeaders
     arrival: float
-
-
-@dataclass(slots=True)
-class Started:
-    """One run of a request: handed to the pool (fair or plain) and not yet finished.
-
-    A run is known by its ``Request`` object, never by its task id, which Celery reuses
-    (``Task.replace``, duplicated messages): two runs of one id hold a slot each.
-    """
-
-    req: Any
-    uid: str | None  # a fair job's uid (the engine's name for it); None for a plain task
-    dispatched: float  # monotonic
-    accepted: float | None = None
-    applied: bool = False  # the pool took it (its apply_async call came)
 
 
 class Gate:
@@ -130,7 +117,7 @@ class Gate:
         # pool's work (1 to RESERVE_MAX, following the jobs' measured wall times); none alone
         # (the core decides at once there). Only for pools whose ends arrive on the event
         # loop (prefork, threads).
-        lookahead_pool = isinstance(self.pool, _LOOKAHEAD_POOLS)
+        lookahead_pool = ends_on_loop(self.pool)
         self._sizer: ReserveDepth | None = None
         wanted = settings.lookahead
         if wanted is None:
@@ -169,8 +156,6 @@ class Gate:
         self._recheck = False
         self._gather_timer: Any = None
         self._yielded = False  # the last turn let a job be written first (see _tick)
-        # _in_line: jobs handed to Celery (fair or plain) that the pool has not taken yet.
-        self._in_line = 0
         self._loop_thread: int | None = None  # the thread the consumer runs the loop on
         self._green = bool(getattr(self.pool, "is_green", False))  # gevent, eventlet
         self._closed = False
@@ -178,26 +163,14 @@ class Gate:
         self._pool_slots = self._slots()
         # held: fair requests not yet admitted, by task id, oldest first.
         self.held: dict[str, Held] = {}
-        # started: runs handed to the pool and not finished, by id() of their Request (each
-        # Started keeps its Request alive, so no two entries share a key).
-        self.started: dict[int, Started] = {}
-        # fair_running: the uids of the fair runs in ``started``.
-        self.fair_running: set[str] = set()
-        # nonfair_running: the plain runs in ``started``; plain_started: all there have been.
-        self.nonfair_running = 0
-        self.plain_started = 0
-        # qos_raised: how much this gate has raised the prefetch window on this connection.
-        # While fair work is inside (held or running), held + 1 <= qos_raised
-        # <= max(8, 2 * (held + 1) + 16), capped at max_held + 1; once none has been inside
-        # for a whole sweep interval, 0: the window is Celery's own (see _adjust_qos).
-        self.qos_raised = 0
-        self._fair_since_sweep = False  # a fair request came in since the last sweep
+        # runs: requests handed to the pool (fair or plain) and not finished.
+        self.runs = Runs()
+        self.window = PrefetchWindow(lambda: self.consumer.qos, settings.max_held)
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self.counts = dict.fromkeys(
             ("admitted", "spilled", "refreshed", "dead_lettered", "revoked_held", "duplicates"), 0
         )
         self._lock = threading.RLock()
-        self._unnamed_warned = False
         self._last_spill = -float("inf")
         self._revoked_seen = (-1, -1)
         self._sweep_entry: Any = None
@@ -249,7 +222,6 @@ class Gate:
 
     def _hold(self, req: Any, parsed: FairHeaders) -> None:
         uid = request_uid(req.id, req.request_dict)
-        self._fair_since_sweep = True
         earlier = self.held.get(uid)
         if earlier is not None:
             # The broker redelivered a message we hold (an ack timeout ran out): keep one, the
@@ -261,7 +233,7 @@ class Gate:
             ack_quietly(earlier.req)
             earlier.req = req
             return
-        if uid in self.fair_running:
+        if uid in self.runs.fair:
             self.counts["duplicates"] += 1
             logger.warning(
                 "Task %s[%s] was delivered again while running; dropping the copy.",
@@ -282,15 +254,7 @@ class Gate:
             self._recheck = self.scheduler.outranks(uid, self._reserve.values(), tolerance)
 
     def _start_plain(self, req: Any) -> None:
-        self.nonfair_running += 1
-        self.plain_started += 1
-        self._handoff(self._run(req, None))
-
-    def _run(self, req: Any, uid: str | None) -> Started:
-        """Record a run of ``req`` about to be handed to the pool."""
-        info = self.started[id(req)] = Started(req, uid, time.monotonic())
-        self._in_line += 1
-        return info
+        self._handoff(self.runs.add(req, None))
 
     # -- decisions -----------------------------------------------------------------------
 
@@ -304,7 +268,7 @@ class Gate:
         with self._lock:
             if self._reserve:
                 self._hand_reserved()
-            capacity = max(0, self._pool_slots - self.nonfair_running) + self.lookahead
+            capacity = max(0, self._pool_slots - self.runs.plain) + self.lookahead
             if capacity != self.scheduler.capacity:
                 self.scheduler.set_capacity(capacity)
             if self._runner is None:
@@ -337,7 +301,7 @@ class Gate:
         one call then reports several finished jobs and admits as many. Never longer than
         ``GATHER_SECONDS``."""
         mark = self.lookahead // 3
-        if mark and len(self._reserve) + self._in_line > mark:
+        if mark and len(self._reserve) + self.runs.in_line > mark:
             if self._gather_timer is None:
                 self._gather_timer = self._hub.call_later(GATHER_SECONDS, self._gather_over)
             return True
@@ -381,7 +345,7 @@ class Gate:
                 self.engine.finish(uid, None, unstarted=True)
                 continue
             self.counts["admitted"] += 1
-            if len(self.started) < self._pool_slots:
+            if len(self.runs) < self._pool_slots:
                 self._start(uid, admission)
             else:
                 self._reserve[uid] = admission
@@ -402,8 +366,7 @@ class Gate:
     def _start(self, uid: str, admission: Admission) -> None:
         """Hand an admitted job to the pool."""
         req = self.held.pop(uid).req
-        info = self._run(req, uid)
-        self.fair_running.add(uid)
+        run = self.runs.add(req, uid)
         req.request_dict[TOKEN] = admission.token
         logger.debug(
             "Admitted %s[%s] job_type=%s job_id=%s fairness_key=%s estimate=%.3f token=%d",
@@ -415,7 +378,7 @@ class Gate:
             admission.estimate,
             admission.token,
         )
-        self._handoff(info)
+        self._handoff(run)
 
     def _hand_reserved(self) -> None:
         """Start reserved jobs on free pool processes, unless a newcomer may go first."""
@@ -428,29 +391,25 @@ class Gate:
             for uid in self.engine.reconsider(list(self._reserve)):
                 del self._reserve[str(uid)]
         reserve = self._reserve
-        while reserve and len(self.started) < self._pool_slots:
+        while reserve and len(self.runs) < self._pool_slots:
             uid = next(iter(reserve))
             self._start(uid, reserve.pop(uid))
 
-    def _handoff(self, info: Started) -> None:
+    def _handoff(self, run: Run) -> None:
         """Hand a run to the worker's own path to the pool; notice if it never got there."""
-        req = info.req
+        req = run.req
         try:
             self.process_task(req)
         except Exception:
             logger.exception("Task %s[%s] could not be handed to the pool.", req.name, req.id)
-            self._finished(info, None)
+            self._finished(run, None)
             return
-        if not info.applied and already_revoked(req):
-            self._finished(info, None)  # revoked at the pool's door: Celery acked it
+        if not run.applied and already_revoked(req):
+            self._finished(run, None)  # revoked at the pool's door: Celery acked it
 
     def _slots(self) -> int:
         """The pool's size now (autoscale moves it), or ``fair_capacity`` if smaller."""
-        pool = self.pool
-        try:
-            size = int(pool.num_processes or 0)
-        except AttributeError:  # prefork before its processes exist
-            size = int(getattr(pool, "limit", 0) or 0)
+        size = pool_size(self.pool)
         capacity = self.settings.capacity
         return size if capacity is None else min(capacity, size) if size else capacity
 
@@ -461,91 +420,34 @@ class Gate:
 
         ``args`` are the trace arguments Celery gives the pool: (type, task id, request, ...).
         """
-        info = self._run_of(args, options)
-        if info is None:
-            return options
-        if not info.applied:
-            info.applied = True
-            self._in_line -= 1
-        accept = options.get("accept_callback")
-        done = options.get("callback")
-        failed = options.get("error_callback")
+        run = self.runs.taken(options)
+        return options if run is None else wrap_callbacks(options, run, self._finish_soon)
 
-        def on_accept(pid: Any, time_accepted: float) -> Any:
-            info.accepted = time_accepted
-            return accept(pid, time_accepted) if accept else None
-
-        def on_done(result: Any) -> Any:
-            try:
-                return done(result) if done else None
-            finally:
-                # A BaseException in a thread reaches ``callback`` as an ExceptionInfo.
-                self._finish_soon(info, observe=not isinstance(result, ExceptionInfo))
-
-        def on_failed(einfo: Any) -> Any:
-            try:
-                return failed(einfo) if failed else None
-            finally:
-                exc = getattr(einfo, "exception", None)
-                self._finish_soon(info, observe=isinstance(exc, TimeLimitExceeded))
-
-        return {
-            **options,
-            "accept_callback": on_accept,
-            "callback": on_done,
-            "error_callback": on_failed,
-        }
-
-    def _run_of(self, args: Any, options: dict[str, Any]) -> Started | None:
-        """The run a pool call is: by its Request (``request_of``); if Celery's call ever stops
-        naming it, the oldest run of the same task id the pool has yet to take."""
-        req = request_of(options)
-        if req is not None:
-            return self.started.get(id(req))
-        task_id = options.get("correlation_id")
-        if not self._unnamed_warned:
-            self._unnamed_warned = True
-            logger.warning(
-                "celery-fair: this Celery's pool calls do not name their request; matching runs "
-                "by task id instead (a replaced or duplicated task id may then be miscounted)."
-            )
-        return next(
-            (i for i in self.started.values() if not i.applied and i.req.id == task_id), None
-        )
-
-    def _finish_soon(self, info: Started, *, observe: bool) -> None:
-        elapsed = None
-        if observe:
-            elapsed = max(0.0, time.monotonic() - (info.accepted or info.dispatched))
+    def _finish_soon(self, run: Run, timed: bool) -> None:
+        elapsed = run.elapsed() if timed else None
         hub = self.consumer.hub
         if self._green and not self._closed:
             # Still on the job's own greenlet, which holds its pool slot until it returns:
             # starting the next job from here would wait for that very slot. A fresh greenlet
             # (the timer's) does it once this one has ended.
-            self.consumer.timer.call_after(0, self._finished, (info, elapsed))
+            self.consumer.timer.call_after(0, self._finished, (run, elapsed))
         elif hub is None or self._closed or threading.get_ident() == self._loop_thread:
             # On the loop already (prefork's results are read there): release the slot and
             # start the next job in the same breath, as Celery releases its own semaphore.
-            self._finished(info, elapsed)
+            self._finished(run, elapsed)
         else:  # a pool thread (the threads pool): the loop does it
-            hub.call_soon(self._finished, info, elapsed)
+            hub.call_soon(self._finished, run, elapsed)
 
-    def _finished(self, info: Started, elapsed: float | None) -> None:
+    def _finished(self, run: Run, elapsed: float | None) -> None:
         """A run handed to the pool is done (any outcome): release its slot; learn if timed."""
         with self._lock:
-            if self.started.get(id(info.req)) is not info:
-                return  # already released
-            del self.started[id(info.req)]
-            if not info.applied:
-                self._in_line -= 1
-            uid = info.uid
-            if uid is None:
-                self.nonfair_running -= 1
-            else:
-                self.fair_running.discard(uid)
+            if not self.runs.release(run):
+                return
+            uid = run.uid
+            if uid is not None:
                 # Acknowledged means the broker will not deliver it again: the store may then
                 # recognise a late copy of its message.
-                final = bool(getattr(info.req, "acknowledged", False))
+                final = bool(getattr(run.req, "acknowledged", False))
                 self.engine.finish(uid, elapsed, final=final)
                 sizer = self._sizer
                 if elapsed is not None and sizer is not None:
@@ -573,15 +475,13 @@ class Gate:
             self.dispatch()
             if blocking:
                 self._spill()
-            self._close_idle_window()
+            self.window.sweep(self._fair_inside())
 
     def _release_revoked_in_line(self) -> None:
-        """Release admitted jobs that Celery revoked (or found expired) while they waited in
-        line for a pool slot (``fair_lookahead``): Celery acked them and will never run them,
-        so no pool callback would. O(jobs handed to the pool)."""
-        gone = [i for i in self.started.values() if not i.applied and already_revoked(i.req)]
-        for info in gone:
-            self._finished(info, None)
+        """Release runs that Celery revoked (or found expired) while they waited in line for a
+        pool slot. O(runs)."""
+        for run in self.runs.revoked_in_line():
+            self._finished(run, None)
 
     def _is_blocking(self) -> bool:
         """Held work blocks the queue: the window is full (``fair_max_held``) and a slot is free
@@ -598,7 +498,7 @@ class Gate:
         )
 
     def _drop_revoked(self) -> None:
-        marker = (len(worker_state.revoked), len(getattr(worker_state, "revoked_stamps", ())))
+        marker = revoked_marker()
         if marker == self._revoked_seen and not any(h.req.expires for h in self.held.values()):
             return
         self._revoked_seen = marker
@@ -655,43 +555,16 @@ class Gate:
             self.engine.cancel(uid)
 
     def _adjust_qos(self) -> None:
-        """Keep the prefetch window ahead of what is held, moving it in chunks.
+        self.window.follow(len(self.held), self._fair_inside())
 
-        Only while fair work is inside: a worker with none prefetches what Celery would
-        (``_close_idle_window`` gives the raise back).
-        """
-        qos = self.consumer.qos
-        if qos is None or not (self.held or self.fair_running):
-            return
-        cap = self.settings.max_held + 1
-        need = min(len(self.held) + 1, cap)
-        raised = self.qos_raised
-        if need > raised:
-            target = min(cap, max(8, need + need // 2))
-            qos.increment_eventually(target - raised)
-        elif raised > max(8, 2 * need + 16):
-            target = max(8, need + need // 2)
-            qos.decrement_eventually(raised - target)
-        else:
-            return
-        self.qos_raised = target
-
-    def _close_idle_window(self) -> None:
-        """From the sweep: once no fair request has been inside for a whole sweep interval,
-        give the window's raise back. Waiting that long spares a trickle of fair jobs a
-        ``basic.qos`` round trip (RabbitMQ) on every arrival and every end."""
-        idle = not (self.held or self.fair_running or self._fair_since_sweep)
-        self._fair_since_sweep = False
-        qos = self.consumer.qos
-        if idle and self.qos_raised and qos is not None:
-            qos.decrement_eventually(self.qos_raised)
-            self.qos_raised = 0
+    def _fair_inside(self) -> bool:
+        return bool(self.held or self.runs.fair)
 
     def on_connected(self) -> None:
         """A new connection (and QoS): open the lookahead if fair work is running."""
         self._loop_thread = threading.get_ident()
         with self._lock:
-            self.qos_raised = 0
+            self.window.reset()
             self._adjust_qos()
 
     def on_connection_lost(self) -> None:
@@ -705,7 +578,7 @@ class Gate:
                 )
             for uid in list(self.held):
                 self._drop_held(uid)
-            self.qos_raised = 0  # a new connection gets a new QoS
+            self.window.reset()  # a new connection gets a new QoS
 
     def start_link(self, hub: Any) -> None:
         """With an event loop, make store calls on it without blocking it (see link.py).
@@ -744,14 +617,8 @@ class Gate:
     def _republish(self, held: Held, *, reason: str) -> bool:
         """Put a held message back on its queue (all headers kept), then ack it."""
         req = held.req
-        message = req._message
-        headers = dict(message.headers or {})
-        headers.pop("compression", None)  # the body was decompressed on receipt
-        headers.setdefault(SUBMITTED, held.arrival)  # keep its place in the fair order
-        headers[REPUBLISHED] = int(headers.get(REPUBLISHED) or 0) + 1
-        info = message.delivery_info or {}
         try:
-            self._publish(message, headers, info.get("exchange") or "", info.get("routing_key"))
+            return_to_queue(self.app, req, held.arrival)
         except Exception:
             logger.exception(
                 "Could not return held task %s[%s] to the broker (%s); still holding it.",
@@ -760,20 +627,15 @@ class Gate:
                 reason,
             )
             return False
-        message.ack()
         worker_state.task_ready(req)
         self._forget(request_uid(req.id, req.request_dict))
         logger.info("Returned held task %s[%s] to the broker: %s.", req.name, req.id, reason)
         return True
 
     def _dead_letter(self, req: Any, why: str) -> None:
-        message = req._message
-        headers = dict(message.headers or {})
-        headers.pop("compression", None)
-        headers[ERROR] = why
         queue = self.settings.dead_letter_queue
         try:
-            self._publish(message, headers, "", queue, declare_queue=queue)
+            dead_letter(self.app, req, why, queue)
         except Exception:
             logger.exception(
                 "Could not dead-letter task %s[%s]; rejecting it instead.", req.name, req.id
@@ -786,34 +648,6 @@ class Gate:
         req.send_event("task-rejected", requeue=False)
         logger.error("Task %s[%s] sent to dead letter queue %r: %s", req.name, req.id, queue, why)
 
-    def _publish(
-        self,
-        message: Any,
-        headers: dict[str, Any],
-        exchange: str,
-        routing_key: str | None,
-        declare_queue: str | None = None,
-    ) -> None:
-        from kombu.entity import Queue
-
-        props = message.properties or {}
-        declare = [Queue(declare_queue, durable=True)] if declare_queue else None
-        with self.app.producer_or_acquire() as producer:
-            producer.publish(
-                message.body,
-                exchange=exchange,
-                routing_key=routing_key,
-                headers=headers,
-                content_type=message.content_type,
-                content_encoding=message.content_encoding,
-                delivery_mode=props.get("delivery_mode"),
-                priority=props.get("priority"),
-                correlation_id=props.get("correlation_id"),
-                reply_to=props.get("reply_to"),
-                declare=declare,
-                retry=True,
-            )
-
     # -- inspection ----------------------------------------------------------------------
 
     def pool_info(self) -> dict[str, Any]:
@@ -824,9 +658,9 @@ class Gate:
                 "fair-reserved": len(self._reserve),
                 "fair-lookahead": self.lookahead,
                 "fair-running": self.scheduler.running,
-                "plain-running": self.nonfair_running,
-                "plain-started": self.plain_started,
-                "pool-in-line": self._in_line,
+                "plain-running": self.runs.plain,
+                "plain-started": self.runs.plain_started,
+                "pool-in-line": self.runs.in_line,
                 "fair-capacity": self.scheduler.capacity,
                 **{f"fair-{name.replace('_', '-')}": n for name, n in self.counts.items()},
                 **{f"fair-store-{name}": v for name, v in self.engine.info().items()},

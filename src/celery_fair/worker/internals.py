@@ -1,17 +1,31 @@
 """What the gate reads of Celery's and Kombu's insides that is not their public API.
 
-Each helper names the internal it relies on. Checked against celery 5.7.0, kombu 5.7.0 and
-billiard 4.3.2 (the versions ``tests/unit/test_internals.py`` runs on); each degrades to a safe
-answer when the internal is missing, as the docstrings say.
+Each helper names the internal it relies on, and nothing else in celery-fair reaches past
+Celery's and Kombu's public API. Checked against celery 5.7.0, kombu 5.7.0 and billiard 4.3.2
+(the versions ``tests/unit/test_internals.py`` runs on, with Celery's own Request classes).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from celery.concurrency.prefork import TaskPool as _PreforkPool
+from celery.concurrency.thread import TaskPool as _ThreadPool
+from celery.exceptions import TimeLimitExceeded
 from celery.utils.log import get_logger
+from celery.worker import state as worker_state
 
-__all__ = ["ack_quietly", "already_revoked", "request_of", "writes_pending"]
+__all__ = [
+    "ack_quietly",
+    "already_revoked",
+    "ends_on_loop",
+    "hit_time_limit",
+    "message_of",
+    "pool_size",
+    "request_of",
+    "revoked_marker",
+    "writes_pending",
+]
 
 logger = get_logger(__name__)
 
@@ -29,6 +43,11 @@ def request_of(options: dict[str, Any]) -> Any:
         if owner is not None and hasattr(owner, "request_dict"):
             return owner
     return None
+
+
+def message_of(req: Any) -> Any:
+    """The Kombu message ``req`` came in (``Request._message``): to republish or ack it."""
+    return req._message
 
 
 def already_revoked(req: Any) -> bool:
@@ -49,3 +68,34 @@ def ack_quietly(req: Any) -> None:
     message = getattr(req, "_message", None)
     if message is not None and not message.acknowledged:
         message.ack_log_error(logger, (Exception,))
+
+
+def revoked_marker() -> tuple[int, int]:
+    """Changes whenever a task id or stamped header is revoked: the sizes of
+    ``worker.state.revoked`` and ``revoked_stamps`` (celery 5.3+; absent before)."""
+    return len(worker_state.revoked), len(getattr(worker_state, "revoked_stamps", ()))
+
+
+def pool_size(pool: Any) -> int:
+    """The pool's processes (or threads, greenlets) now: ``num_processes``, which autoscale
+    moves; ``limit`` for a prefork pool whose processes do not exist yet."""
+    try:
+        return int(pool.num_processes or 0)
+    except AttributeError:
+        return int(getattr(pool, "limit", 0) or 0)
+
+
+def ends_on_loop(pool: Any) -> bool:
+    """Whether the pool reports a job's end on the consumer's event loop (prefork, and threads
+    through ``hub.call_soon``): the gate's reserve needs that."""
+    return isinstance(pool, (_PreforkPool, _ThreadPool))
+
+
+def hit_time_limit(einfo: Any) -> bool:
+    """Whether a pool's error callback reports a hard time limit. Billiard hands it an
+    ``ExceptionInfo`` whose ``exception`` is a wrapper (``ExceptionWithTraceback``), so the
+    exception's class is read from ``type``."""
+    kind = getattr(einfo, "type", None)
+    if not isinstance(kind, type):
+        kind = type(getattr(einfo, "exception", einfo))
+    return issubclass(kind, TimeLimitExceeded)

@@ -1,0 +1,147 @@
+"""The runs the gate has handed to the pool: what holds a slot, from hand-off to end.
+
+A run is one request handed to Celery's path to the pool (fair or plain). It is known by its
+``Request`` object, never by its task id, which Celery reuses (``Task.retry``,
+``Task.replace``, duplicated messages): two runs of one task id hold a slot each, and each
+gives it back when its own end comes (docs/operations.md#task-ids-celery-reuses).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from billiard.einfo import ExceptionInfo
+from celery.utils.log import get_logger
+
+from .internals import already_revoked, hit_time_limit, request_of
+
+__all__ = ["Run", "Runs"]
+
+logger = get_logger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class Run:
+    """One request handed to the pool and not yet finished."""
+
+    req: Any
+    uid: str | None  # a fair job's uid (the engine's name for it); None for a plain task
+    dispatched: float  # monotonic
+    accepted: float | None = None
+    applied: bool = False  # the pool took it (its apply_async call came)
+
+    def elapsed(self) -> float:
+        """Seconds since the pool process accepted it (or since the hand-off)."""
+        return max(0.0, time.monotonic() - (self.accepted or self.dispatched))
+
+
+class Runs:
+    """The set of runs, with the counts the gate's capacity and ``inspect stats`` read."""
+
+    def __init__(self) -> None:
+        # _by_request: every run, by id() of its Request (each Run keeps its Request alive,
+        # so no two runs share a key).
+        self._by_request: dict[int, Run] = {}
+        # fair: the uids of the fair runs; plain: how many runs are plain.
+        self.fair: set[str] = set()
+        self.plain = 0
+        # in_line: runs the pool has not taken yet (waiting for Celery's semaphore).
+        self.in_line = 0
+        self.plain_started = 0  # plain runs there have been
+        self._unnamed_warned = False
+
+    def __len__(self) -> int:
+        return len(self._by_request)
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self._by_request.values())
+
+    def add(self, req: Any, uid: str | None) -> Run:
+        """A run of ``req`` about to be handed to the pool. O(1)."""
+        run = self._by_request[id(req)] = Run(req, uid, time.monotonic())
+        self.in_line += 1
+        if uid is None:
+            self.plain += 1
+            self.plain_started += 1
+        else:
+            self.fair.add(uid)
+        return run
+
+    def taken(self, options: dict[str, Any]) -> Run | None:
+        """The run a pool call is, now taken by the pool; ``None`` if it is not one of ours.
+
+        By its Request (``request_of``); if Celery's call ever stops naming it, the oldest run
+        of the same task id the pool has yet to take.
+        """
+        req = request_of(options)
+        run = self._by_request.get(id(req)) if req is not None else self._by_task_id(options)
+        if run is not None and not run.applied:
+            run.applied = True
+            self.in_line -= 1
+        return run
+
+    def _by_task_id(self, options: dict[str, Any]) -> Run | None:
+        if not self._unnamed_warned:
+            self._unnamed_warned = True
+            logger.warning(
+                "celery-fair: this Celery's pool calls do not name their request; matching runs "
+                "by task id instead (a replaced or duplicated task id may then be miscounted)."
+            )
+        task_id = options.get("correlation_id")
+        return next((r for r in self if not r.applied and r.req.id == task_id), None)
+
+    def release(self, run: Run) -> bool:
+        """``run`` ended (any outcome); ``False`` if it was already released. O(1)."""
+        if self._by_request.get(id(run.req)) is not run:
+            return False
+        del self._by_request[id(run.req)]
+        if not run.applied:
+            self.in_line -= 1
+        if run.uid is None:
+            self.plain -= 1
+        else:
+            self.fair.discard(run.uid)
+        return True
+
+    def revoked_in_line(self) -> list[Run]:
+        """Runs Celery revoked (or found expired) before the pool took them: Celery acked them
+        and will never run them, so no pool callback will end them. O(runs)."""
+        return [r for r in self if not r.applied and already_revoked(r.req)]
+
+
+def wrap_callbacks(
+    options: dict[str, Any], run: Run, finish: Callable[[Run, bool], None]
+) -> dict[str, Any]:
+    """``options`` of a pool call with its callbacks wrapped: the run's start is noted, and
+    ``finish(run, timed)`` comes after Celery's own end callback, with ``timed`` true when the
+    run's wall time measures the job (it ended, or hit its time limit; not a lost process)."""
+    accept = options.get("accept_callback")
+    done = options.get("callback")
+    failed = options.get("error_callback")
+
+    def on_accept(pid: Any, time_accepted: float) -> Any:
+        run.accepted = time_accepted
+        return accept(pid, time_accepted) if accept else None
+
+    def on_done(result: Any) -> Any:
+        try:
+            return done(result) if done else None
+        finally:
+            # A BaseException in a thread reaches ``callback`` as an ExceptionInfo.
+            finish(run, not isinstance(result, ExceptionInfo))
+
+    def on_failed(einfo: Any) -> Any:
+        try:
+            return failed(einfo) if failed else None
+        finally:
+            finish(run, hit_time_limit(einfo))
+
+    return {
+        **options,
+        "accept_callback": on_accept,
+        "callback": on_done,
+        "error_callback": on_failed,
+    }

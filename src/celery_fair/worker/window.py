@@ -1,0 +1,71 @@
+"""The prefetch window: how much the gate raises Celery's, and when it gives the raise back.
+
+A held message is unacknowledged and so takes a place in the consumer's prefetch window; one
+client's burst would fill it and hide every other client's messages. While fair work is inside
+the worker (held or running) the gate keeps the window ahead of what it holds, with one place
+more (the lookahead: ``acks_late`` jobs keep theirs while they run). With none inside, the
+window is Celery's own. docs/operations.md#prefetch-qos says what users see.
+
+The window moves in chunks (at least ``CHUNK``, grown by half, shrunk only when far too big),
+and the raise is given back only after a whole sweep interval without fair work: on RabbitMQ
+every change is a ``basic.qos`` round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CHUNK", "PrefetchWindow"]
+
+#: The smallest step the window moves by.
+CHUNK = 8
+
+
+class PrefetchWindow:
+    """What the gate has added to one connection's prefetch window (Kombu's ``QoS``).
+
+    ``qos`` returns the consumer's current ``QoS`` (a new one per connection), or ``None``
+    before there is one. Changes go through ``increment_eventually``/``decrement_eventually``;
+    Celery's event loop applies them.
+    """
+
+    def __init__(self, qos: Callable[[], Any], max_held: int) -> None:
+        self._qos = qos
+        self._cap = max_held + 1
+        # raised: how much this window has added on this connection. While fair work is
+        # inside, held + 1 <= raised <= max(CHUNK, 2 * (held + 1) + 16), capped at
+        # max_held + 1; once none has been inside for a whole sweep interval, 0.
+        self.raised = 0
+        self._fair_since_sweep = False  # fair work came in since the last sweep
+
+    def follow(self, held: int, fair_inside: bool) -> None:
+        """Keep the window ahead of ``held`` messages, if fair work is inside. O(1)."""
+        qos = self._qos()
+        if qos is None or not fair_inside:
+            return
+        self._fair_since_sweep = True
+        need = min(held + 1, self._cap)
+        raised = self.raised
+        if need > raised:
+            target = min(self._cap, max(CHUNK, need + need // 2))
+            qos.increment_eventually(target - raised)
+        elif raised > max(CHUNK, 2 * need + 16):
+            target = max(CHUNK, need + need // 2)
+            qos.decrement_eventually(raised - target)
+        else:
+            return
+        self.raised = target
+
+    def sweep(self, fair_inside: bool) -> None:
+        """Periodic: give the raise back if no fair work has been inside since the last sweep."""
+        idle = not (fair_inside or self._fair_since_sweep)
+        self._fair_since_sweep = False
+        qos = self._qos()
+        if idle and self.raised and qos is not None:
+            qos.decrement_eventually(self.raised)
+            self.raised = 0
+
+    def reset(self) -> None:
+        """A new connection, whose QoS starts from Celery's own value."""
+        self.raised = 0
