@@ -22,10 +22,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from celery_fair.routing import DEFAULT_SHARDS, shard_name
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # make `examples.git_server` importable
 
 CONCURRENCY = 4
+SHARDS = DEFAULT_SHARDS
 
 
 @dataclass
@@ -76,6 +79,7 @@ def run_embedded(fair: bool) -> dict[str, list[float]]:
     from celery_fair.worker.pool import FairPool
 
     app.conf.fair_pool = "threads"
+    app.conf.fair_shards = SHARDS if fair else 1  # plain Celery workers consume no shards
     tasks = {"sync_clone": sync_clone, "repack": repack, "pull": pull, "snapshot": snapshot}
     pool = FairPool if fair else "threads"
     with start_worker(
@@ -107,6 +111,7 @@ def run_subprocess(fair: bool, broker: str) -> dict[str, list[float]]:
     import examples.git_server.app as module
 
     importlib.reload(module)
+    module.app.conf.fair_shards = SHARDS if fair else 1  # plain Celery workers consume no shards
     tasks = {
         "sync_clone": module.sync_clone,
         "repack": module.repack,
@@ -153,7 +158,8 @@ def run_subprocess(fair: bool, broker: str) -> dict[str, list[float]]:
         log.close()
         Path(log.name).unlink(missing_ok=True)
         with module.app.connection_for_write() as conn:  # leave the broker as we found it
-            conn.default_channel.queue_delete(queue)
+            for name in (queue, *(shard_name(queue, i) for i in range(SHARDS))):
+                conn.default_channel.queue_delete(name)
         module.app.close()
 
 

@@ -26,6 +26,7 @@ from .errors import (
     StoreUnavailable,
     TraceError,
 )
+from .routing import fair_router
 from .settings import FairSettings
 from .worker import pool as _pool  # noqa: F401  (registers -P fair)
 
@@ -51,5 +52,6 @@ __all__ = [
     "WallClock",
     "__version__",
     "fair_headers",
+    "fair_router",
     "fair_task",
 ]

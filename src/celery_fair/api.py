@@ -11,6 +11,7 @@ from celery.canvas import Signature
 
 from .core import JobType
 from .errors import ConfigurationError
+from .routing import Shards, resolve_base
 from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED
 
 __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
@@ -109,6 +110,14 @@ class FairTask(Task):
             headers[JOB_ID] = job_id
         # A retry keeps the first submission time: the job has waited that long already.
         headers.setdefault(SUBMITTED, time.time())
+        shards = Shards.of(self.app)
+        key = headers.get(FAIRNESS_KEY)
+        if isinstance(key, str) and key and shards.enabled:
+            # To its key's shard of the queue Celery would use (a retry comes with its shard).
+            own = getattr(self, "queue", None)  # the task's own queue, if it names one
+            queue = {"queue": own} if own else {}
+            base = resolve_base(self.app, self.name, args, kwargs, {**queue, **options})
+            shards.route(options, key, base)
         return super().apply_async(
             args, kwargs, task_id, producer, link, link_error, shadow, headers=headers, **options
         )

@@ -12,6 +12,7 @@ from typing import Any
 from .core import CostLifecycle, JobType, SchedulerConfig
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
+from .routing import DEFAULT_SHARDS, shard_count
 
 __all__ = ["BAD_MESSAGE_POLICIES", "DEFAULTS", "FairSettings", "redact_url"]
 
@@ -41,6 +42,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_max_header_length": 256,
         "fair_on_bad_message": "repair",  # or "reject": every bad message goes to dead letter
         "fair_dead_letter_queue": "celery_fair.dead_letter",
+        # Fair shard queues (routing.py): a fair job with a fairness key goes to one of its
+        # queue's N shards, by its key; a fair worker consumes them all. 1 = no shards.
+        "fair_shards": DEFAULT_SHARDS,
         # Shared state (docs/store.md): None = the broker's Redis when the broker is Redis,
         # else this worker alone; "memory" = this worker alone; or a redis:// URL.
         "fair_store_url": None,
@@ -83,6 +87,7 @@ class FairSettings:
     max_header_length: int = 256
     on_bad_message: str = "repair"
     dead_letter_queue: str = "celery_fair.dead_letter"
+    shards: int = DEFAULT_SHARDS
     store_url: str | None = None
     store_prefix: str = "celery_fair"
     lease_seconds: float = 30.0
@@ -143,6 +148,7 @@ class FairSettings:
                 "fair_on_bad_message", v["fair_on_bad_message"], BAD_MESSAGE_POLICIES
             ),
             dead_letter_queue=_text("fair_dead_letter_queue", v["fair_dead_letter_queue"]),
+            shards=shard_count({"fair_shards": v["fair_shards"]}),
             store_url=_store_url(v["fair_store_url"]),
             store_prefix=_prefix(v["fair_store_prefix"]),
             lease_seconds=_seconds("fair_lease_seconds", v["fair_lease_seconds"]),

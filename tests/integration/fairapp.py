@@ -178,6 +178,19 @@ def make_app(
             raise self.replace(fair_replaced.s(tag, depth - 1, seconds))
         return run(tag, seconds, type="clone")
 
+    @fair_task(app=app, name="fairapp.located", type="clone", bind=True)
+    def located(self, tag: str, retries: int = 0, seconds: float = 0.01) -> str:
+        """Records the queue it came from, then retries itself ``retries`` times."""
+        info = self.request.delivery_info or {}
+        key = getattr(self.request, "fairness_key", None)
+        rec.record("start", tag, queue=info.get("routing_key"), key=key, retry=self.request.retries)
+        if self.request.retries < retries:
+            raise self.retry(countdown=0.2)
+        time.sleep(seconds)
+        rec.record("end", tag)
+        rec.done(tag)
+        return tag
+
     @fair_task(app=app, name="fairapp.limited", type="clone", rate_limit="2/s")
     def limited(tag: str) -> str:
         return run(tag, 0.0, type="limited")

@@ -26,6 +26,8 @@ import redis
 from celery import Celery
 from fairapp import RECORD_URL, Recorder, make_app
 
+from celery_fair.routing import Shards, shard_name
+
 HERE = Path(__file__).parent
 BROKERS = {
     "redis": "redis://127.0.0.1:6379/1",
@@ -88,6 +90,7 @@ class Run:
             options.setdefault("global_keyprefix", f"{self.prefix}:")
             self.conf["broker_transport_options"] = options
         self.recorder = Recorder(self.prefix)
+        self.extra_queues: list[str] = []  # other queues a test uses, deleted with its own
         self._app: Celery | None = None
 
     @property
@@ -121,9 +124,12 @@ class Run:
                 for key in client.scan_iter(match=pattern, count=1000):
                     client.delete(key)
         else:
+            count = Shards.of(self.app).count
+            queues = [self.queue, *self.extra_queues]
+            shards = [shard_name(q, i) for q in queues for i in range(count)]
             with self.app.connection_for_write() as conn:
                 channel = conn.default_channel
-                for queue in (self.queue, self.dead_letter):
+                for queue in (*queues, *shards, self.dead_letter):
                     try:
                         channel.queue_delete(queue)
                     except Exception:  # best effort: it may not exist
@@ -150,6 +156,7 @@ class Worker:
         log_dir: Path,
         env: dict[str, str] | None = None,
         launcher: tuple[str, ...] = ("celery",),
+        queues: tuple[str, ...] = (),
     ) -> None:
         self.run = run
         self.name = name or f"w{uuid.uuid4().hex[:6]}"
@@ -166,7 +173,7 @@ class Worker:
             "-c",
             str(concurrency),
             "-Q",
-            run.queue,
+            ",".join(queues or (run.queue,)),
             "-n",
             f"{self.name}@%h",
             "--without-mingle",

@@ -13,6 +13,7 @@ from celery_fair.api import declared_types
 def app():
     app = Celery("t", broker="memory://", set_as_current=False)
     app.conf.task_default_queue = "q"
+    app.conf.fair_shards = 1  # the headers, all in q (test_routing.py: the shards)
     yield app
     app.close()
 

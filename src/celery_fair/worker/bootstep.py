@@ -12,6 +12,7 @@ from celery import bootsteps
 from celery.utils.log import get_logger
 
 from ..errors import StoreUnavailable
+from ..routing import follow_consumer_changes
 from ..settings import FairSettings
 from ..store.redis import RedisStore
 from .gate import Gate
@@ -111,6 +112,7 @@ class FairGateStep(bootsteps.StartStopStep):
         c.on_task_request = self.gate.on_request
         c.pool.fair_gate = self.gate
         c.fair_gate = self.gate
+        follow_consumer_changes(c)
 
     def start(self, c: Any) -> None:
         gate = self.gate

@@ -124,6 +124,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     if sender is None or not _is_fair_choice(getattr(sender, "pool_cls", None)):
         return
     from ..api import declared_types
+    from ..routing import consume_shards
     from ..settings import FairSettings
     from .bootstep import open_store
 
@@ -140,6 +141,13 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     sender.fair_types = types
     sender.fair_store = store
     sender.pool_cls = fair_pool_class(inner)
+    sharded = consume_shards(sender.app)
+    if sharded:
+        logger.info(
+            "celery-fair: consuming the %d fair shards of %s too.",
+            settings.shards,
+            ", ".join(sharded),
+        )
 
 
 def register() -> None:

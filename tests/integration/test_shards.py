@@ -1,0 +1,132 @@
+"""Fair shard queues with real workers: a newcomer waits behind no one's burst, from the
+publish on, and every way a fair job is published lands in its key's shard."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from celery import chain, group
+from harness import gate_stats, intervals, wait_until
+
+from celery_fair import fair_headers, fair_router
+from celery_fair.routing import shard_name, shard_of
+
+SLOTS = 2
+SHARDS = 8
+
+
+def node(worker) -> str:
+    return f"{worker.name}@{socket.gethostname()}"
+
+
+def starts(run, tag):
+    return [e for e in run.recorder.events() if e["event"] == "start" and e["tag"] == tag]
+
+
+def test_a_newcomer_published_right_after_a_burst_waits_behind_no_more_than_the_slots(
+    make_run, start_worker
+):
+    # Given a worker, and client A's burst of 3,000 jobs still being published and taken in,
+    run = make_run()
+    start_worker(run, concurrency=SLOTS)
+    clone = run.app.tasks["fairapp.clone"]
+    burst = 3000
+    for i in range(burst):
+        clone.apply_async([f"A{i}", 0.02], fairness_key="A")
+    # when client B publishes two jobs right after it (the burst is mostly in the broker),
+    published = time.time()
+    for i in range(2):
+        clone.apply_async([f"B{i}", 0.02], fairness_key="B")
+    # then B's jobs start behind no more of A's than those already running or about to.
+    wait_until(lambda: all(run.recorder.done_counts().get(f"B{i}") for i in range(2)), 30, "B")
+    spans = intervals(run.recorder.events())
+    b_started = max(spans[f"B{i}"][0] for i in range(2))
+    a_between = [
+        t for t, (s, _) in spans.items() if t.startswith("A") and published < s < b_started
+    ]
+    a_before = [t for t, (s, _) in spans.items() if t.startswith("A") and s <= published]
+    assert len(a_between) <= 2 * SLOTS, (len(a_between), len(a_before), b_started - published)
+
+
+def test_a_retry_an_eta_task_and_canvas_children_stay_in_their_keys_shard(make_run, start_worker):
+    run = make_run()
+    start_worker(run, concurrency=SLOTS)
+    located = run.app.tasks["fairapp.located"]
+    shard = shard_name(run.queue, shard_of("k", SHARDS))
+    located.apply_async(["retried", 2], fairness_key="k")
+    located.apply_async(["eta"], fairness_key="k", countdown=0.5)
+    chain(located.s("chain-1").set(fairness_key="k"), located.si("chain-2")).apply_async()
+    group(located.si(f"group-{i}").set(fairness_key="k") for i in range(3)).apply_async()
+    tags = ["retried", "eta", "chain-1", "chain-2", *(f"group-{i}" for i in range(3))]
+    wait_until(lambda: all(run.recorder.done_counts().get(t) for t in tags), 30, "every job")
+    seen = {(e["tag"], e["retry"]): (e["queue"], e["key"]) for t in tags for e in starts(run, t)}
+    assert len(seen) == len(tags) + 2  # the retried job ran three times
+    assert set(seen.values()) == {(shard, "k")}, seen
+
+
+def test_send_task_through_fair_router_lands_in_the_keys_shard(make_run, start_worker):
+    run = make_run()
+    start_worker(run, concurrency=SLOTS)
+    run.app.conf.update(task_routes=[fair_router(run.app)])
+    run.send("fairapp.located", "routed", headers=fair_headers("clone", "k"))
+    run.send("fairapp.located", "unkeyed", headers=fair_headers("clone"))
+    wait_until(lambda: len(run.recorder.done_counts()) == 2, 30, "both jobs")
+    assert starts(run, "routed")[0]["queue"] == shard_name(run.queue, shard_of("k", SHARDS))
+    assert starts(run, "unkeyed")[0]["queue"] == run.queue
+
+
+def test_a_worker_consumes_the_shards_of_each_queue_it_is_given_and_of_queues_added_later(
+    make_run, start_worker
+):
+    run = make_run()
+    other, added = f"{run.queue}-2", f"{run.queue}-3"
+    worker = start_worker(run, concurrency=SLOTS, queues=(run.queue, other))
+    run.extra_queues += [other, added]
+
+    def active_queues() -> set[str]:
+        reply = run.app.control.inspect(destination=[node(worker)], timeout=1).active_queues()
+        return {q["name"] for q in (reply or {}).get(node(worker), [])}
+
+    def with_shards(base: str) -> set[str]:
+        return {base, *(shard_name(base, i) for i in range(SHARDS))}
+
+    assert active_queues() == with_shards(run.queue) | with_shards(other)
+    # The worker adds (and cancels) a consumer on its loop, after its reply: poll.
+    run.app.control.add_consumer(added, destination=[node(worker)], reply=True)
+    wait_until(lambda: active_queues() >= with_shards(added), 10, "the added queue's shards")
+    located = run.app.tasks["fairapp.located"]
+    for queue in (other, added):
+        located.apply_async([queue], fairness_key="k", queue=queue)
+    wait_until(lambda: len(run.recorder.done_counts()) == 2, 30, "a job on each queue")
+    assert {starts(run, q)[0]["queue"] for q in (other, added)} == {
+        shard_name(q, shard_of("k", SHARDS)) for q in (other, added)
+    }
+    run.app.control.cancel_consumer(added, destination=[node(worker)], reply=True)
+    wait_until(lambda: not active_queues() & with_shards(added), 10, "its shards cancelled")
+
+
+def test_jobs_returned_to_the_broker_go_back_to_the_queue_or_shard_they_came_from(
+    make_run, start_worker
+):
+    # Given jobs held behind a long one on the same repository, longer than fair_max_hold_seconds
+    # (so the gate returns them to the broker), published to their shard and to the queue,
+    run = make_run(conf={"fair_max_hold_seconds": 0.5, "fair_sweep_interval": 0.2})
+    worker = start_worker(run, concurrency=SLOTS)
+    located = run.app.tasks["fairapp.located"]
+    located.apply_async(["long", 0, 2.0], fairness_key="k", job_id="linux")
+    wait_until(lambda: starts(run, "long"), 20, "the long job")
+    for i in range(3):
+        located.apply_async([f"sharded-{i}"], fairness_key="k", job_id="linux")
+        run.send("fairapp.located", f"queued-{i}", headers=fair_headers("clone", "k", "linux"))
+    # then each comes back where it came from (the back of that queue), and runs once.
+    wait_until(lambda: len(run.recorder.done_counts()) == 7, 30, "every job")
+    assert gate_stats(run, worker)["fair-refreshed"] >= 6
+    shard = shard_name(run.queue, shard_of("k", SHARDS))
+    came = {
+        (e["tag"].split("-")[0], e["queue"])
+        for e in run.recorder.events()
+        if e["event"] == "start" and "-" in e["tag"]
+    }
+    assert came == {("sharded", shard), ("queued", run.queue)}
+    assert set(run.recorder.done_counts().values()) == {1}
