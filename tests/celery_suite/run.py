@@ -39,7 +39,9 @@ BROKERS = {
     "redis": "redis://127.0.0.1:6379/4",
     "amqp": "pyamqp://guest:guest@127.0.0.1:5672//",
 }
-BACKEND = "redis://127.0.0.1:6379/5"
+# Database 0: some of the suite's tests read the result backend through their own Redis connection,
+# which is always database 0 (t/integration/tasks.py, get_redis_connection).
+BACKEND = "redis://127.0.0.1:6379/0"
 FILES = ("test_tasks.py", "test_inspect.py", "test_canvas.py")
 NEEDED = {
     "pytest_rerunfailures": "pytest-rerunfailures",
