@@ -45,6 +45,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # Fair shard queues (routing.py): a fair job with a fairness key goes to one of its
         # queue's N shards, by its key; a fair worker consumes them all. 1 = no shards.
         "fair_shards": DEFAULT_SHARDS,
+        # The intake (intake/): seconds between two looks at a queue for fair messages that
+        # producers published to it, while there is nothing to move; None = no intake.
+        "fair_intake_interval": 0.05,
         # Shared state (docs/store.md): None = the broker's Redis when the broker is Redis,
         # else this worker alone; "memory" = this worker alone; or a redis:// URL.
         "fair_store_url": None,
@@ -88,6 +91,7 @@ class FairSettings:
     on_bad_message: str = "repair"
     dead_letter_queue: str = "celery_fair.dead_letter"
     shards: int = DEFAULT_SHARDS
+    intake_interval: float | None = 0.05
     store_url: str | None = None
     store_prefix: str = "celery_fair"
     lease_seconds: float = 30.0
@@ -149,6 +153,7 @@ class FairSettings:
             ),
             dead_letter_queue=_text("fair_dead_letter_queue", v["fair_dead_letter_queue"]),
             shards=shard_count({"fair_shards": v["fair_shards"]}),
+            intake_interval=_optional_seconds("fair_intake_interval", v["fair_intake_interval"]),
             store_url=_store_url(v["fair_store_url"]),
             store_prefix=_prefix(v["fair_store_prefix"]),
             lease_seconds=_seconds("fair_lease_seconds", v["fair_lease_seconds"]),

@@ -12,10 +12,12 @@ from celery import bootsteps
 from celery.utils.log import get_logger
 
 from ..errors import StoreUnavailable
-from ..routing import follow_consumer_changes
+from ..intake import IntakeThread, RedisIntake
+from ..routing import Shards, follow_consumer_changes, shard_index
 from ..settings import FairSettings
 from ..store.redis import RedisStore
 from .gate import Gate
+from .internals import redis_broker_client, redis_queue_lists
 
 __all__ = ["FairGateStep", "open_store", "store_url"]
 
@@ -85,6 +87,39 @@ def open_store(settings: FairSettings, app: Any) -> RedisStore | None:
     return store
 
 
+def start_intake(c: Any, settings: FairSettings) -> IntakeThread | None:
+    """On a Redis broker with shards, the intake of the queues this worker consumes: fair
+    messages that producers published to a queue move into their shards (intake/)."""
+    if settings.intake_interval is None or not Shards.of(c.app).enabled:
+        return None
+    channel = c.connection.default_channel
+    if c.connection.transport.driver_type != "redis":
+        return None
+    intake = RedisIntake(
+        redis_broker_client(channel), redis_queue_lists(channel), Shards.of(c.app).count
+    )
+    thread = IntakeThread(intake, lambda: _base_queues(c.app), settings.intake_interval)
+    thread.start()
+    logger.info(
+        "celery-fair intake: moving fair messages from %s into their shards.",
+        ", ".join(_base_queues(c.app)),
+    )
+    return thread
+
+
+def _base_queues(app: Any) -> list[str]:
+    """The queues (not shards) this worker consumes now; read from the intake's thread while
+    ``add_consumer`` may change them on the loop's."""
+    for _ in range(3):
+        try:
+            return [
+                name for name in list(app.amqp.queues.consume_from) if shard_index(name) is None
+            ]
+        except RuntimeError:  # changed while copied
+            continue
+    return []
+
+
 class FairGateStep(bootsteps.StartStopStep):
     """Install the gate as ``consumer.on_task_request``; sweep while connected.
 
@@ -103,6 +138,7 @@ class FairGateStep(bootsteps.StartStopStep):
         types = getattr(controller, "fair_types", None)
         self.gate: Gate | None = None
         self._entries: list[Any] = []
+        self.intake: IntakeThread | None = None
         if settings is None or types is None or not hasattr(c.pool, "fair_gate"):
             logger.warning("Fair gate not installed: the pool is not the fair pool.")
             return
@@ -124,6 +160,8 @@ class FairGateStep(bootsteps.StartStopStep):
         gate.start_link(c.hub)
         settings = gate.settings
         self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
+        if self.intake is None:
+            self.intake = start_intake(c, settings)
         if gate.engine.store is not None:
             # Looks at the store while jobs wait for other workers, beats, retries.
             interval = settings.store_poll_interval
@@ -138,6 +176,8 @@ class FairGateStep(bootsteps.StartStopStep):
 
     def shutdown(self, c: Any) -> None:
         self.stop(c)
+        if self.intake is not None:
+            self.intake.stop()
         if self.gate is not None:
             self.gate.close()
 

@@ -1,0 +1,65 @@
+-- move: take the fair messages that producers published to a queue out of it, into the shard
+-- of their fairness key (celery_fair.routing), oldest first, each in its priority step.
+-- Kombu's Redis transport keeps a queue as one list per priority step; a message is a JSON
+-- document whose "headers" hold Celery's and ours. A message with a non-empty string
+-- fairness_key header moves, unchanged, to the head of its shard's list of the same step;
+-- every other message (no key, or not readable as JSON) stays, in its order.
+-- KEYS: the queue's lists, one per step, highest priority first (S of them, with Kombu's key
+--       prefix); then the shards' lists: shard i, step s at S + i * S + s (i from 0).
+-- ARGV[1]: the shard hash's name, which must be 'sha1-32' (routing.SHARD_HASH)
+-- ARGV[2]: N, the number of shards; ARGV[3]: S, the number of steps
+-- ARGV[4]: the most messages to look at in this call (over all steps)
+-- Returns {moved, looked at}. A message is moved at most once per call, and nothing is ever
+-- lost: a message is pushed back or moved in the same call that popped it, and the JSON is
+-- only read (a document cjson cannot read stays where it was).
+-- Cost: O(looked at); about 1 us per message to look (a plain string search) and 15 us more
+-- to move one (cjson.decode and SHA-1).
+if ARGV[1] ~= 'sha1-32' then
+  return redis.error_reply('celery-fair intake: unknown shard hash ' .. ARGV[1])
+end
+local n, steps, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local marker = '"fairness_key": "'
+
+local function key_of(raw)
+  -- A cheap test first: most messages that stay carry no fairness_key header at all.
+  local at = string.find(raw, marker, 1, true)
+  if not at or string.sub(raw, at + #marker, at + #marker) == '"' then return nil end
+  local ok, doc = pcall(cjson.decode, raw)
+  if not ok or type(doc) ~= 'table' or type(doc.headers) ~= 'table' then return nil end
+  local key = doc.headers.fairness_key
+  if type(key) == 'string' and key ~= '' then return key end
+  return nil
+end
+
+local moved, looked = 0, 0
+for s = 1, steps do
+  if looked >= budget then break end
+  local list = KEYS[s]
+  -- The oldest messages are at the tail (Kombu pushes at the head and pops from the tail).
+  local tail = redis.call('LRANGE', list, -(budget - looked), -1)
+  local count = #tail
+  if count > 0 then
+    local keys, any = {}, false
+    for j = count, 1, -1 do  -- oldest first
+      local k = key_of(tail[j])
+      keys[j] = k or false
+      if k then any = true end
+    end
+    looked = looked + count
+    if any then
+      for _ = 1, count do redis.call('RPOP', list) end
+      for j = count, 1, -1 do
+        if keys[j] then
+          local shard = tonumber(string.sub(redis.sha1hex(keys[j]), 1, 8), 16) % n
+          redis.call('LPUSH', KEYS[steps + shard * steps + s], tail[j])
+          moved = moved + 1
+        end
+      end
+      -- What stays goes back to the tail in its order: the oldest last, so it pops first.
+      for j = 1, count do
+        if not keys[j] then redis.call('RPUSH', list, tail[j]) end
+      end
+    end
+  end
+end
+return {moved, looked}
