@@ -1,12 +1,14 @@
-"""The intake on a Redis broker: fair messages that producers published to a queue move into
-their key's shard, losslessly, by the same rule the producer side uses.
+"""The intake: fair messages that producers published to a queue move into their key's shard,
+losslessly, by the same rule the producer side uses.
 
-The first tests run the intake's script on messages Kombu published to the real Redis, and
-read the shards back through Kombu; the last ones run real workers.
+The first tests run an intake (Redis: its script; RabbitMQ: its consumer) on messages Kombu
+published to the real broker, and read the shards back through Kombu; the last ones run real
+workers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -16,7 +18,8 @@ import redis
 from harness import FAST_RESTORE, intervals, wait_until
 
 from celery_fair import fair_headers
-from celery_fair.intake import RedisIntake
+from celery_fair.intake import BATCH, RedisIntake
+from celery_fair.intake.amqp import AmqpIntake
 from celery_fair.routing import DEFAULT_SHARDS, shard_name, shard_of
 from celery_fair.worker.internals import redis_broker_client, redis_queue_lists
 
@@ -31,16 +34,23 @@ def redis_run(make_run):
     return make
 
 
-@pytest.fixture(params=["redis"])
-def broker(request):  # the intake is for the Redis broker
-    return request.param
-
-
+@contextlib.contextmanager
 def intake_for(run):
-    conn = run.app.connection_for_write()
-    channel = conn.default_channel
-    intake = RedisIntake(redis_broker_client(channel), redis_queue_lists(channel), SHARDS)
-    return intake, conn
+    """The intake a worker of ``run`` would run."""
+    if run.broker == "redis":
+        with run.app.connection_for_write() as conn:
+            channel = conn.default_channel
+            intake = RedisIntake(redis_broker_client(channel), redis_queue_lists(channel), SHARDS)
+            try:
+                yield intake
+            finally:
+                intake.close()
+    else:
+        intake = AmqpIntake(run.app)
+        try:
+            yield intake
+        finally:
+            intake.close()
 
 
 def drain(run, queue):
@@ -71,11 +81,8 @@ def test_the_intake_puts_each_message_in_the_shard_the_producer_side_would(redis
     ]
     for key in keys:
         run.send("fairapp.clone", key, headers=fair_headers("clone", key))
-    intake, conn = intake_for(run)
-    try:
+    with intake_for(run) as intake:
         assert intake.drain([run.queue]) == len(keys)
-    finally:
-        conn.release()
     assert drain(run, run.queue) == []
     seen = []
     for i in range(SHARDS):
@@ -98,11 +105,8 @@ def test_what_is_not_a_keyed_fair_job_stays_in_order_and_priorities_are_kept(red
         else:
             run.send("fairapp.clone", f"k-{i}", headers=fair_headers("clone", "k"), priority=9)
             sent.append(("move", f"k-{i}"))
-    intake, conn = intake_for(run)
-    try:
+    with intake_for(run) as intake:
         moved, looked = intake.move(run.queue, batch=1000)
-    finally:
-        conn.release()
     assert (moved, looked) == (10, 30)
     assert [tag for _, tag, _ in drain(run, run.queue)] == [t for w, t in sent if w == "stay"]
     shard = drain(run, shard_name(run.queue, shard_of("k", SHARDS)))
@@ -113,14 +117,11 @@ def test_a_call_looks_at_no_more_than_its_batch_and_the_rest_waits_for_the_next(
     run = redis_run()
     for i in range(25):
         run.send("fairapp.clone", f"k-{i}", headers=fair_headers("clone", f"k{i}"))
-    intake, conn = intake_for(run)
-    try:
+    with intake_for(run) as intake:
         assert intake.move(run.queue, batch=10) == (10, 10)
         assert intake.move(run.queue, batch=10) == (10, 10)
         assert intake.move(run.queue, batch=10) == (5, 5)
         assert intake.move(run.queue, batch=10) == (0, 0)
-    finally:
-        conn.release()
 
 
 def test_a_newcomer_published_to_the_queue_right_after_a_burst_waits_behind_few(
@@ -130,25 +131,29 @@ def test_a_newcomer_published_to_the_queue_right_after_a_burst_waits_behind_few(
     # two all go to the queue itself,
     run = make_run()
     start_worker(run, concurrency=2)
-    for i in range(3000):
+    burst = 3000
+    for i in range(burst):
         run.send("fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A"))
     published = time.time()
     for i in range(2):
         run.send("fairapp.clone", f"B{i}", 0.02, headers=fair_headers("clone", "B"))
-    # then the worker's intake moves them into their shards, and B starts behind few of A's.
+    # then the worker's intake moves them into their shards, and B starts once the intake has
+    # moved what was ahead of it: behind few of A's on Redis (a script moves 500 in a few
+    # milliseconds); on RabbitMQ, behind those the pool ran while the intake republished the
+    # queue's backlog (about 4,000 a second here; without an intake, B waits behind 1,800).
     wait_until(lambda: all(run.recorder.done_counts().get(f"B{i}") for i in range(2)), 60, "B")
     spans = intervals(run.recorder.events())
     b_started = max(spans[f"B{i}"][0] for i in range(2))
-    a_between = [
-        s for t, (s, _) in spans.items() if t.startswith("A") and published < s < b_started
-    ]
-    assert len(a_between) <= 10, (len(a_between), b_started - published)
+    a_starts = [s for t, (s, _) in spans.items() if t.startswith("A")]
+    a_between = [s for s in a_starts if published < s < b_started]
+    bound = 10 if run.broker == "redis" else burst // 5
+    assert len(a_between) <= bound, (len(a_between), b_started - published)
 
 
 def test_a_worker_killed_while_its_intake_moves_loses_nothing(make_run, start_worker):
-    # Given a worker whose window is full of long acks_late jobs (it pops nothing more: Kombu's
-    # Redis transport loses a message popped by a worker killed before it records it, with or
-    # without celery-fair, and this test is about the intake),
+    # Given a worker whose window is full of long acks_late jobs (it takes nothing more in:
+    # Kombu's Redis transport loses a message popped by a worker killed before it records it,
+    # with or without celery-fair, and this test is about the intake),
     run = make_run(conf={"broker_transport_options": dict(FAST_RESTORE), "fair_max_held": 20})
     first = start_worker(run, concurrency=2)
     for i in range(30):
@@ -171,11 +176,16 @@ def test_a_worker_killed_while_its_intake_moves_loses_nothing(make_run, start_wo
         first.kill()
     finally:
         publisher.join()
-    # then another worker runs every job exactly once (the killed worker's come back after the
-    # visibility timeout; the two it ran were acks_late and never finished).
+    # then another worker runs every job: on Redis exactly once (a script call moves its
+    # messages atomically); on RabbitMQ at least once, and a job runs twice only if the
+    # killed intake had its copy confirmed but not its original acknowledged (one batch).
     start_worker(run, concurrency=2)
     wait_until(lambda: len(run.recorder.done_counts()) == 30 + SHORT, 120, "every job")
-    assert set(run.recorder.done_counts().values()) == {1}
+    runs = run.recorder.done_counts().values()
+    if run.broker == "redis":
+        assert set(runs) == {1}
+    else:
+        assert sum(n - 1 for n in runs) <= BATCH
 
 
 SHORT = 2000
@@ -187,8 +197,13 @@ def starts(run):
 
 def moved_so_far(run) -> int:
     """Messages in the run's shards now (only the intake puts them there in this test)."""
+    shards = [shard_name(run.queue, i) for i in range(SHARDS)]
+    if run.broker == "amqp":
+        with run.app.connection_for_read() as conn:
+            channel = conn.default_channel
+            return sum(channel.queue_declare(q, passive=True).message_count for q in shards)
     client = redis.Redis.from_url(run.url)
     try:
-        return sum(client.llen(f"{run.prefix}:{shard_name(run.queue, i)}") for i in range(SHARDS))
+        return sum(client.llen(f"{run.prefix}:{q}") for q in shards)
     finally:
         client.close()

@@ -6,7 +6,8 @@ published there before it. The intake takes such messages out of the queue and i
 of their fairness key (routing.py), where the fair workers find them in turns with every other
 shard; the queue's backlog then drains at the intake's speed, not the pool's.
 
-On a Redis broker one script call (move.lua) moves a batch, atomically and losslessly: each
+On RabbitMQ, a low-priority consumer republishes them with publisher confirms (amqp.py). On
+a Redis broker one script call (move.lua) moves a batch, atomically and losslessly: each
 message is read where it lies and pushed, unchanged, to the head of its shard's list of the
 same priority step; what is not a keyed fair job stays, in its order. Every fair worker runs an
 intake for the queues it consumes (``IntakeThread``); their calls never overlap on Redis, so
@@ -20,13 +21,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 from celery.utils.log import get_logger
 
 from ..routing import SHARD_HASH, shard_name
 
-__all__ = ["BATCH", "IntakeThread", "RedisIntake"]
+__all__ = ["BATCH", "Intake", "IntakeThread", "RedisIntake"]
 
 logger = get_logger(__name__)
 
@@ -64,6 +65,9 @@ class RedisIntake:
         self.moved += int(moved)
         return int(moved), int(looked)
 
+    def close(self) -> None:
+        self.client.close()
+
     def drain(self, queues: Iterable[str], batch: int = BATCH) -> int:
         """Move until a call finds a full batch no more: returns how many moved."""
         total = 0
@@ -76,6 +80,14 @@ class RedisIntake:
         return total
 
 
+class Intake(Protocol):
+    """What ``IntakeThread`` runs: ``RedisIntake`` or ``amqp.AmqpIntake``."""
+
+    def drain(self, queues: Iterable[str], batch: int = BATCH) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class IntakeThread(threading.Thread):
     """Runs an intake for the queues a worker consumes, until stopped.
 
@@ -83,9 +95,7 @@ class IntakeThread(threading.Thread):
     that moved a full batch). A Redis error is logged once per outage and retried.
     """
 
-    def __init__(
-        self, intake: RedisIntake, queues: Callable[[], list[str]], interval: float
-    ) -> None:
+    def __init__(self, intake: Intake, queues: Callable[[], list[str]], interval: float) -> None:
         super().__init__(name="celery-fair intake", daemon=True)
         self.intake = intake
         self.queues = queues
@@ -94,6 +104,12 @@ class IntakeThread(threading.Thread):
         self._failing = False
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.intake.close()
+
+    def _run(self) -> None:
         while not self._halt.is_set():
             try:
                 self.intake.drain(self.queues())

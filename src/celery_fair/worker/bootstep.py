@@ -12,7 +12,8 @@ from celery import bootsteps
 from celery.utils.log import get_logger
 
 from ..errors import StoreUnavailable
-from ..intake import IntakeThread, RedisIntake
+from ..intake import Intake, IntakeThread, RedisIntake
+from ..intake.amqp import AmqpIntake
 from ..routing import Shards, follow_consumer_changes, shard_index
 from ..settings import FairSettings
 from ..store.redis import RedisStore
@@ -88,16 +89,21 @@ def open_store(settings: FairSettings, app: Any) -> RedisStore | None:
 
 
 def start_intake(c: Any, settings: FairSettings) -> IntakeThread | None:
-    """On a Redis broker with shards, the intake of the queues this worker consumes: fair
-    messages that producers published to a queue move into their shards (intake/)."""
-    if settings.intake_interval is None or not Shards.of(c.app).enabled:
+    """With shards, the intake of the queues this worker consumes: fair messages that
+    producers published to a queue move into their shards (intake/)."""
+    shards = Shards.of(c.app)
+    if settings.intake_interval is None or not shards.enabled:
         return None
-    channel = c.connection.default_channel
-    if c.connection.transport.driver_type != "redis":
+    driver = c.connection.transport.driver_type
+    intake: Intake
+    if driver == "redis":
+        channel = c.connection.default_channel
+        client = redis_broker_client(channel)
+        intake = RedisIntake(client, redis_queue_lists(channel), shards.count)
+    elif driver == "amqp":
+        intake = AmqpIntake(c.app)
+    else:
         return None
-    intake = RedisIntake(
-        redis_broker_client(channel), redis_queue_lists(channel), Shards.of(c.app).count
-    )
     thread = IntakeThread(intake, lambda: _base_queues(c.app), settings.intake_interval)
     thread.start()
     logger.info(
