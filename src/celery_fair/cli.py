@@ -11,6 +11,7 @@ from typing import Any
 
 from . import __version__
 from .errors import FairError, StoreUnavailable, TraceError
+from .routing import DEFAULT_SHARDS
 from .sim import bundled_examples, format_table, load_bundled, parse_trace, simulate
 from .store.base import conflict_of
 
@@ -51,6 +52,25 @@ def _parser() -> argparse.ArgumentParser:
     store.add_argument(
         "--format", choices=("json", "table"), default="table", help="output format (default table)"
     )
+    shards = verbs.add_parser(
+        "shards",
+        help="show how many messages wait in queues and their fair shards, and whose they are",
+        description="Read a broker's queues and their shard queues, changing nothing: the "
+        "messages waiting in each, its consumers (RabbitMQ), and the fairness keys of the "
+        "oldest messages (Redis). See docs/operations.md#fair-shard-queues.",
+    )
+    shards.add_argument("url", help="the broker: redis://..., amqp://...")
+    shards.add_argument("queues", nargs="+", metavar="QUEUE", help="queues (not shards)")
+    shards.add_argument("--shards", type=int, default=DEFAULT_SHARDS, help="fair_shards")
+    shards.add_argument(
+        "--key-prefix", default="", help="the Redis transport's global_keyprefix, if any"
+    )
+    shards.add_argument(
+        "--sample", type=int, default=200, help="oldest messages per list to read keys from"
+    )
+    shards.add_argument(
+        "--format", choices=("json", "table"), default="table", help="output format (default table)"
+    )
     return parser
 
 
@@ -59,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.verb == "store":
         return _store(args.url, args.prefix, args.format)
+    if args.verb == "shards":
+        return _shards(args)
     try:
         data = load_bundled(args.example) if args.example else _read_json(args.trace)
         trace = parse_trace(data)
@@ -95,6 +117,31 @@ def _store(url: str, prefix: str, form: str) -> int:
         print()
     else:
         print(format_store(state, f"{redact_url(url)} prefix {prefix}"))
+    return 0
+
+
+def _shards(args: argparse.Namespace) -> int:
+    from kombu.connection import Connection
+
+    from .queues import format_depths, queue_depths
+    from .settings import redact_url
+
+    if args.shards < 1 or args.sample < 0:
+        print("celery-fair shards: error: --shards must be >= 1, --sample >= 0", file=sys.stderr)
+        return 2
+    options = {"global_keyprefix": args.key_prefix} if args.key_prefix else {}
+    try:
+        with Connection(args.url, transport_options=options, connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1)
+            depths = queue_depths(conn, args.queues, args.shards, args.sample)
+    except Exception as exc:  # unreachable, refused, a bad URL: say so, never a traceback
+        print(f"celery-fair shards: {redact_url(args.url)}: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        json.dump(depths, sys.stdout, indent=1)
+        print()
+    else:
+        print(format_depths(depths))
     return 0
 
 

@@ -3,13 +3,14 @@ publish on, and every way a fair job is published lands in its key's shard."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
 from celery import chain, group
 from harness import gate_stats, intervals, wait_until
 
-from celery_fair import fair_headers, fair_router
+from celery_fair import cli, fair_headers, fair_router
 from celery_fair.routing import shard_name, shard_of
 
 SLOTS = 2
@@ -130,3 +131,46 @@ def test_jobs_returned_to_the_broker_go_back_to_the_queue_or_shard_they_came_fro
     }
     assert came == {("sharded", shard), ("queued", run.queue)}
     assert set(run.recorder.done_counts().values()) == {1}
+
+
+def test_a_fair_worker_warns_about_a_worker_that_consumes_its_queue_without_the_shards(
+    make_run, start_worker
+):
+    run = make_run()
+    plain = start_worker(run, concurrency=1, pool="prefork")
+    fair = start_worker(run, concurrency=1)
+    warning = f"{node(plain)} consume(s) queue {run.queue!r} but not its shards"
+    wait_until(lambda: warning in fair.log(), 20, "the warning in the fair worker's log")
+    (line,) = [x for x in fair.log().splitlines() if "but not its shards" in x]
+    assert node(fair) not in line  # the fair worker consumes the shards
+
+
+def test_jobs_wait_in_shards_nobody_consumes_until_a_fair_worker_comes_and_the_cli_shows_them(
+    make_run, start_worker, capsys
+):
+    # Given fair jobs published while no fair worker consumes the queue,
+    run = make_run()
+    clone = run.app.tasks["fairapp.clone"]
+    for i in range(6):
+        clone.apply_async([f"a{i}"], fairness_key="A")
+    for i in range(2):
+        clone.apply_async([f"b{i}"], fairness_key="B")
+    run.send("fairapp.clone", "unkeyed", headers=fair_headers("clone"))
+    # then `celery-fair shards` shows where they wait (and, on Redis, whose they are),
+    argv = ["shards", run.url, run.queue, "--format", "json"]
+    if run.broker == "redis":
+        argv += ["--key-prefix", f"{run.prefix}:"]
+    assert cli.main(argv) == 0
+    (queue,) = json.loads(capsys.readouterr().out)
+    waiting = {item["name"]: item["waiting"] for item in queue["lists"]}
+    a, b = (shard_name(run.queue, shard_of(k, SHARDS)) for k in ("A", "B"))
+    assert a != b  # (this test's keys: two shards)
+    assert waiting == {name: {run.queue: 1, a: 6, b: 2}.get(name, 0) for name in waiting}
+    if run.broker == "redis":
+        keys = {item["name"]: item["keys"] for item in queue["lists"]}
+        assert keys[a] == {"A": 6}
+        assert keys[b] == {"B": 2}
+        assert keys[run.queue] == {"(no key)": 1}
+    # and a fair worker that comes later runs them all.
+    start_worker(run, concurrency=SLOTS)
+    wait_until(lambda: len(run.recorder.done_counts()) == 9, 30, "every job")

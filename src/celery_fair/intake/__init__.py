@@ -19,6 +19,7 @@ moves it again.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import Any, Protocol
@@ -27,13 +28,17 @@ from celery.utils.log import get_logger
 
 from ..routing import SHARD_HASH, shard_name
 
-__all__ = ["BATCH", "Intake", "IntakeThread", "RedisIntake"]
+__all__ = ["BATCH", "Intake", "IntakeThread", "RedisIntake", "plain_consumers"]
 
 logger = get_logger(__name__)
 
 #: The most messages one script call looks at: about 1 ms of Redis's time to look at them
 #: all, up to 8 ms to move them all.
 BATCH = 500
+#: Seconds between two looks for workers that consume a queue without its shards, and before
+#: the first.
+CHECK_EVERY = 300.0
+FIRST_CHECK = 5.0
 _SCRIPT = (resources.files(__package__) / "move.lua").read_text()
 
 
@@ -88,18 +93,44 @@ class Intake(Protocol):
     def close(self) -> None: ...
 
 
+def plain_consumers(app: Any, queues: Iterable[str], timeout: float = 1.0) -> dict[str, list[str]]:
+    """The workers that consume one of ``queues`` but not its shards (plain Celery workers, or
+    fair workers with ``fair_shards = 1``), by queue, from ``inspect active_queues``."""
+    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    found: dict[str, list[str]] = {}
+    for queue in queues:
+        shard = shard_name(queue, 0)
+        for node, consumed in sorted(replies.items()):
+            names = {q.get("name") for q in consumed or ()}
+            if queue in names and shard not in names:
+                found.setdefault(queue, []).append(node)
+    return found
+
+
 class IntakeThread(threading.Thread):
     """Runs an intake for the queues a worker consumes, until stopped.
 
     It drains every queue, then looks again after ``interval`` seconds (at once after a call
-    that moved a full batch). A Redis error is logged once per outage and retried.
+    that moved a full batch). A broker error is logged once per outage and retried. With
+    ``app``, every ``CHECK_EVERY`` seconds (the first time ``FIRST_CHECK`` seconds after it
+    starts) it also looks for workers that consume the same queues without their shards, and
+    warns about each once.
     """
 
-    def __init__(self, intake: Intake, queues: Callable[[], list[str]], interval: float) -> None:
+    def __init__(
+        self,
+        intake: Intake,
+        queues: Callable[[], list[str]],
+        interval: float,
+        app: Any = None,
+    ) -> None:
         super().__init__(name="celery-fair intake", daemon=True)
         self.intake = intake
         self.queues = queues
         self.interval = interval
+        self.app = app
+        self._next_check = time.monotonic() + FIRST_CHECK
+        self._warned: dict[str, list[str]] = {}
         self._halt = threading.Event()
         self._failing = False
 
@@ -121,7 +152,28 @@ class IntakeThread(threading.Thread):
                 if self._failing:
                     logger.info("celery-fair intake: moving messages again.")
                 self._failing = False
+            if self.app is not None and time.monotonic() >= self._next_check:
+                self._next_check = time.monotonic() + CHECK_EVERY
+                self._check_consumers()
             self._halt.wait(self.interval)
+
+    def _check_consumers(self) -> None:
+        try:
+            found = plain_consumers(self.app, self.queues())
+        except Exception as exc:  # remote control off, or the broker away: try next time
+            logger.debug("celery-fair: could not list the workers' queues (%s).", exc)
+            return
+        for queue, nodes in sorted(found.items()):
+            if self._warned.get(queue) != nodes:
+                logger.warning(
+                    "celery-fair: %s consume(s) queue %r but not its shards (a plain Celery "
+                    "worker?): it takes that queue's messages without fairness, and jobs "
+                    "published to the shards wait for fair workers "
+                    "(docs/operations.md#mixed-fleets-and-upgrades).",
+                    ", ".join(nodes),
+                    queue,
+                )
+        self._warned = found
 
     def stop(self, timeout: float = 5.0) -> None:
         self._halt.set()

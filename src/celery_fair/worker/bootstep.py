@@ -104,7 +104,7 @@ def start_intake(c: Any, settings: FairSettings) -> IntakeThread | None:
         intake = AmqpIntake(c.app)
     else:
         return None
-    thread = IntakeThread(intake, lambda: _base_queues(c.app), settings.intake_interval)
+    thread = IntakeThread(intake, lambda: _base_queues(c.app), settings.intake_interval, c.app)
     thread.start()
     logger.info(
         "celery-fair intake: moving fair messages from %s into their shards.",
