@@ -25,6 +25,8 @@ app.conf.update(
     fair_store_url=os.environ.get("BENCH_STORE") or None,
     fair_store_prefix=f"bench-{os.environ.get('BENCH_QUEUE', 'bench')}",
     fair_lookahead=LOOKAHEAD,
+    # plain Celery consumes no shards: the plain runs publish with 1 (worker_bench.py)
+    fair_shards=int(os.environ.get("BENCH_SHARDS") or 8),
 )
 # worker_bench.py --variant: more fair_* settings, a Python dict literal
 app.conf.update(ast.literal_eval(os.environ.get("BENCH_SETTINGS") or "{}"))

@@ -30,6 +30,9 @@ rounds, so two versions are compared against the same plain runs; rows for it sa
 with the ``fair_*`` settings of a Python dict literal on top of the bench app's, e.g.
 ``--variant 'uncapped={"fair_tier_caps": {8: None}}'``; rows for it say ``fair+NAME``.
 
+``--shards N``: the fair worker's tasks go to its queue's N shard queues (``fair_shards``;
+8 by default, 1 for none), and it consumes them all; plain Celery's go to the queue.
+
 ``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
 ``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
 ``fair_store_url`` on RabbitMQ), each under a fresh prefix. ``--store-url`` puts the store on
@@ -60,11 +63,14 @@ BROKERS = {
 }
 RECORD = "redis://127.0.0.1:6379/0"
 STATES = {"memory": "memory", "redis": "redis://127.0.0.1:6379/4"}
+SHARDS = 8  # fair_shards of the fair worker (--shards)
 
 
-def bench_app(broker: str, queue: str, key: str):  # type: ignore[no-untyped-def]
+def bench_app(broker: str, queue: str, key: str, shards: int):  # type: ignore[no-untyped-def]
     sys.path.insert(0, str(HERE))
-    os.environ.update(BENCH_BROKER=broker, BENCH_QUEUE=queue, BENCH_KEY=key)
+    os.environ.update(
+        BENCH_BROKER=broker, BENCH_QUEUE=queue, BENCH_KEY=key, BENCH_SHARDS=str(shards)
+    )
     import importlib
 
     import bench_app as module
@@ -110,11 +116,16 @@ def measure(
     lookahead: int | None = None,
     code: str | None = None,
     settings: str = "",
+    shards: int = SHARDS,
 ) -> Measured:
-    """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks."""
+    """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks.
+
+    The fair worker's tasks are published to ``shards`` shard queues (one: none); plain
+    Celery's to the queue, which is all a plain worker consumes."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     key = f"bench:{queue}"
-    module = bench_app(BROKERS[broker], queue, key)
+    shards = shards if mode == "fair" else 1
+    module = bench_app(BROKERS[broker], queue, key, shards)
     record = redis.Redis.from_url(RECORD)
     redis_pid = int(record.info("server")["process_id"])
     target = module.noop if task == "noop" else module.sleep10
@@ -127,6 +138,7 @@ def measure(
         "BENCH_STORE": STATES[state],
         "BENCH_LOOKAHEAD": "" if lookahead is None else str(lookahead),
         "BENCH_SETTINGS": settings,
+        "BENCH_SHARDS": str(shards),
     }
     pool = "fair" if mode == "fair" else "prefork"
     proc = subprocess.Popen(
@@ -182,7 +194,8 @@ def measure(
         for stale in store.scan_iter(match=f"{{bench-{queue}}}:*"):
             store.delete(stale)
         with module.app.connection_for_write() as conn:
-            conn.default_channel.queue_delete(queue)
+            for name in (queue, *(f"{queue}.fair.{i}" for i in range(shards))):
+                conn.default_channel.queue_delete(name)
     return Measured(
         (n - 1) / (last - first),
         _per_task(cpu_start, cpu_end, n - started),
@@ -233,6 +246,9 @@ def main() -> None:
         default=STATES["redis"],
         help="the Redis of the redis state (default: the local Redis, the broker's on Redis)",
     )
+    parser.add_argument(
+        "--shards", type=int, default=SHARDS, help="fair_shards of the fair worker (1: none)"
+    )
     args = parser.parse_args()
     STATES["redis"] = args.store_url
     variants: list[tuple[str, str | None, str]] = [("fair", None, "")]
@@ -269,6 +285,7 @@ def main() -> None:
                                 args.lookahead,
                                 code,
                                 settings,
+                                args.shards,
                             )
                         )
                 plain = [g.rate for g in got["plain"]]

@@ -152,6 +152,13 @@ def main() -> None:
     parser.add_argument("--pools", default="fair,prefork")
     parser.add_argument("--files", default=",".join(FILES), help="files of t/integration")
     parser.add_argument("-k", help="pytest -k expression")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="fair_shards (default 1: the suite checks that its worker consumes only its "
+        "'celery' queue, which a fair worker's shards would change by design)",
+    )
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "celery-fair")
     parser.add_argument("--out", type=Path, default=Path("celery-suite-results"))
     args = parser.parse_args()
@@ -159,6 +166,8 @@ def main() -> None:
     if missing:
         sys.exit(f"Celery's suite needs {' '.join(missing)}: pip install '.[celery-suite]'")
     root = suite(args.cache)
+    # The suite's own hook for settings (t/integration/conftest.py, celery_config).
+    (root / "integration-tests-config.json").write_text(json.dumps({"fair_shards": args.shards}))
     args.out.mkdir(parents=True, exist_ok=True)
     results = [
         run_one(root, broker, pool, args.out, args)
