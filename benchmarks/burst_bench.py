@@ -1,0 +1,246 @@
+"""A burst never hides a newcomer: client A publishes a burst, client B two jobs right after.
+
+Run by hand; results go to docs/benchmarks.md with the command:
+
+    python benchmarks/burst_bench.py                                  # every cell, 3 runs
+    python benchmarks/burst_bench.py --sizes 500,5000 --brokers redis --topologies 1x4
+    python benchmarks/burst_bench.py --sizes 500 --runs 1             # to check it runs
+
+Each run starts fresh ``celery worker`` processes on a fresh queue (``1x4``: one worker with
+``-c 4``; ``3x2``: three with ``-c 2``), publishes client A's burst of N jobs of 20 ms with
+``fairness_key="A"`` and, right after the last one, client B's two with ``"B"``, and reads
+what the jobs recorded in Redis: B's wait (from just before B's first publish to the start of
+its last job), how many of A's jobs started in between, and, for bursts up to
+``--complete-up-to``, A's completion time (from its first publish to its last job's end).
+
+Variants, in the same rounds (their order alternates from round to round):
+
+- ``plain``: plain Celery (``-P prefork``); the jobs go to the queue itself;
+- ``fair/1``: ``-P fair`` with ``fair_shards = 1``: the gate alone, no shards;
+- ``fair/8``: ``-P fair`` with 8 shards: ``@fair_task`` publishes to A's and B's shards;
+- ``intake/8``: ``-P fair`` with 8 shards, but the producer knows nothing of them: it sends
+  every job to the queue itself with ``send_task(..., headers=fair_headers(...))``, and the
+  workers' intake moves them into their shards.
+
+The table gives, per cell, the median and the maximum over the runs of B's wait and of A's
+jobs started in between, and A's completion time over plain Celery's in the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+HERE = Path(__file__).resolve().parent
+BROKERS = {
+    "redis": "redis://127.0.0.1:6379/4",
+    "amqp": "amqp://guest:guest@127.0.0.1:5672//",
+}
+RECORD = "redis://127.0.0.1:6379/0"
+SECONDS = 0.02
+VARIANTS = ("plain", "fair/1", "fair/8", "intake/8")
+
+
+@dataclass
+class Result:
+    b_wait: float | None  # seconds from B's publish to its last job's start; None: > patience
+    a_between: int  # A's jobs that started in that time (or before we gave up)
+    a_complete: float | None  # seconds from A's first publish to A's last end
+
+
+def app_for(broker: str, queue: str, key: str, shards: int) -> Any:
+    sys.path.insert(0, str(HERE))
+    os.environ.update(
+        BURST_BROKER=broker, BURST_QUEUE=queue, BURST_KEY=key, BURST_SHARDS=str(shards)
+    )
+    import importlib
+
+    import burst_app
+
+    return importlib.reload(burst_app)
+
+
+def start_workers(variant: str, topology: str, env: dict[str, str], queue: str) -> list[Any]:
+    count, concurrency = (int(x) for x in topology.split("x"))
+    procs = []
+    for i in range(count):
+        command = [sys.executable, "-m", "celery", "-A", "burst_app", "worker"]
+        command += ["-P", "prefork" if variant == "plain" else "fair", "-c", str(concurrency)]
+        command += ["-Q", queue, "-n", f"burst{i}-{queue}@%h", "--without-mingle"]
+        command += ["--without-gossip", "-l", "WARNING"]
+        procs.append(
+            subprocess.Popen(
+                command,
+                cwd=HERE,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+    return procs
+
+
+def run_once(
+    broker: str, variant: str, topology: str, size: int, complete: bool, patience: float
+) -> Result:
+    queue = f"burst-{uuid.uuid4().hex[:8]}"
+    key = f"burst:{queue}"
+    shards = 1 if variant in ("plain", "fair/1") else 8
+    module = app_for(BROKERS[broker], queue, key, shards)
+    record = redis.Redis.from_url(RECORD)
+    env = {**os.environ, "PYTHONPATH": str(HERE), "BURST_SHARDS": str(shards)}
+    procs = start_workers(variant, topology, env, queue)
+    try:
+        workers = len(procs)
+        deadline = time.time() + 60
+        while len(module.app.control.ping(timeout=0.5) or []) < workers:
+            if time.time() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"{variant} workers did not start")
+        unaware = variant.startswith("intake")
+
+        def publish(client: str) -> None:
+            if unaware:
+                from celery_fair import fair_headers
+
+                module.app.send_task(
+                    "burst.job", [client, SECONDS], headers=fair_headers("burst", client)
+                )
+            else:
+                module.job.apply_async([client, SECONDS], fairness_key=client)
+
+        a_published = time.time()
+        for _ in range(size):
+            publish("A")
+        b_published = time.time()
+        for _ in range(2):
+            publish("B")
+        limit = time.time() + patience
+        while record.zcard(f"{key}:start:B") < 2:
+            if time.time() > limit:  # B waits behind the burst: say how long we waited
+                return Result(None, int(record.zcard(f"{key}:start:A")), None)
+            time.sleep(0.01)
+        b_starts = record.zrange(f"{key}:start:B", 0, -1, withscores=True)
+        b_started = max(score for _, score in b_starts)
+        a_between = int(record.zcount(f"{key}:start:A", f"({b_published}", f"({b_started}"))
+        a_complete = None
+        limit = time.time() + 900
+        if complete:
+            while record.zcard(f"{key}:end:A") < size:
+                if time.time() > limit:
+                    raise RuntimeError(f"A did not finish ({variant}, {broker}, {topology})")
+                time.sleep(0.05)
+            last = record.zrange(f"{key}:end:A", -1, -1, withscores=True)[0][1]
+            a_complete = last - a_published
+        return Result(b_started - b_published, a_between, a_complete)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for client in ("A", "B"):
+            record.delete(f"{key}:start:{client}", f"{key}:end:{client}")
+        with module.app.connection_for_write() as conn:
+            for name in (queue, *(f"{queue}.fair.{i}" for i in range(8))):
+                conn.default_channel.queue_delete(name)
+        store = redis.Redis.from_url(BROKERS["redis"])
+        for stale in store.scan_iter(match=f"*burst-{queue}*"):
+            store.delete(stale)
+        module.app.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="500,5000,50000")
+    parser.add_argument("--brokers", default="redis,amqp")
+    parser.add_argument("--topologies", default="1x4,3x2", help="WORKERSxCONCURRENCY, ...")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--complete-up-to",
+        type=int,
+        default=5000,
+        help="measure A's completion for bursts up to this size (larger: B only)",
+    )
+    parser.add_argument(
+        "--patience",
+        type=float,
+        default=120.0,
+        help="seconds to wait for B before recording it as waiting longer than that",
+    )
+    args = parser.parse_args()
+    variants = args.variants.split(",")
+    print(f"(B waits longer than --patience {args.patience:.0f} s: shown as '>')")
+    print(
+        f"{'broker':6} {'workers':7} {'burst':>6} {'variant':8} {'B wait p50':>10} "
+        f"{'B wait max':>10} {'A between p50':>13} {'max':>5} {'A done/plain':>12}"
+    )
+    for broker in args.brokers.split(","):
+        for topology in args.topologies.split(","):
+            for size in (int(s) for s in args.sizes.split(",")):
+                complete = size <= args.complete_up_to
+                got: dict[str, list[Result]] = {v: [] for v in variants}
+                for i in range(args.runs):
+                    for variant in variants if i % 2 == 0 else variants[::-1]:
+                        got[variant].append(
+                            run_once(broker, variant, topology, size, complete, args.patience)
+                        )
+                for variant in variants:
+                    report(broker, topology, size, variant, got[variant], got.get("plain"))
+
+
+def report(
+    broker: str,
+    topology: str,
+    size: int,
+    variant: str,
+    results: list[Result],
+    plain: list[Result] | None,
+) -> None:
+    waits = [r.b_wait for r in results]
+    between = [r.a_between for r in results]
+    ratio = "-"
+    done = [r.a_complete for r in results]
+    base = [p.a_complete for p in plain or []]
+    if base and all(done) and all(base):
+        ratios = [d / b for d, b in zip(done, base, strict=True)]  # type: ignore[operator]
+        ratio = f"{statistics.median(ratios):.3f}"
+    worst = None if None in waits else max(w for w in waits if w is not None)
+    print(
+        f"{broker:6} {topology:7} {size:>6} {variant:8} {_ms(_median(waits)):>10} "
+        f"{_ms(worst):>10} {statistics.median(between):>13.0f} {max(between):>5} {ratio:>12}",
+        flush=True,
+    )
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median, with ``None`` (longer than patience) above every number."""
+    ordered = sorted(values, key=lambda v: float("inf") if v is None else v)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    low, high = ordered[middle - 1], ordered[middle]
+    return None if low is None or high is None else (low + high) / 2
+
+
+def _ms(value: float | None) -> str:
+    return ">" if value is None else f"{value * 1000:.0f}ms"
+
+
+if __name__ == "__main__":
+    main()
