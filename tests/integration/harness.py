@@ -258,17 +258,6 @@ def wait_until_gate_idle(run: Run, worker: Worker, timeout: float = 20) -> dict[
     return wait_until(idle, timeout, "the gate to be idle", show=lambda: gate_stats(run, worker))
 
 
-def wait_until_taken_in(run: Run, workers: list[Worker], count: int, timeout: float = 30) -> None:
-    """Wait until the workers' gates hold, or have started, ``count`` jobs between them."""
-
-    def taken_in() -> bool:
-        held = sum(gate_stats(run, w).get("fair-held", -1) for w in workers)
-        started = sum(1 for e in run.recorder.events() if e["event"] == "start")
-        return held + started >= count
-
-    wait_until(taken_in, timeout, f"the workers to have received {count} jobs")
-
-
 def wait_until_recorded_by_the_broker(run: Run, count: int, timeout: float = 30) -> None:
     """On the Redis broker, wait until none of the run's ``count`` messages is on its way from
     Redis to a worker: the queue is empty, and each message is unacked (Kombu's record of it,
