@@ -75,14 +75,20 @@ class RedisIntake:
 
     def drain(self, queues: Iterable[str], batch: int = BATCH) -> int:
         """Move until a call finds a full batch no more: returns how many moved."""
-        total = 0
-        for queue in queues:
-            while True:
-                moved, looked = self.move(queue, batch)
-                total += moved
-                if not moved or looked < batch:
-                    break
-        return total
+        return drain(self.move, queues, batch)
+
+
+def drain(move: Callable[[str, int], tuple[int, int]], queues: Iterable[str], batch: int) -> int:
+    """Call ``move(queue, batch)`` on each queue until a call moves nothing or looks at less
+    than a full batch; returns how many moved."""
+    total = 0
+    for queue in queues:
+        while True:
+            moved, looked = move(queue, batch)
+            total += moved
+            if not moved or looked < batch:
+                break
+    return total
 
 
 class Intake(Protocol):

@@ -27,7 +27,8 @@ from kombu.messaging import Consumer, Producer
 
 from ..routing import Shards
 from ..worker.headers import FAIRNESS_KEY
-from . import BATCH
+from ..worker.returns import publish_copy
+from . import BATCH, drain
 
 __all__ = ["AmqpIntake"]
 
@@ -140,20 +141,8 @@ class AmqpIntake:
         producer = Producer(channel)
         for message, key in keyed:
             shard = self.shards.queue_for(queue, key)
-            props = message.properties or {}
-            producer.publish(
-                message.body,
-                exchange="",
-                routing_key=shard.name,
-                headers=message.headers,
-                content_type=message.content_type,
-                content_encoding=message.content_encoding,
-                delivery_mode=props.get("delivery_mode"),
-                priority=props.get("priority"),
-                correlation_id=props.get("correlation_id"),
-                reply_to=props.get("reply_to"),
-                declare=[shard],
-            )
+            # The body as it came (compressed, if it was: its headers say so).
+            publish_copy(producer, message, message.headers, "", shard.name, declare=[shard])
         confirms.wait(conn, len(keyed))  # every copy is the broker's before any original goes
         for message, _ in keyed:
             message.ack()
@@ -161,18 +150,11 @@ class AmqpIntake:
 
     def drain(self, queues: Iterable[str], batch: int = BATCH) -> int:
         """Pass after pass over each queue until one moves nothing: returns how many moved."""
-        total = 0
         try:
-            for queue in queues:
-                while True:
-                    moved, looked = self.move(queue, batch)
-                    total += moved
-                    if not moved or looked < batch:
-                        break
+            return drain(self.move, queues, batch)
         except Exception:
             self.close()  # a fresh connection next time
             raise
-        return total
 
     def _connect(self) -> Any:
         if self._connection is None:

@@ -171,6 +171,7 @@ class Gate:
             ("admitted", "spilled", "refreshed", "dead_lettered", "revoked_held", "duplicates"), 0
         )
         self._lock = threading.RLock()
+        self.intake_running = False  # an intake moves this worker's queues' fair messages
         self._last_spill = -float("inf")
         self._revoked_seen = (-1, -1)
         self._sweep_entry: Any = None
@@ -618,7 +619,7 @@ class Gate:
         """Put a held message back on its queue (all headers kept), then ack it."""
         req = held.req
         try:
-            return_to_queue(self.app, req, held.arrival)
+            return_to_queue(self.app, req, held.arrival, self._shard_key(held))
         except Exception:
             logger.exception(
                 "Could not return held task %s[%s] to the broker (%s); still holding it.",
@@ -631,6 +632,13 @@ class Gate:
         self._forget(request_uid(req.id, req.request_dict))
         logger.info("Returned held task %s[%s] to the broker: %s.", req.name, req.id, reason)
         return True
+
+    def _shard_key(self, held: Held) -> str | None:
+        """The key whose shard a returned message goes to: its own, while an intake moves
+        what is published to its queue into the shards (else it goes back where it came)."""
+        if not self.intake_running:
+            return None
+        return held.headers.fairness_key or None
 
     def _dead_letter(self, req: Any, why: str) -> None:
         queue = self.settings.dead_letter_queue

@@ -11,16 +11,22 @@ from typing import Any
 
 from kombu.entity import Queue
 
+from ..routing import Shards
 from .headers import ERROR, REPUBLISHED, SUBMITTED
 from .internals import message_of
 
-__all__ = ["dead_letter", "return_to_queue"]
+__all__ = ["dead_letter", "publish_copy", "return_to_queue"]
 
 
-def return_to_queue(app: Any, req: Any, arrival: float) -> None:
+def return_to_queue(app: Any, req: Any, arrival: float, shard_key: str | None = None) -> None:
     """Publish ``req``'s message again to the exchange and routing key it came by, every header
     kept (``fair_submitted`` keeps its place in the fair order, ``fair_republished`` counts the
     trips), then acknowledge it.
+
+    With ``shard_key``, a message that came to a queue by name (the default exchange) goes to
+    the back of that key's shard of the queue instead: where the intake puts the messages
+    published to the queue, so where those behind it wait (returned to the queue, it would be
+    the first one there, and would come straight back).
 
     Raises:
         Exception: Whatever publishing raised; the original is then not acknowledged.
@@ -30,7 +36,13 @@ def return_to_queue(app: Any, req: Any, arrival: float) -> None:
     headers.setdefault(SUBMITTED, arrival)
     headers[REPUBLISHED] = int(headers.get(REPUBLISHED) or 0) + 1
     info = message.delivery_info or {}
-    _publish(app, message, headers, info.get("exchange") or "", info.get("routing_key"))
+    route: dict[str, Any] = {
+        "exchange": info.get("exchange") or "",
+        "routing_key": info.get("routing_key"),
+    }
+    if shard_key and not route["exchange"] and route["routing_key"]:
+        Shards.of(app).route(route, shard_key, route["routing_key"])
+    _publish(app, message, headers, route["exchange"], route["routing_key"])
     message.ack()
 
 
@@ -61,19 +73,30 @@ def _publish(
     routing_key: str | None,
     declare: list[Queue] | None = None,
 ) -> None:
-    props = message.properties or {}
     with app.producer_or_acquire() as producer:
-        producer.publish(
-            message.body,
-            exchange=exchange,
-            routing_key=routing_key,
-            headers=headers,
-            content_type=message.content_type,
-            content_encoding=message.content_encoding,
-            delivery_mode=props.get("delivery_mode"),
-            priority=props.get("priority"),
-            correlation_id=props.get("correlation_id"),
-            reply_to=props.get("reply_to"),
-            declare=declare,
-            retry=True,
-        )
+        publish_copy(producer, message, headers, exchange, routing_key, declare=declare, retry=True)
+
+
+def publish_copy(
+    producer: Any,
+    message: Any,
+    headers: dict[str, Any],
+    exchange: str,
+    routing_key: str | None,
+    **options: Any,
+) -> None:
+    """Publish ``message``'s body as it is, with ``headers`` and its own properties."""
+    props = message.properties or {}
+    producer.publish(
+        message.body,
+        exchange=exchange,
+        routing_key=routing_key,
+        headers=headers,
+        content_type=message.content_type,
+        content_encoding=message.content_encoding,
+        delivery_mode=props.get("delivery_mode"),
+        priority=props.get("priority"),
+        correlation_id=props.get("correlation_id"),
+        reply_to=props.get("reply_to"),
+        **options,
+    )
