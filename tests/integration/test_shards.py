@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
 
+import pytest
 from celery import chain, group
 from harness import gate_stats, intervals, wait_until
 
@@ -168,3 +170,38 @@ def test_jobs_wait_in_shards_nobody_consumes_until_a_fair_worker_comes_and_the_c
     # and a fair worker that comes later runs them all.
     start_worker(run, concurrency=SLOTS)
     wait_until(lambda: len(run.recorder.done_counts()) == 9, 30, "every job")
+
+
+@pytest.mark.parametrize("broker", ["amqp"])
+def test_shards_of_a_quorum_queue_are_quorum_queues_and_a_newcomer_waits_behind_few(
+    make_run, start_worker
+):
+    # Given a RabbitMQ quorum queue (RabbitMQ 3.8+), whose consumers prefetch a fixed window,
+    run = make_run(conf={"task_default_queue_type": "quorum"})
+    start_worker(run, concurrency=SLOTS)
+    clone = run.app.tasks["fairapp.clone"]
+    for i in range(300):
+        clone.apply_async([f"A{i}", 0.02], fairness_key="A")
+    published = time.time()
+    for i in range(2):
+        clone.apply_async([f"B{i}", 0.02], fairness_key="B")
+    # then each shard was declared as a quorum queue too, and B waited behind few of A's.
+    wait_until(lambda: all(run.recorder.done_counts().get(f"B{i}") for i in range(2)), 30, "B")
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", "list_queues", "name", "type"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    types = dict(line.split("\t") for line in listed.splitlines() if line.startswith(run.queue))
+    assert types == dict.fromkeys([run.queue, *shards_of(run.queue)], "quorum")
+    spans = intervals(run.recorder.events())
+    b_started = max(spans[f"B{i}"][0] for i in range(2))
+    a_between = [
+        s for t, (s, _) in spans.items() if t.startswith("A") and published < s < b_started
+    ]
+    assert len(a_between) <= 2 * SLOTS, (len(a_between), b_started - published)
+
+
+def shards_of(queue: str) -> list[str]:
+    return [shard_name(queue, i) for i in range(SHARDS)]
