@@ -1,0 +1,112 @@
+"""What sharding costs a producer per publish, and what a hand of two shards would add.
+
+Run by hand; results go to docs/benchmarks.md with the command:
+
+    python benchmarks/publish_bench.py                   # both brokers, 2,000 publishes, 5 rounds
+
+Per broker, in alternating rounds, the time per ``apply_async`` of a fair task (median over
+rounds, microseconds):
+
+- ``queue``: ``fair_shards = 1``: published to its queue, as plain Celery would;
+- ``shard``: ``fair_shards = 8``: to its key's shard (routing it costs a route lookup and a
+  hash);
+- ``hand of 2``: as ``shard``, after reading the depth of two candidate shards first, the
+  price of publishing to the shorter of a hand of two (shuffle sharding): one pipelined
+  ``LLEN`` round trip on Redis, two passive ``queue_declare`` on RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from typing import Any
+
+from celery import Celery
+
+from celery_fair import fair_task
+from celery_fair.routing import Shards, shard_name, shard_of
+
+BROKERS = {
+    "redis": "redis://127.0.0.1:6379/4",
+    "amqp": "amqp://guest:guest@127.0.0.1:5672//",
+}
+
+
+def make_app(broker: str, queue: str, shards: int) -> tuple[Any, Any]:
+    app = Celery("publish", broker=broker, set_as_current=False)
+    app.conf.update(task_default_queue=queue, fair_shards=shards, task_ignore_result=True)
+
+    @fair_task(app=app, name="publish.job", type="publish", priority=8)
+    def job(i: int) -> None: ...
+
+    return app, job
+
+
+def depth_reader(app: Any, queue: str) -> Any:
+    conn = app.connection_for_write()
+    channel = conn.default_channel
+    if conn.transport.driver_type == "redis":
+        from celery_fair.worker.internals import redis_broker_client
+
+        client = redis_broker_client(channel)
+
+        def redis_depths(names: list[str]) -> list[int]:
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.llen(name)
+            return [int(n) for n in pipe.execute()]
+
+        return redis_depths
+
+    def amqp_depths(names: list[str]) -> list[int]:
+        return [channel.queue_declare(name, passive=True).message_count for name in names]
+
+    return amqp_depths
+
+
+def measure(broker: str, variant: str, n: int) -> float:
+    queue = f"publish-{uuid.uuid4().hex[:8]}"
+    app, job = make_app(BROKERS[broker], queue, 1 if variant == "queue" else 8)
+    try:
+        job.apply_async([0], fairness_key="warm")  # connections, declarations
+        with app.connection_for_write() as conn:  # every shard exists, as in a running fleet
+            for shard in Shards.of(app).queues(app.amqp.queues[queue]):
+                shard.bind(conn.default_channel).declare()
+        depths = depth_reader(app, queue) if variant == "hand of 2" else None
+        if depths is not None:
+            depths([shard_name(queue, 0), shard_name(queue, 1)])
+        start = time.perf_counter()
+        for i in range(n):
+            key = f"client{i % 50}"
+            if depths is not None:
+                first = shard_of(key, 8)
+                depths([shard_name(queue, first), shard_name(queue, (first + 1) % 8)])
+            job.apply_async([i], fairness_key=key)
+        return 1e6 * (time.perf_counter() - start) / n
+    finally:
+        with app.connection_for_write() as conn:
+            for name in (queue, *(shard_name(queue, i) for i in range(8))):
+                conn.default_channel.queue_delete(name)
+        app.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--brokers", default="redis,amqp")
+    parser.add_argument("--publishes", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    variants = ["queue", "shard", "hand of 2"]
+    print(f"{'broker':6} " + " ".join(f"{v:>10}" for v in variants) + "   (us per publish)")
+    for broker in args.brokers.split(","):
+        got: dict[str, list[float]] = {v: [] for v in variants}
+        for i in range(args.rounds):
+            for variant in variants if i % 2 == 0 else variants[::-1]:
+                got[variant].append(measure(broker, variant, args.publishes))
+        print(f"{broker:6} " + " ".join(f"{statistics.median(got[v]):>10.0f}" for v in variants))
+
+
+if __name__ == "__main__":
+    main()
