@@ -124,7 +124,10 @@ def measure(
     Celery's to the queue, which is all a plain worker consumes."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     key = f"bench:{queue}"
-    shards = shards if mode == "fair" else 1
+    if mode != "fair":
+        shards = 1
+    elif settings:  # a --variant may set its own fair_shards: publish to match
+        shards = ast.literal_eval(settings).get("fair_shards", shards)
     module = bench_app(BROKERS[broker], queue, key, shards)
     record = redis.Redis.from_url(RECORD)
     redis_pid = int(record.info("server")["process_id"])
