@@ -204,10 +204,10 @@ def run(state: str, tasks: int, held: int, profile: str | None) -> tuple[float, 
             profiler = cProfile.Profile()
             profiler.enable()
         start = time.process_time()
-        counts = dict(gate.engine.counts)
+        counts = dict(gate.counters.counts)
         loop(tasks)
         used = time.process_time() - start
-        calls, given = (gate.engine.counts[k] - counts[k] for k in ("calls", "given_back"))
+        calls, given = (gate.counters.counts[k] - counts[k] for k in ("calls", "given_back"))
         if profiler is not None:
             import pstats
 

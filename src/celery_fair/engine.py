@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .core import Admission, CancelOutcome, Clock, JobType, MonotonicClock, Scheduler
 from .errors import DuplicateJob, UnknownJob
+from .observe import Counters, Observer
 from .store.base import (
     Ask,
     Done,
@@ -74,6 +75,14 @@ class Mode(str, enum.Enum):
     HOLD = "hold"  # the store is unreachable: admit nothing new
     LOCAL = "local"  # the store is unreachable: admit on this worker's share of each cap
 
+
+#: The store's refusals that block a job, by the name observers know them by.
+_BLOCKED = {
+    Verdict.TIER_CAP: "tier_cap",
+    Verdict.TYPE_CAP: "type_cap",
+    Verdict.CONFLICT: "conflict",
+    Verdict.RECOVERING: "recovering",
+}
 
 #: Modes in which admitted jobs that have not started may be given back (``reconsider``).
 _RECONSIDER = (Mode.ALONE, Mode.SHARED)
@@ -106,6 +115,7 @@ class Call:
     # The engine's own records: whose finishes ride on this call, whose registration.
     finished: list[Any] = field(default_factory=list)
     flipped: list[Any] = field(default_factory=list)
+    sent: float = 0.0  # when the engine sent it, by its clock
 
     def request(self, store: RedisStore) -> Request:
         """The same call, packed for a client that sends it and reads the reply itself."""
@@ -154,6 +164,8 @@ class Engine:
             what other workers run or hold, and between two retries of a job whose uid runs
             elsewhere.
         clock: The engine's own clock for intervals (monotonic by default).
+        observer: Told of admissions refused, store calls, outages (observe.py); a
+            ``Counters`` of its own by default.
     """
 
     def __init__(
@@ -165,6 +177,7 @@ class Engine:
         outage: str = "hold",
         poll_interval: float = 0.5,
         clock: Clock | None = None,
+        observer: Observer | None = None,
     ) -> None:
         if outage not in OUTAGE_POLICIES:
             raise ValueError(f"outage must be one of {OUTAGE_POLICIES}, got {outage!r}")
@@ -182,20 +195,7 @@ class Engine:
         self.beat_interval = min(lease / 3, 2.0)
         self.epoch = ""
         self.workers = 1
-        self.counts = dict.fromkeys(
-            (
-                "calls",
-                "failed",
-                "refused",
-                "stalled",
-                "dropped",
-                "registered",
-                "released",
-                "outages",
-                "given_back",
-            ),
-            0,
-        )
+        self.observer = observer if observer is not None else Counters()
         # _jobs: every job given to submit() and not yet finished or cancelled, by ref.
         self._jobs: dict[Hashable, _Job] = {}
         # _done: finished jobs the store has not been told about yet (it still counts them as
@@ -290,12 +290,10 @@ class Engine:
         """
         core = self.core
         try:
-            if elapsed is None:
-                core.release(ref)
-            else:
-                core.complete(ref, elapsed)
+            release = core.release(ref) if elapsed is None else core.complete(ref, elapsed)
         except UnknownJob:
             return
+        self.observer.finished(release.type, core.types[release.type].priority, elapsed)
         job = self._jobs.pop(ref, None)
         if job is not None:
             self._report(job, elapsed, final, unstarted)
@@ -337,7 +335,7 @@ class Engine:
             if job is not None:
                 self._report(job, None, final=False, unstarted=True)
                 job.token = 0
-        self.counts["given_back"] += len(given)
+        self.observer.given_back(len(given))
         return given
 
     # -- decisions out ---------------------------------------------------------------------
@@ -384,7 +382,9 @@ class Engine:
     def apply(self, call: Call, result: Any) -> Decision:
         """Feed back what ``call`` returned (or the exception it raised)."""
         self._inflight = None
-        if isinstance(result, BaseException):
+        failed = isinstance(result, BaseException)
+        self.observer.store_call(call.kind, self.clock.now() - call.sent, not failed)
+        if failed:
             return self._failed(call, result)
         if self.mode is not Mode.SHARED:
             self._recovered()
@@ -394,8 +394,10 @@ class Engine:
         if call.kind == "beat":
             self._apply_beat(call, result)
         else:
-            self.counts["registered"] += result.registered
-            self.counts["released"] += result.released
+            if result.registered:
+                self.observer.registered(result.registered)
+            if result.released:
+                self.observer.reconciled(result.released)
             self._must_register = self._reconcile = False
             if result.registered:
                 logger.info(
@@ -469,14 +471,13 @@ class Engine:
             "mode": self.mode.value,
             "workers": self.workers,
             "stalled": len(self._stalled),
-            **self.counts,
         }
 
     # -- internals: the shared path --------------------------------------------------------
 
     def _send(self, call: Call) -> Call:
         self._inflight = call
-        self.counts["calls"] += 1
+        call.sent = self.clock.now()
         return call
 
     def _is_in_flight(self, ref: Hashable) -> bool:
@@ -538,7 +539,8 @@ class Engine:
                     )
                 )  # fmt: skip
                 continue
-            self.counts["refused"] += 1
+            if verdict in _BLOCKED:
+                self.observer.blocked(job.ask.type, job.ask.priority, _BLOCKED[verdict])
             if verdict is Verdict.CONFLICT and job.job_id is not None:
                 core.hold_elsewhere(job.group, job.job_id)  # first: the revert parks it there
             core.revert(ref)
@@ -549,7 +551,7 @@ class Engine:
                 self._stalled[ref] = now + self.poll_interval
                 if not job.stalled:
                     job.stalled = True
-                    self.counts["stalled"] += 1
+                    self.observer.stalled()
                     logger.info(
                         "celery-fair: job %s runs on another worker; holding this copy until "
                         "it ends or its worker's lease expires.",
@@ -559,7 +561,7 @@ class Engine:
                 core.cancel(ref)
                 del jobs[ref]
                 drop.append(ref)
-                self.counts["dropped"] += 1
+                self.observer.dropped()
             if job.cancelled and ref in jobs:
                 core.cancel(ref)
                 self._stalled.pop(ref, None)
@@ -581,6 +583,8 @@ class Engine:
         if view.mine < expected:
             # The store lost some of our jobs (our lease expired during a pause, or it came
             # back empty): they do run, so they must count again.
+            if not self._must_register:
+                self.observer.lease_lost()
             self._must_register = True
         elif view.mine > expected:
             # The store counts jobs of ours that ended (their release was lost: a failover to
@@ -640,6 +644,8 @@ class Engine:
                 epoch,
                 self.epoch,
             )
+            if not self._must_register:
+                self.observer.lease_lost()
             self._must_register = True
         self.epoch = epoch
 
@@ -683,7 +689,6 @@ class Engine:
     # -- internals: outages ----------------------------------------------------------------
 
     def _failed(self, call: Call, exc: BaseException) -> Decision:
-        self.counts["failed"] += 1
         core = self.core
         for admission in call.admissions:
             core.revert(admission.ref)
@@ -701,8 +706,8 @@ class Engine:
         self._backoff = min(10.0, max(0.5, self._backoff * 2))
         self._pause_until = now + self._backoff
         if self.mode is Mode.SHARED:
-            self.counts["outages"] += 1
             self.mode = Mode.LOCAL if self.outage == "local" else Mode.HOLD
+            self.observer.outage(self.mode.value)
             logger.warning(
                 "celery-fair: the shared store is unreachable (%s); %s until it answers again.",
                 exc,
@@ -722,6 +727,7 @@ class Engine:
         self._local_holds.clear()
         if any(job.token and not job.in_store for job in self._jobs.values()):
             self._must_register = True
+        self.observer.recovered()
         logger.warning("celery-fair: the shared store answers again (was %s).", was.value)
 
     def _enter_local(self) -> None:

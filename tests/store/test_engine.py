@@ -13,6 +13,7 @@ from test_contract import ask
 from celery_fair.core import CostLifecycle, JobType, Scheduler, SchedulerConfig, SimClock
 from celery_fair.engine import Engine, Mode
 from celery_fair.errors import StoreUnavailable
+from celery_fair.observe import Observer
 from celery_fair.store import Done
 
 NEVER = CostLifecycle.never()
@@ -91,7 +92,7 @@ def test_a_type_cap_counts_every_worker(fleet, clock):
     assert started(one.run_inline()) == ["a0", "a1"]  # the type cap is 2
     # The second worker proposes b0, the store refuses it, and its core learns why.
     assert started(two.run_inline()) == []
-    assert two.counts["refused"] == 1
+    assert two.observer.counts["refused"] == 1
     assert two.core.status("b0").blocked_by  # blocked by the type cap, fleet-wide
     # The first worker's next job takes the slot its finished job frees, in the same call,
     one.finish("a0", 1.0, final=True)
@@ -167,7 +168,7 @@ def test_a_copy_of_a_job_running_elsewhere_waits_until_that_worker_is_gone(fleet
     # The first worker dies (it never calls again); the broker gives the message to the second.
     two.submit("a", "clone", "linux", "k", arrival=clock.now())
     assert started(two.run_inline()) == []
-    assert two.counts["stalled"] == 1
+    assert two.observer.counts["stalled"] == 1
 
     def runs_once_the_lease_is_gone():
         if kind == "memory":
@@ -234,7 +235,7 @@ def test_local_mode_runs_on_this_workers_share_and_never_a_conflicting_job(fleet
     clock.advance(10.0)
     later = started(one.run_inline())
     assert one.mode is Mode.SHARED
-    assert one.counts["registered"] == 1  # c0, which the store had never seen
+    assert one.observer.counts["registered"] == 1  # c0, which the store had never seen
     assert later == ["c1"]  # the fleet's type cap of 2: c0 and c1
     # x no longer waits for its conflict, only for the type cap.
     assert [r.value for r in one.core.status("x").blocked_by] == ["type_cap"]
@@ -252,7 +253,7 @@ def test_a_store_that_comes_back_empty_gets_our_running_jobs_back(fleet, clock, 
     engine.submit("c", "clone", "third", "k", arrival=clock.now())
     clock.advance(10.0)
     engine.run_inline()
-    assert engine.counts["registered"] == 2
+    assert engine.observer.counts["registered"] == 2
     assert engine.store.heartbeat("w0", [], []).types == {"clone": 2}
 
 
@@ -274,11 +275,11 @@ def test_a_reserved_job_keeps_its_admission_while_nothing_ranks_before_it(fleet,
     one.submit("a0", "clone", "r0", "A", arrival=clock.now())
     one.submit("a1", "clone", "r1", "A", arrival=clock.now())
     assert started(one.run_inline()) == ["a0", "a1"]  # a1 is reserved by the caller
-    calls = one.counts["calls"]
+    calls = one.observer.counts["calls"]
     one.submit("a2", "clone", "r2", "A", arrival=clock.now())  # same client, later: behind
     assert one.reconsider(["a1"]) == []
     assert one.run_inline().start == []
-    assert one.counts["calls"] == calls  # nothing to tell the store
+    assert one.observer.counts["calls"] == calls  # nothing to tell the store
     assert one.store.accumulated_cost("A") == 2.0
 
 
@@ -287,13 +288,13 @@ def test_a_newcomer_that_ranks_first_takes_the_reserved_admission_in_one_call(fl
     for i in range(3):
         one.submit(f"a{i}", "clone", f"r{i}", "A", arrival=clock.now())
     assert started(one.run_inline()) == ["a0", "a1"]  # a0 runs, a1 is reserved
-    calls = one.counts["calls"]
+    calls = one.observer.counts["calls"]
     one.submit("b0", "clone", "x", "B", arrival=clock.now())  # B has used nothing
     assert one.reconsider(["a1"]) == ["a1"]
     # One call gives a1 back (its charge refunded) and admits in the new order.
     assert started(one.run_inline()) == ["b0"]
-    assert one.counts["calls"] == calls + 1
-    assert one.counts["given_back"] == 1
+    assert one.observer.counts["calls"] == calls + 1
+    assert one.observer.counts["given_back"] == 1
     assert one.store.accumulated_cost("A") == 1.0
     assert one.core.status("a1").place is not None  # pending again, first of A's
     one.finish("a0", 1.0, final=True)
@@ -310,7 +311,7 @@ def test_a_newcomer_takes_back_only_the_reserved_admissions_it_ranks_before(flee
     one.finish("j0", 1.0, final=True)
     one.submit("d0", "fetch", "x", "D", arrival=clock.now())
     assert one.reconsider(["j2", "j3", "j1"]) == ["j1"]
-    assert one.counts["given_back"] == 1
+    assert one.observer.counts["given_back"] == 1
     assert started(one.run_inline()) == ["d0", "j1"]  # the free slot and j1's, new order
 
 
@@ -352,7 +353,7 @@ def test_a_job_the_store_counts_after_its_release_was_lost_is_released(fleet, cl
     # so b waits: a and the ghost fill the type cap of 2,
     one.submit("b", "clone", "git", "k", arrival=clock.now())
     assert started(one.run_inline()) == []
-    assert one.counts["refused"] == 1
+    assert one.observer.counts["refused"] == 1
 
     # when the worker's heartbeats go on,
     def b_started():
@@ -361,7 +362,7 @@ def test_a_job_the_store_counts_after_its_release_was_lost_is_released(fleet, cl
 
     wait_until(b_started, 5, "b to start", every=0)
     # then it notices, tells the store all it has, and the store releases the ghost.
-    assert one.counts["released"] == 1
+    assert one.observer.counts["released"] == 1
     assert not one.store.finish(one.worker, [Done("ghost", ghost.token, None)])[0].applied
     view = one.store.heartbeat(one.worker, [], [])
     assert view.mine == 2  # a and b
@@ -386,5 +387,98 @@ def test_a_steady_stream_of_admissions_does_not_hold_back_the_check_for_lost_job
     # then a heartbeat still comes within two of its periods, finds the ghost, and the
     # registration that follows releases it.
     assert "beat" in kinds[: int(2 * one.beat_interval / 0.25) + 2]
-    assert one.counts["released"] == 1
+    assert one.observer.counts["released"] == 1
     assert not one.store.finish(one.worker, [Done("ghost", ghost.token, None)])[0].applied
+
+
+class Told(Observer):
+    """Records the events the engine tells."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[object, ...]] = []
+
+    def store_call(self, kind, seconds, ok):
+        self.events.append(("store_call", kind, seconds, ok))
+
+    def blocked(self, job_type, priority, reason):
+        self.events.append(("blocked", job_type, priority, reason))
+
+    def finished(self, job_type, priority, elapsed):
+        self.events.append(("finished", job_type, priority, elapsed))
+
+    def outage(self, mode):
+        self.events.append(("outage", mode))
+
+    def recovered(self):
+        self.events.append(("recovered",))
+
+    def lease_lost(self):
+        self.events.append(("lease_lost",))
+
+    def registered(self, n):
+        self.events.append(("registered", n))
+
+    def named(self, name):
+        return [e for e in self.events if e[0] == name]
+
+
+class SlowStore(Cuttable):
+    """Each call takes ``seconds`` of the test's clock."""
+
+    def __init__(self, store, clock, seconds):
+        super().__init__(store)
+        self.clock = clock
+        self.seconds = seconds
+
+    def __getattr__(self, name):
+        attr = super().__getattr__(name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self.clock.advance(self.seconds)
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def test_the_engine_tells_its_observer_each_store_call_refusal_and_end(fleet, clock):
+    told = Told()
+    one, two = fleet(2, observer=told)
+    two.store = SlowStore(two.store, clock, 0.004)
+    for i in range(2):
+        one.submit(f"a{i}", "clone", f"r{i}", "k", arrival=clock.now())
+    one.run_inline()  # the type cap of 2 is full, fleet-wide
+    told.events.clear()
+    two.submit("b", "clone", "x", "k", arrival=clock.now())
+    assert started(two.run_inline()) == []
+    assert told.named("blocked") == [("blocked", "clone", 8, "type_cap")]
+    calls = told.named("store_call")
+    assert calls[0][1] == "admit"
+    assert all(c[2] == pytest.approx(0.004) and c[3] for c in calls)  # timed by its clock
+    told.events.clear()
+    one.finish("a0", 1.5, final=True)
+    one.finish("a1", None)
+    assert told.events == [("finished", "clone", 8, 1.5), ("finished", "clone", 8, None)]
+
+
+def test_the_engine_tells_an_outage_a_recovery_and_a_lost_lease(fleet, clock):
+    told = Told()
+    (engine,) = fleet(1, observer=told)
+    store = Cuttable(engine.store)
+    engine.store = store
+    engine.submit("a", "clone", "r1", "k", arrival=clock.now())
+    engine.run_inline()
+    store.cut = True
+    engine.submit("b", "clone", "r2", "k", arrival=clock.now())
+    engine.run_inline()
+    assert told.named("outage") == [("outage", "hold")]
+    assert told.named("store_call")[-1][1:] == ("admit", 0.0, False)
+    store.cut = False
+    # While it was away, the store lost this worker's running job (its lease expired).
+    store.store.finish(engine.worker, [Done("a", 1, None)])
+    clock.advance(10.0)
+    engine.run_inline()
+    assert told.named("recovered") == [("recovered",)]
+    assert told.named("lease_lost") == [("lease_lost",)]
+    assert told.named("registered") == [("registered", 1)]

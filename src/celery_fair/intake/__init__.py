@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from celery.utils.log import get_logger
 
+from ..observe import Observer
 from ..routing import SHARD_HASH, shard_name
 
 __all__ = ["BATCH", "Intake", "IntakeThread", "RedisIntake", "plain_consumers"]
@@ -129,9 +130,11 @@ class IntakeThread(threading.Thread):
         queues: Callable[[], list[str]],
         interval: float,
         app: Any = None,
+        observer: Observer | None = None,
     ) -> None:
         super().__init__(name="celery-fair intake", daemon=True)
         self.intake = intake
+        self.observer = observer if observer is not None else Observer()
         self.queues = queues
         self.interval = interval
         self.app = app
@@ -149,7 +152,7 @@ class IntakeThread(threading.Thread):
     def _run(self) -> None:
         while not self._halt.is_set():
             try:
-                self.intake.drain(self.queues())
+                self._drain()
             except Exception as exc:  # a Redis outage or failover: keep trying
                 if not self._failing:
                     logger.warning("celery-fair intake: cannot move messages (%s); retrying.", exc)
@@ -162,6 +165,12 @@ class IntakeThread(threading.Thread):
                 self._next_check = time.monotonic() + CHECK_EVERY
                 self._check_consumers()
             self._halt.wait(self.interval)
+
+    def _drain(self) -> None:
+        for queue in self.queues():
+            moved = self.intake.drain([queue])
+            if moved:
+                self.observer.moved(queue, moved)
 
     def _check_consumers(self) -> None:
         try:

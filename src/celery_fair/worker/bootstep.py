@@ -14,6 +14,7 @@ from celery.utils.log import get_logger
 from ..errors import StoreUnavailable
 from ..intake import Intake, IntakeThread, RedisIntake
 from ..intake.amqp import AmqpIntake
+from ..observe import Observer
 from ..routing import Shards, follow_consumer_changes, shard_index
 from ..settings import FairSettings
 from ..store.redis import RedisStore
@@ -88,7 +89,9 @@ def open_store(settings: FairSettings, app: Any) -> RedisStore | None:
     return store
 
 
-def start_intake(c: Any, settings: FairSettings) -> IntakeThread | None:
+def start_intake(
+    c: Any, settings: FairSettings, observer: Observer | None = None
+) -> IntakeThread | None:
     """With shards, the intake of the queues this worker consumes: fair messages that
     producers published to a queue move into their shards (intake/)."""
     shards = Shards.of(c.app)
@@ -104,7 +107,9 @@ def start_intake(c: Any, settings: FairSettings) -> IntakeThread | None:
         intake = AmqpIntake(c.app)
     else:
         return None
-    thread = IntakeThread(intake, lambda: _base_queues(c.app), settings.intake_interval, c.app)
+    thread = IntakeThread(
+        intake, lambda: _base_queues(c.app), settings.intake_interval, c.app, observer
+    )
     thread.start()
     logger.info(
         "celery-fair intake: moving fair messages from %s into their shards.",
@@ -167,7 +172,7 @@ class FairGateStep(bootsteps.StartStopStep):
         settings = gate.settings
         self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if self.intake is None:
-            self.intake = start_intake(c, settings)
+            self.intake = start_intake(c, settings, gate.observer)
             gate.intake_running = self.intake is not None
         if gate.engine.store is not None:
             # Looks at the store while jobs wait for other workers, beats, retries.

@@ -50,6 +50,7 @@ from celery.worker import state as worker_state
 
 from ..core import Admission, JobType, ReserveDepth, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
+from ..observe import Counters, Fanout, Observer
 from ..store.base import Store
 from ..store.redis import RedisStore
 from .headers import TOKEN, FairHeaders, parse_headers, request_uid
@@ -103,6 +104,7 @@ class Gate:
         process_task: Callable[[Any], Any],
         store: Store | None = None,
         worker_id: str = "worker",
+        observer: Observer | None = None,
     ) -> None:
         self.consumer = consumer
         self.app = consumer.app
@@ -137,12 +139,19 @@ class Gate:
             WallClock(),
             self.types.values(),
         )
+        # counters: what inspect stats shows; observer: every event goes to it, the counters
+        # among its listeners (observe.py).
+        self.counters = Counters()
+        self.observer: Observer = (
+            self.counters if observer is None else Fanout(self.counters, observer)
+        )
         self.engine = Engine(
             self.scheduler,
             store,
             worker=worker_id,
             outage=settings.store_outage,
             poll_interval=settings.store_poll_interval,
+            observer=self.observer,
         )
         self._runner: StoreLink | None = None
         self._hub: Any = None
@@ -167,9 +176,6 @@ class Gate:
         self.runs = Runs()
         self.window = PrefetchWindow(lambda: self.consumer.qos, settings.max_held)
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
-        self.counts = dict.fromkeys(
-            ("admitted", "spilled", "refreshed", "dead_lettered", "revoked_held", "duplicates"), 0
-        )
         self._lock = threading.RLock()
         self.intake_running = False  # an intake moves this worker's queues' fair messages
         self._last_spill = -float("inf")
@@ -227,7 +233,7 @@ class Gate:
         if earlier is not None:
             # The broker redelivered a message we hold (an ack timeout ran out): keep one, the
             # newer delivery, at the place the first one had.
-            self.counts["duplicates"] += 1
+            self.observer.duplicate()
             logger.warning(
                 "Task %s[%s] was delivered again while held; keeping one copy.", req.name, uid
             )
@@ -235,7 +241,7 @@ class Gate:
             earlier.req = req
             return
         if uid in self.runs.fair:
-            self.counts["duplicates"] += 1
+            self.observer.duplicate()
             logger.warning(
                 "Task %s[%s] was delivered again while running; dropping the copy.",
                 req.name,
@@ -342,10 +348,13 @@ class Gate:
     def _act(self, decision: Decision) -> None:
         for admission in decision.start:
             uid = str(admission.ref)
-            if uid not in self.held:  # forgotten while the store decided: let its slot go
+            held = self.held.get(uid)
+            if held is None:  # forgotten while the store decided: let its slot go
                 self.engine.finish(uid, None, unstarted=True)
                 continue
-            self.counts["admitted"] += 1
+            self.observer.admitted(
+                admission.type, admission.priority, time.monotonic() - held.received
+            )
             if len(self.runs) < self._pool_slots:
                 self._start(uid, admission)
             else:
@@ -355,7 +364,7 @@ class Gate:
             held = self.held.pop(uid, None)
             if held is None:
                 continue
-            self.counts["duplicates"] += 1
+            self.observer.duplicate()
             logger.warning(
                 "Task %s[%s] already ran to the end on another worker; dropping this copy.",
                 held.req.name,
@@ -379,6 +388,7 @@ class Gate:
             admission.estimate,
             admission.token,
         )
+        self.observer.started(admission.type, admission.priority)
         self._handoff(run)
 
     def _hand_reserved(self) -> None:
@@ -507,7 +517,7 @@ class Gate:
             # revoked() also handles expiry, and does Celery's bookkeeping: ack, events, state.
             if held.req.revoked():
                 self._forget(uid)
-                self.counts["revoked_held"] += 1
+                self.observer.revoked_held()
                 logger.info(
                     "Held task %s[%s] was revoked or expired; dropped from the gate.",
                     held.req.name,
@@ -520,7 +530,7 @@ class Gate:
             if held.received > deadline:
                 break  # held is ordered by receipt
             if self._republish(held, reason="held longer than the broker waits for an ack"):
-                self.counts["refreshed"] += 1
+                self.observer.refreshed()
 
     def _spill(self) -> None:
         now = time.monotonic()
@@ -534,7 +544,7 @@ class Gate:
             held = self.held.get(view.ref)  # type: ignore[call-overload]
             if held is not None and self._republish(held, reason="held work blocks the queue"):
                 spilled += 1
-        self.counts["spilled"] += spilled
+        self.observer.spilled(spilled)
         logger.warning(
             "celery-fair holds %d messages (fair_max_held=%d) and none of them can take a free "
             "slot: returned the %d lowest-ranked to the broker.",
@@ -650,7 +660,7 @@ class Gate:
             )
             req.reject(requeue=False)
             return
-        self.counts["dead_lettered"] += 1
+        self.observer.dead_lettered()
         req.acknowledge()
         worker_state.task_ready(req)
         req.send_event("task-rejected", requeue=False)
@@ -670,7 +680,7 @@ class Gate:
                 "plain-started": self.runs.plain_started,
                 "pool-in-line": self.runs.in_line,
                 "fair-capacity": self.scheduler.capacity,
-                **{f"fair-{name.replace('_', '-')}": n for name, n in self.counts.items()},
+                **self.counters.stats(),
                 **{f"fair-store-{name}": v for name, v in self.engine.info().items()},
             }
 

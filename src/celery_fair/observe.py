@@ -1,0 +1,244 @@
+"""What happens to fair jobs, told to one injected observer as it happens.
+
+The engine, the gate and the intake each take an ``Observer`` and call it at every event that
+someone watching the product wants to see: a job admitted (with its wait), started, finished,
+released unstarted; the store refusing an admission (blocked, and why); a store call and how
+long it took; a spill; a message moved by the intake; the store losing this worker's lease.
+Everything that counts or measures these events is an observer of this one stream: the
+counters ``celery inspect stats`` shows (``Counters``), the Prometheus metrics (metrics.py),
+and whatever a user adds. ``Fanout`` hands each event to several.
+
+The base class does nothing: a method is one attribute lookup and one call, so an event costs
+well under a microsecond when nobody listens. Observers run on the thread that made the
+event (the worker's event loop for the gate and the engine, the intake's thread for moves)
+and must not block: they count, they do not do I/O.
+
+Names of job types, tiers, reasons, queues and store calls are bounded sets (the registered
+types, the configured tiers, ``BLOCK_REASONS``, the consumed queues, ``CALL_KINDS``); a
+fairness key or a job id is never passed to an observer: it is unbounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "BLOCK_REASONS",
+    "CALL_KINDS",
+    "GATE_COUNTS",
+    "STORE_COUNTS",
+    "Counters",
+    "Fanout",
+    "Observer",
+]
+
+#: Why the store refused an admission: the fleet runs as many of the job's tier (``tier_cap``)
+#: or type (``type_cap``) as the cap allows, another worker holds its conflict (``conflict``),
+#: or the store came back empty and workers are re-registering (``recovering``).
+BLOCK_REASONS = ("tier_cap", "type_cap", "conflict", "recovering")
+#: The store calls the engine makes.
+CALL_KINDS = ("admit", "beat", "register")
+#: The gate's counters, shown by ``inspect stats`` as ``fair-<name>``.
+GATE_COUNTS = (
+    "admitted",
+    "spilled",
+    "refreshed",
+    "dead_lettered",
+    "revoked_held",
+    "duplicates",
+    "moved",
+)
+#: The engine's counters, shown by ``inspect stats`` as ``fair-store-<name>``.
+STORE_COUNTS = (
+    "calls",
+    "failed",
+    "refused",
+    "stalled",
+    "dropped",
+    "registered",
+    "released",
+    "outages",
+    "given_back",
+    "leases_lost",
+)
+
+
+class Observer:
+    """Receives every event; each method does nothing here. Subclass what you need."""
+
+    # -- a job's life in the gate -------------------------------------------------------
+
+    def admitted(self, job_type: str, priority: int, wait: float) -> None:
+        """A held job was admitted after ``wait`` seconds from its receipt by this worker."""
+
+    def started(self, job_type: str, priority: int) -> None:
+        """An admitted job was handed to the pool."""
+
+    def finished(self, job_type: str, priority: int, elapsed: float | None) -> None:
+        """A job that was admitted ended: it ran ``elapsed`` seconds (``None``: it ended
+        without teaching its cost: revoked, lost, given back before it started)."""
+
+    # -- the store ---------------------------------------------------------------------
+
+    def store_call(self, kind: str, seconds: float, ok: bool) -> None:
+        """A store call of ``kind`` (``CALL_KINDS``) came back after ``seconds``; ``ok`` is
+        ``False`` when it failed (the store unreachable, or an error)."""
+
+    def blocked(self, job_type: str, priority: int, reason: str) -> None:
+        """The store refused to admit a job (``reason`` in ``BLOCK_REASONS``)."""
+
+    def stalled(self) -> None:
+        """A job's copy was found running on another worker: this one waits for it."""
+
+    def dropped(self) -> None:
+        """A job's copy had already run to the end elsewhere: dropped unrun."""
+
+    def given_back(self, n: int) -> None:
+        """``n`` admitted jobs that had not started were given back for a newcomer."""
+
+    def registered(self, n: int) -> None:
+        """The store had lost ``n`` jobs this worker runs: they were registered again."""
+
+    def reconciled(self, n: int) -> None:
+        """The store counted ``n`` jobs under this worker that ended: it released them."""
+
+    def lease_lost(self) -> None:
+        """The store no longer counts (all) this worker's running jobs: its lease expired, or
+        the store came back empty. They are registered again with the next call."""
+
+    def outage(self, mode: str) -> None:
+        """The store became unreachable; the engine now runs in ``mode`` (hold or local)."""
+
+    def recovered(self) -> None:
+        """The store answers again."""
+
+    # -- the gate's housekeeping and the intake ------------------------------------------
+
+    def spilled(self, n: int) -> None:
+        """``n`` held messages were returned to the broker because held work blocked it."""
+
+    def refreshed(self) -> None:
+        """A held message was returned to the broker before its ack timeout."""
+
+    def dead_lettered(self) -> None:
+        """A message with bad fairness headers went to the dead letter queue."""
+
+    def revoked_held(self) -> None:
+        """A held job was revoked or expired and dropped from the gate."""
+
+    def duplicate(self) -> None:
+        """A second copy of a held or running job arrived and was dropped."""
+
+    def moved(self, queue: str, n: int) -> None:
+        """The intake moved ``n`` messages from ``queue`` into its shards."""
+
+
+class Fanout(Observer):
+    """Hands each event to every observer in ``observers``, in order.
+
+    Each event is bound once, here, to the observers that do something at it: an event none
+    of them handles costs what it costs on the base class, one handled by one observer goes
+    straight to it.
+    """
+
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = observers
+        for name in _EVENTS:
+            targets = [getattr(o, name) for o in observers if _handles(o, name)]
+            if len(targets) == 1:
+                setattr(self, name, targets[0])
+            elif targets:
+                setattr(self, name, _fan(targets))
+        self._handled = {name for name in _EVENTS if _handles_any(observers, name)}
+
+
+class Counters(Observer):
+    """Counts events: what ``inspect stats`` (and so Flower's worker page) shows.
+
+    ``counts`` maps each name of ``GATE_COUNTS`` and ``STORE_COUNTS`` to its count.
+    """
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys((*GATE_COUNTS, *STORE_COUNTS), 0)
+
+    def stats(self) -> dict[str, int]:
+        """The counts under the names ``inspect stats`` shows."""
+        counts = self.counts
+        out = {f"fair-{n.replace('_', '-')}": counts[n] for n in GATE_COUNTS}
+        out.update({f"fair-store-{n}": counts[n] for n in STORE_COUNTS})
+        return out
+
+    def admitted(self, job_type: str, priority: int, wait: float) -> None:
+        self.counts["admitted"] += 1
+
+    def store_call(self, kind: str, seconds: float, ok: bool) -> None:
+        self.counts["calls"] += 1
+        if not ok:
+            self.counts["failed"] += 1
+
+    def blocked(self, job_type: str, priority: int, reason: str) -> None:
+        self.counts["refused"] += 1
+
+    def stalled(self) -> None:
+        self.counts["stalled"] += 1
+
+    def dropped(self) -> None:
+        self.counts["dropped"] += 1
+
+    def given_back(self, n: int) -> None:
+        self.counts["given_back"] += n
+
+    def registered(self, n: int) -> None:
+        self.counts["registered"] += n
+
+    def reconciled(self, n: int) -> None:
+        self.counts["released"] += n
+
+    def lease_lost(self) -> None:
+        self.counts["leases_lost"] += 1
+
+    def outage(self, mode: str) -> None:
+        self.counts["outages"] += 1
+
+    def spilled(self, n: int) -> None:
+        self.counts["spilled"] += n
+
+    def refreshed(self) -> None:
+        self.counts["refreshed"] += 1
+
+    def dead_lettered(self) -> None:
+        self.counts["dead_lettered"] += 1
+
+    def revoked_held(self) -> None:
+        self.counts["revoked_held"] += 1
+
+    def duplicate(self) -> None:
+        self.counts["duplicates"] += 1
+
+    def moved(self, queue: str, n: int) -> None:
+        self.counts["moved"] += n
+
+
+_EVENTS = tuple(
+    name for name, value in vars(Observer).items() if callable(value) and not name.startswith("_")
+)
+
+
+def _handles(observer: Observer, name: str) -> bool:
+    """Whether ``observer`` does something at event ``name`` (the base class does nothing)."""
+    if isinstance(observer, Fanout):
+        return name in observer._handled
+    return getattr(type(observer), name) is not getattr(Observer, name)
+
+
+def _handles_any(observers: tuple[Observer, ...], name: str) -> bool:
+    return any(_handles(o, name) for o in observers)
+
+
+def _fan(targets: list[Callable[..., None]]) -> Callable[..., None]:
+    def fan(*args: Any) -> None:
+        for target in targets:
+            target(*args)
+
+    return fan
