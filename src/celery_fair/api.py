@@ -56,6 +56,9 @@ class FairTask(Task):
     work a client starts stays that client's.
     """
 
+    #: Celery's default strategy, whose task-received events carry the fairness fields.
+    Strategy = "celery_fair.worker.events:fair_strategy"
+
     fair_type: str | None = None
     fair_priority: int | None = None
     fair_max_concurrency: int | None = None

@@ -56,6 +56,10 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_store_outage": "hold",  # or "local"
         "fair_store_poll_interval": 0.5,
         "fair_dedupe_seconds": 60.0,
+        # Prometheus metrics (metrics.py, docs/metrics.md): the port this worker serves
+        # /metrics on (0: one the OS picks, shown by inspect stats); None = no metrics.
+        "fair_metrics_port": None,
+        "fair_metrics_address": "0.0.0.0",
     }
 )
 
@@ -98,6 +102,8 @@ class FairSettings:
     store_outage: str = "hold"
     store_poll_interval: float = 0.5
     dedupe_seconds: float = 60.0
+    metrics_port: int | None = None
+    metrics_address: str = "0.0.0.0"
 
     @classmethod
     def from_celery_conf(cls, conf: Any) -> FairSettings:
@@ -160,7 +166,11 @@ class FairSettings:
             store_outage=_choice("fair_store_outage", v["fair_store_outage"], OUTAGE_POLICIES),
             store_poll_interval=_seconds("fair_store_poll_interval", v["fair_store_poll_interval"]),
             dedupe_seconds=_non_negative("fair_dedupe_seconds", v["fair_dedupe_seconds"]),
+            metrics_port=_optional_int("fair_metrics_port", v["fair_metrics_port"], minimum=0),
+            metrics_address=_text("fair_metrics_address", v["fair_metrics_address"]),
         )
+        if settings.metrics_port is not None and settings.metrics_port > 65535:
+            raise ConfigurationError("fair_metrics_port: a TCP port, 0 to 65535")
         if len(settings.default_fairness_key) > settings.max_header_length:
             raise ConfigurationError(
                 "fair_default_fairness_key: longer than fair_max_header_length"
@@ -188,6 +198,9 @@ class FairSettings:
             "store_prefix": self.store_prefix,
             "lease_seconds": self.lease_seconds,
             "store_outage": self.store_outage,
+            "metrics": "off"
+            if self.metrics_port is None
+            else f"{self.metrics_address}:{self.metrics_port}",
         }
 
 

@@ -322,3 +322,35 @@ def test_status_of_a_running_job_has_no_place():
     assert view.state is JobState.RUNNING
     assert view.place is None
     assert s.status("gone") is None
+
+
+# -- counts for metrics ------------------------------------------------------------------
+
+
+def test_blocked_counts_name_each_pending_job_once_by_what_would_still_hold_it():
+    # repack: type cap 3, conflict group git; snapshot: tier 4 (shared with repack), cap 5.
+    s, _ = make(4, [FG, BG, SNAP], tier_caps={4: 3})
+    for i in range(3):
+        s.submit(f"r{i}", "repack", f"repo{i}", "a")
+    s.submit("fg-linux", "clone", "linux", "b")
+    assert refs(s.schedule()) == ["fg-linux", "r0", "r1", "r2"]  # every slot busy now
+    s.submit("c-linux", "clone", "linux", "c")  # its conflict is held, and no slot is free
+    s.submit("r3", "repack", "repo3", "c")  # type cap 3 reached, tier cap 3 too
+    s.submit("snap", "snapshot", None, "c")  # its tier's cap of 3 is reached
+    s.submit("fg", "clone", "other", "c")  # only every slot being busy
+    counts = s.blocked_counts()
+    assert counts == {"conflict": 1, "type_cap": 1, "tier_cap": 1, "capacity": 1, "admissible": 0}
+    # The same answer as the one-job-at-a-time rule of snapshots, reason by reason.
+    jobs = [v for v in s.snapshot().jobs if v.place is not None]
+    assert sum(counts.values()) == len(jobs) == s.pending
+    s.complete("fg-linux", 1.0)  # a slot frees: fg (and c-linux) may go now
+    assert s.blocked_counts()["admissible"] == 2
+
+
+def test_by_type_counts_pending_and_running_per_type_with_its_tier():
+    s, _ = make(2, [FG, BG])
+    s.submit("a", "clone", "x", "k")
+    s.submit("b", "clone", "y", "k")
+    s.submit("c", "repack", "z", "k")
+    s.schedule()
+    assert sorted(s.by_type()) == [("clone", 8, 0, 2), ("repack", 4, 1, 0)]

@@ -25,6 +25,7 @@ from .fairqueue import (
 from .policy import blocked_by, select
 from .types import (
     Admission,
+    BlockReason,
     CancelOutcome,
     JobState,
     JobType,
@@ -384,6 +385,40 @@ class Scheduler:
     def running(self) -> int:
         return self._running
 
+    def by_type(self) -> list[tuple[str, int, int, int]]:
+        """(type, priority, pending, running) for each job type. O(types)."""
+        return [
+            (name, lane.tier.priority, lane.pending, lane.running)
+            for name, lane in self._lanes.items()
+        ]
+
+    def blocked_counts(self) -> dict[str, int]:
+        """Pending jobs by what holds each back now (``BlockReason`` values), and
+        ``"admissible"`` for those only waiting for the next decision. A job blocked for
+        several reasons counts once, under the one that would still hold it if the others
+        went: its conflict, then its type's cap, then its tier's cap, then every slot being
+        busy. For metrics; O(pending).
+        """
+        free = self._capacity - self._running
+        conflicts = self._conflicts
+        counts = dict.fromkeys((*(r.value for r in _BLOCK_ORDER), "admissible"), 0)
+        for job in self._jobs.values():
+            if job.state is not JobState.PENDING:
+                continue
+            reasons = blocked_by(job, free, conflicts)
+            name = "admissible"
+            for reason in _BLOCK_ORDER:
+                if reason in reasons:
+                    name = reason.value
+                    break
+            counts[name] += 1
+        return counts
+
+    def pending_of(self, fairness_key: str) -> int:
+        """How many pending jobs ``fairness_key`` has. O(1)."""
+        key = self._accounts.keys.get(fairness_key)
+        return 0 if key is None else key.pending
+
     def pending_keys(self) -> list[str]:
         """The fairness keys that have pending jobs. O(keys)."""
         return [name for name, key in self._accounts.keys.items() if key.pending]
@@ -652,6 +687,14 @@ class Scheduler:
             else (),
         )
 
+
+#: The reason a blocked job counts under in ``blocked_counts``: the first that applies.
+_BLOCK_ORDER = (
+    BlockReason.CONFLICT,
+    BlockReason.TYPE_CAP,
+    BlockReason.TIER_CAP,
+    BlockReason.CAPACITY,
+)
 
 # Exact types: bool is an int subclass but not a number of seconds. Comparisons with _INF
 # also refuse NaN and infinities.

@@ -14,6 +14,7 @@ from celery.utils.log import get_logger
 from ..errors import StoreUnavailable
 from ..intake import Intake, IntakeThread, RedisIntake
 from ..intake.amqp import AmqpIntake
+from ..metrics import GateLook, WorkerMetrics, serve
 from ..observe import Observer
 from ..routing import Shards, follow_consumer_changes, shard_index
 from ..settings import FairSettings
@@ -155,7 +156,19 @@ class FairGateStep(bootsteps.StartStopStep):
             return
         worker_id = f"{c.hostname}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
         store = getattr(controller, "fair_store", None)
-        self.gate = Gate(c, settings, types, c.on_task_request, store=store, worker_id=worker_id)
+        self.metrics: WorkerMetrics | None = None
+        self._metrics_server: Any = None
+        if settings.metrics_port is not None:
+            self.metrics = WorkerMetrics(look=self._look, worker=c.hostname)
+        self.gate = Gate(
+            c,
+            settings,
+            types,
+            c.on_task_request,
+            store=store,
+            worker_id=worker_id,
+            observer=self.metrics,
+        )
         c.on_task_request = self.gate.on_request
         c.pool.fair_gate = self.gate
         c.fair_gate = self.gate
@@ -173,6 +186,8 @@ class FairGateStep(bootsteps.StartStopStep):
         self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if self.intake is None:
             self.intake = start_intake(c, settings, gate.observer)
+        if self.metrics is not None and self._metrics_server is None:
+            self._serve_metrics(settings)
             gate.intake_running = self.intake is not None
         if gate.engine.store is not None:
             # Looks at the store while jobs wait for other workers, beats, retries.
@@ -190,8 +205,39 @@ class FairGateStep(bootsteps.StartStopStep):
         self.stop(c)
         if self.intake is not None:
             self.intake.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
         if self.gate is not None:
             self.gate.close()
 
     def info(self, c: Any) -> dict[str, Any]:
         return {} if self.gate is None else {"fair": self.gate.pool_info()}
+
+    def _look(self) -> GateLook:
+        return self.gate.look() if self.gate is not None else GateLook()
+
+    def _serve_metrics(self, settings: FairSettings) -> None:
+        """Serve the metrics from this (main) process; a port in use is logged, not fatal:
+        the worker runs on without them."""
+        assert self.metrics is not None
+        try:
+            server, port = serve(self.metrics, settings.metrics_port or 0, settings.metrics_address)
+        except OSError as exc:
+            logger.error(
+                "celery-fair: cannot serve metrics on %s:%s (%s); running without them.",
+                settings.metrics_address,
+                settings.metrics_port,
+                exc,
+            )
+            self.metrics = None
+            return
+        self._metrics_server = server
+        if self.gate is not None:
+            self.gate.metrics_port = port
+        logger.info(
+            "celery-fair: Prometheus metrics at http://%s:%d/metrics",
+            settings.metrics_address,
+            port,
+        )

@@ -50,9 +50,12 @@ from celery.worker import state as worker_state
 
 from ..core import Admission, JobType, ReserveDepth, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
+from ..metrics import GateLook
 from ..observe import Counters, Fanout, Observer
+from ..routing import shard_of
 from ..store.base import Store
 from ..store.redis import RedisStore
+from .events import attach
 from .headers import TOKEN, FairHeaders, parse_headers, request_uid
 from .internals import (
     ack_quietly,
@@ -60,6 +63,7 @@ from .internals import (
     ends_on_loop,
     pool_size,
     revoked_marker,
+    sends_events,
     writes_pending,
 )
 from .link import StoreLink
@@ -91,6 +95,7 @@ class Held:
     received: float  # monotonic
     headers: FairHeaders
     arrival: float
+    events: dict[str, Any] | None = None  # the fields its task events carry (events.py)
 
 
 class Gate:
@@ -178,6 +183,7 @@ class Gate:
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self._lock = threading.RLock()
         self.intake_running = False  # an intake moves this worker's queues' fair messages
+        self.metrics_port: int | None = None  # where this worker serves its metrics
         self._last_spill = -float("inf")
         self._revoked_seen = (-1, -1)
         self._sweep_entry: Any = None
@@ -253,7 +259,19 @@ class Gate:
         self.engine.submit(
             uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
-        self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        held = self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        if sends_events(req):
+            shards = self.settings.shards
+            key_pending = self.scheduler.pending_of(parsed.fairness_key)
+            held.events = {
+                "fairness_key": parsed.fairness_key,
+                "job_type": parsed.job_type,
+                "job_id": parsed.job_id,
+                "shard": shard_of(parsed.fairness_key, shards) if shards > 1 else None,
+                "place_in_key": key_pending,
+                "held_at_receipt": len(self.held),
+            }
+            attach(req, held.events)
         if self._reserve and not self._recheck:
             # Worth a store call only if the reserve would hold the newcomer up longer than
             # it is meant to hold anything: fair_reserve_seconds of the pool's work.
@@ -352,9 +370,11 @@ class Gate:
             if held is None:  # forgotten while the store decided: let its slot go
                 self.engine.finish(uid, None, unstarted=True)
                 continue
-            self.observer.admitted(
-                admission.type, admission.priority, time.monotonic() - held.received
-            )
+            wait = time.monotonic() - held.received
+            self.observer.admitted(admission.type, admission.priority, wait)
+            if held.events is not None:
+                held.events["queue_wait"] = round(wait, 6)
+                held.events["fencing_token"] = admission.token
             if len(self.runs) < self._pool_slots:
                 self._start(uid, admission)
             else:
@@ -681,8 +701,28 @@ class Gate:
                 "pool-in-line": self.runs.in_line,
                 "fair-capacity": self.scheduler.capacity,
                 **self.counters.stats(),
+                **({"fair-metrics-port": self.metrics_port} if self.metrics_port else {}),
                 **{f"fair-store-{name}": v for name, v in self.engine.info().items()},
             }
+
+    def look(self) -> GateLook:
+        """What a metrics scrape reads (metrics.py). O(held + types); not on any hot path."""
+        with self._lock:
+            types = self.types
+            held: dict[tuple[str, int], int] = {}
+            for h in self.held.values():
+                name = h.headers.job_type
+                tier = (name, types[name].priority)
+                held[tier] = held.get(tier, 0) + 1
+            return GateLook(
+                held=held,
+                running={(t, p): n for t, p, _, n in self.scheduler.by_type() if n},
+                blocked=self.scheduler.blocked_counts(),
+                reserved=len(self._reserve),
+                plain_running=self.runs.plain,
+                capacity=self.scheduler.capacity,
+                mode=self.engine.mode.value,
+            )
 
     def _default_max_hold(self) -> float:
         conf = self.app.conf

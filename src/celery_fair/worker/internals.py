@@ -26,6 +26,7 @@ __all__ = [
     "redis_queue_lists",
     "request_of",
     "revoked_marker",
+    "sends_events",
     "writes_pending",
 ]
 
@@ -50,6 +51,12 @@ def request_of(options: dict[str, Any]) -> Any:
 def message_of(req: Any) -> Any:
     """The Kombu message ``req`` came in (``Request._message``): to republish or ack it."""
     return req._message
+
+
+def sends_events(req: Any) -> bool:
+    """Whether ``req`` sends task events now (``Request._eventer``, as ``send_event`` checks)."""
+    eventer = req._eventer
+    return bool(eventer and eventer.enabled and req.task.send_events)
 
 
 def already_revoked(req: Any) -> bool:

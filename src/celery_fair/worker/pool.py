@@ -124,6 +124,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     if sender is None or not _is_fair_choice(getattr(sender, "pool_cls", None)):
         return
     from ..api import declared_types
+    from ..metrics import prometheus
     from ..routing import consume_shards
     from ..settings import FairSettings
     from .bootstep import open_store
@@ -132,6 +133,8 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
         settings = FairSettings.from_celery_conf(sender.app.conf)
         types = declared_types(sender.app, dict(settings.types))
         inner = resolve_inner(settings.pool)
+        if settings.metrics_port is not None:
+            prometheus()  # installed, or the worker stops here
         store = open_store(settings, sender.app)
     except ConfigurationError as exc:
         # Signal handlers' exceptions are only logged by Celery; a wrong setting must stop.

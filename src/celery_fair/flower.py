@@ -1,0 +1,310 @@
+"""Fairness in Flower: load this module from Flower's configuration file.
+
+    # flowerconfig.py
+    from celery_fair.flower import *
+
+    $ celery -A app flower --conf=flowerconfig.py
+
+Flower has no plugin interface; it executes its configuration file in its own process before it
+starts, which is where this module hooks in:
+
+- **Task fields.** Fair workers put ``fairness_key``, ``job_type``, ``job_id``, ``shard``,
+  ``queue_wait``, ``place_in_key``, ``held_at_receipt`` and ``fencing_token`` in their task
+  events (worker/events.py). Celery's event state keeps every field but lists only its own in
+  ``Task._fields``, which Flower's task page, ``/api/tasks`` and ``/api/task/info`` show; the
+  fair fields are added there.
+- **Columns.** They become columns of the tasks page (``TASK_COLUMNS``), and the star import
+  sets Flower's ``tasks_columns`` option to show the key, the type, the job id and the wait
+  (``--tasks_columns`` on the command line still wins).
+- **Metrics.** Flower's ``/metrics`` serves Prometheus' default registry; a collector there reads
+  the fleet's shared store at each scrape: live workers, running jobs by tier and type against
+  their caps, by fairness key (the top ``TOP_KEYS`` and ``other``), conflicts held, accumulated
+  cost and service lag per top key, and Jain's fairness index. One exporter for the fleet:
+  nothing is counted per worker here (workers serve their own metrics, metrics.py).
+
+Each hook is applied on its own; one whose names moved in another Flower or Celery version is
+logged once and skipped, and Flower keeps working. Tested against ``SUPPORTED_FLOWER``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from .worker.events import EVENT_FIELDS
+
+__all__ = ["tasks_columns"]
+
+logger = logging.getLogger(__name__)
+
+#: The Flower versions the hooks are tested against (tests/e2e/test_flower.py runs in CI).
+SUPPORTED_FLOWER = (">=2.2", "<2.3")
+#: Fairness keys named in the fleet metrics; the rest are summed under ``other``.
+TOP_KEYS = 10
+
+#: Column labels of the tasks page.
+COLUMNS = {
+    "fairness_key": "Fairness key",
+    "job_type": "Job type",
+    "job_id": "Job id",
+    "shard": "Shard",
+    "queue_wait": "Queue wait",
+    "place_in_key": "Place in key",
+    "held_at_receipt": "Held at receipt",
+    "fencing_token": "Fencing token",
+}
+
+#: Flower's ``tasks_columns`` option, set by ``from celery_fair.flower import *``.
+tasks_columns = (
+    "name,uuid,state,fairness_key,job_type,job_id,queue_wait,received,started,runtime,worker"
+)
+
+INSTALLED: dict[str, bool] = {}
+
+
+def install() -> dict[str, bool]:
+    """Apply every hook (idempotent); returns which took. Importing this module calls it."""
+    for name, hook in (
+        ("task_fields", _task_fields),
+        ("columns", _columns),
+        ("metrics", _metrics),
+    ):
+        if INSTALLED.get(name):
+            continue
+        try:
+            hook()
+        except Exception as exc:  # a renamed internal: Flower works on without this hook
+            logger.warning(
+                "celery-fair: could not add %s to Flower (%s: %s); Flower works without them. "
+                "Supported Flower versions: %s.",
+                name.replace("_", " "),
+                type(exc).__name__,
+                exc,
+                ", ".join(SUPPORTED_FLOWER),
+            )
+            INSTALLED[name] = False
+        else:
+            INSTALLED[name] = True
+    return dict(INSTALLED)
+
+
+def _task_fields() -> None:
+    from celery.events.state import Task
+
+    missing = tuple(f for f in EVENT_FIELDS if f not in Task._fields)
+    if not isinstance(Task._fields, tuple):
+        raise TypeError(f"celery.events.state.Task._fields is a {type(Task._fields).__name__}")
+    Task._fields = (*Task._fields, *missing)
+    for name in missing:
+        if not hasattr(Task, name):
+            setattr(Task, name, None)  # a task from a plain worker has none of them
+
+
+def _columns() -> None:
+    from flower.views import tasks
+
+    columns = tasks.TASK_COLUMNS
+    if not isinstance(columns, dict):
+        raise TypeError(f"flower.views.tasks.TASK_COLUMNS is a {type(columns).__name__}")
+    columns.update(COLUMNS)
+
+
+def _metrics() -> None:
+    from prometheus_client import REGISTRY
+
+    REGISTRY.register(FleetCollector(_flowers_app()))
+
+
+def _flowers_app() -> Any:
+    """The app of ``celery -A app flower``: Flower executes its configuration file inside its
+    click command, whose context holds the app. ``None`` elsewhere (then the current app)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    obj = getattr(ctx.find_root(), "obj", None) if ctx is not None else None
+    return getattr(obj, "app", None)
+
+
+class FleetCollector:
+    """The fleet's fairness, read from its shared store at each scrape of Flower's /metrics."""
+
+    def __init__(self, app: Any = None) -> None:
+        self._app = app
+        self._store: Any = None
+        self._opened = False
+        self._failing = False
+        self._caps: tuple[dict[int, int | None], dict[str, int | None]] = ({}, {})
+
+    def describe(self) -> list[Any]:
+        return []  # not checked at registration: the store may not be reachable yet
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        store = self._open()
+        up = GaugeMetricFamily(
+            "celery_fair_fleet_store_up",
+            "1 when Flower could read the fleet's shared store at this scrape.",
+        )
+        if store is None:
+            up.add_metric([], 0.0)
+            yield up
+            return
+        try:
+            state = store.inspect()
+        except Exception as exc:
+            if not self._failing:
+                logger.warning("celery-fair: cannot read the shared store (%s).", exc)
+            self._failing = True
+            up.add_metric([], 0.0)
+            yield up
+            return
+        self._failing = False
+        up.add_metric([], 1.0)
+        yield up
+        yield from fleet_metrics(state, *self._caps)
+
+    def _open(self) -> Any:
+        if self._opened:
+            return self._store
+        from celery import current_app
+
+        from .api import declared_types
+        from .settings import FairSettings
+        from .worker.bootstep import open_store
+
+        app = self._app or current_app
+        settings = FairSettings.from_celery_conf(app.conf)
+        types = declared_types(app, dict(settings.types))
+        self._caps = (
+            dict(settings.tier_caps),
+            {name: t.max_concurrency for name, t in types.items()},
+        )
+        self._store = open_store(settings, app)
+        self._opened = True
+        if self._store is None:
+            logger.warning(
+                "celery-fair: this app has no shared store (fair_store_url, or a Redis broker): "
+                "Flower's /metrics shows no fleet-wide fairness."
+            )
+        return self._store
+
+
+def fleet_metrics(
+    state: dict[str, Any],
+    tier_caps: dict[int, int | None],
+    type_caps: dict[str, int | None],
+    top: int | None = None,
+) -> Iterator[Any]:
+    """The fleet metrics of one ``RedisStore.inspect()`` document. Pure: no I/O."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    top = TOP_KEYS if top is None else top
+    workers = GaugeMetricFamily(
+        "celery_fair_fleet_workers", "Workers with a live lease in the shared store."
+    )
+    workers.add_metric([], len(state["workers"]))
+    yield workers
+    by_tier = GaugeMetricFamily(
+        "celery_fair_fleet_running_jobs_by_tier",
+        "Fair jobs running in the fleet, by priority tier.",
+        labels=["tier"],
+    )
+    for tier, n in sorted(state["tiers"].items(), key=lambda kv: int(kv[0])):
+        by_tier.add_metric([str(tier)], float(n))
+    yield by_tier
+    tier_cap = GaugeMetricFamily(
+        "celery_fair_fleet_tier_cap", "Each tier's cap (fair_tier_caps).", labels=["tier"]
+    )
+    for tier, cap in sorted(tier_caps.items()):
+        if cap is not None:
+            tier_cap.add_metric([str(tier)], float(cap))
+    yield tier_cap
+    by_type = GaugeMetricFamily(
+        "celery_fair_fleet_running_jobs_by_type",
+        "Fair jobs running in the fleet, by job type.",
+        labels=["job_type"],
+    )
+    for name, n in sorted(state["types"].items()):
+        by_type.add_metric([name], float(n))
+    yield by_type
+    type_cap = GaugeMetricFamily(
+        "celery_fair_fleet_type_cap",
+        "Each job type's max_concurrency, fleet-wide.",
+        labels=["job_type"],
+    )
+    for name, cap in sorted(type_caps.items()):
+        if cap is not None:
+            type_cap.add_metric([name], float(cap))
+    yield type_cap
+    conflicts = GaugeMetricFamily(
+        "celery_fair_fleet_conflicts_held", "Conflicts (group, job_id) held by running jobs."
+    )
+    conflicts.add_metric([], len(state["conflicts"]))
+    yield conflicts
+    # Per fairness key: only the top keys by running jobs are named (labels stay bounded).
+    running: dict[str, int] = {}
+    for job in state["jobs"]:
+        key = job["fairness_key"]
+        running[key] = running.get(key, 0) + 1
+    costs = {k: float(v) for k, v in state["costs"].items()}
+    ranked = sorted(running, key=lambda k: (-running[k], -costs.get(k, 0.0), k))
+    named = ranked[:top]
+    by_key = GaugeMetricFamily(
+        "celery_fair_fleet_running_jobs_by_key",
+        f"Fair jobs running in the fleet, for the {top} keys that run the most; the rest "
+        'summed under fairness_key="other".',
+        labels=["fairness_key"],
+    )
+    for key in named:
+        by_key.add_metric([_label(key)], float(running[key]))
+    if len(ranked) > top:
+        by_key.add_metric(["other"], float(sum(running[k] for k in ranked[top:])))
+    yield by_key
+    acc = GaugeMetricFamily(
+        "celery_fair_fleet_accumulated_cost",
+        "Accumulated cost (learned seconds of work charged) of the top keys.",
+        labels=["fairness_key"],
+    )
+    for key in named:
+        acc.add_metric([_label(key)], costs.get(key, 0.0))
+    yield acc
+    # Service against the fair share among the keys that run now: with equal weights the fair
+    # share is the mean accumulated cost; a key's lag is how far below it the key is (positive:
+    # owed service, it goes first), in seconds of work.
+    active = [costs.get(k, 0.0) for k in running]
+    lag = GaugeMetricFamily(
+        "celery_fair_fleet_service_lag_seconds",
+        "Mean accumulated cost of the running keys minus this key's: positive means the key "
+        "has received less than its fair share so far.",
+        labels=["fairness_key"],
+    )
+    mean = sum(active) / len(active) if active else 0.0
+    for key in named:
+        lag.add_metric([_label(key)], mean - costs.get(key, 0.0))
+    yield lag
+    jain = GaugeMetricFamily(
+        "celery_fair_fleet_jain_index",
+        "Jain's fairness index of the accumulated costs of the keys that run now: 1 when all "
+        "received the same service, 1/n when one received it all.",
+    )
+    jain.add_metric([], jain_index(active))
+    yield jain
+
+
+def jain_index(values: list[float]) -> float:
+    """Jain's fairness index, (sum x)^2 / (n * sum x^2); 1.0 for no values or all zero."""
+    squares = math.fsum(v * v for v in values)
+    if not values or squares == 0:
+        return 1.0
+    return math.fsum(values) ** 2 / (len(values) * squares)
+
+
+def _label(key: str) -> str:
+    """A key as a label value: ``""`` (the background key) shows as ``(background)``."""
+    return key if key else "(background)"
+
+
+install()

@@ -1,0 +1,310 @@
+"""Prometheus metrics of one worker: an observer of its events, and a look at its state.
+
+``WorkerMetrics`` is an ``Observer`` (observe.py): counters and histograms move as events
+happen. Gauges (held, blocked by reason, running, the store's mode) are read when Prometheus
+scrapes, from the gate, under its lock; nothing is counted twice and nothing is written per
+job that a scrape could compute. Everything lives in a registry of its own, served by one
+HTTP server per worker main process (``fair_metrics_port``); the prefork children run task
+bodies only, so the main process sees every event (no multiprocess mode needed).
+
+Labels are bounded: job types (registered), tiers (configured priorities), reasons, store
+call kinds and queues (consumed). A fairness key or a job id is never a label.
+
+docs/metrics.md lists every metric with an example query and alert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+from .errors import ConfigurationError
+from .observe import Observer
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+__all__ = ["GateLook", "WorkerMetrics", "prometheus", "serve"]
+
+#: Queue wait buckets (seconds): from a free slot's few milliseconds to half an hour.
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+                1800)  # fmt: skip
+#: Store round trip buckets (seconds).
+CALL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+#: Job run time buckets (seconds).
+RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600)
+
+
+@dataclass
+class GateLook:
+    """What a scrape reads of one gate, built under its lock (``Gate.look``)."""
+
+    held: dict[tuple[str, int], int] = field(default_factory=dict)  # (type, tier): held
+    running: dict[tuple[str, int], int] = field(default_factory=dict)  # (type, tier): fair runs
+    blocked: dict[str, int] = field(default_factory=dict)  # reason: held jobs it holds back
+    reserved: int = 0
+    plain_running: int = 0
+    capacity: int = 0
+    mode: str = "alone"
+
+
+MODES = ("alone", "shared", "hold", "local")
+
+
+def prometheus() -> Any:
+    """The ``prometheus_client`` module; ``ConfigurationError`` if it is not installed."""
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ConfigurationError(
+            "fair_metrics_port is set but prometheus_client is not installed: "
+            "pip install 'celery-fair[metrics]'"
+        ) from None
+    return prometheus_client
+
+
+class WorkerMetrics(Observer):
+    """One worker's metrics, in ``registry`` (a fresh one by default).
+
+    Args:
+        look: Called at each scrape for the gauges (``Gate.look``); ``None``: counters only.
+        worker: The worker's node name, a constant label of ``celery_fair_worker_info``.
+    """
+
+    def __init__(
+        self,
+        look: Callable[[], GateLook] | None = None,
+        registry: CollectorRegistry | None = None,
+        worker: str = "",
+    ) -> None:
+        p = prometheus()
+        self.registry = registry if registry is not None else p.CollectorRegistry()
+        r = self.registry
+        ns = "celery_fair"
+        self._wait = p.Histogram(
+            "queue_wait_seconds",
+            "Time from a fair job's receipt by this worker to its admission.",
+            ["job_type", "tier"],
+            namespace=ns,
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self._started = p.Counter(
+            "started", "Fair jobs handed to the pool.", ["job_type", "tier"], namespace=ns,
+            registry=r,
+        )  # fmt: skip
+        self._runtime = p.Histogram(
+            "job_duration_seconds",
+            "Run time of fair jobs that ended with a known run time (what teaches the costs).",
+            ["job_type"],
+            namespace=ns,
+            buckets=RUN_BUCKETS,
+            registry=r,
+        )
+        self._released = p.Counter(
+            "released",
+            "Admitted fair jobs that ended without a known run time (revoked, lost, given "
+            "back before they started).",
+            ["job_type"],
+            namespace=ns,
+            registry=r,
+        )
+        self._blocked = p.Counter(
+            "refused",
+            "Admissions the shared store refused, by what blocked them fleet-wide.",
+            ["job_type", "reason"],
+            namespace=ns,
+            registry=r,
+        )
+        self._calls = p.Histogram(
+            "store_call_duration_seconds",
+            "Round trip of the worker's calls to the shared store, failed ones included.",
+            ["kind"],
+            namespace=ns,
+            buckets=CALL_BUCKETS,
+            registry=r,
+        )
+        self._errors = p.Counter(
+            "store_errors", "Store calls that failed.", ["kind"], namespace=ns, registry=r
+        )
+        self._lease = p.Counter(
+            "lease_losses",
+            "Times the store was found to no longer count this worker's running jobs.",
+            namespace=ns,
+            registry=r,
+        )
+        self._outages = p.Counter(
+            "store_outages", "Times the store became unreachable.", namespace=ns, registry=r
+        )
+        self._returned = p.Counter(
+            "returned",
+            "Held messages returned to the broker: to unblock its queue (spill) or before "
+            "its ack timeout (ack_timeout).",
+            ["reason"],
+            namespace=ns,
+            registry=r,
+        )
+        self._dropped = p.Counter(
+            "dropped",
+            "Fair messages dropped unrun: a copy of a job held, running or done "
+            "(duplicate), revoked or expired while held (revoked), bad headers sent to the "
+            "dead letter queue (dead_letter).",
+            ["reason"],
+            namespace=ns,
+            registry=r,
+        )
+        self._given_back = p.Counter(
+            "given_back",
+            "Admitted jobs that had not started, given back to let a newcomer go first.",
+            namespace=ns,
+            registry=r,
+        )
+        self._moved = p.Counter(
+            "intake_moved",
+            "Messages the intake moved from a queue into its fair shards.",
+            ["queue"],
+            namespace=ns,
+            registry=r,
+        )
+        info = p.Info("worker", "This worker and celery-fair's version.", namespace=ns, registry=r)
+        info.info({"version": __version__, "worker": worker})
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        if look is not None:
+            r.register(_GateCollector(look))
+
+    # -- events ------------------------------------------------------------------------
+
+    def _of(self, job_type: str, priority: int) -> tuple[Any, Any]:
+        """The (wait, started) children of one (type, tier): made once, then looked up."""
+        pair = self._children.get((job_type, priority))
+        if pair is None:
+            tier = str(priority)
+            pair = self._children[(job_type, priority)] = (
+                self._wait.labels(job_type, tier),
+                self._started.labels(job_type, tier),
+            )
+        return pair
+
+    def admitted(self, job_type: str, priority: int, wait: float) -> None:
+        self._of(job_type, priority)[0].observe(wait)
+
+    def started(self, job_type: str, priority: int) -> None:
+        self._of(job_type, priority)[1].inc()
+
+    def finished(self, job_type: str, priority: int, elapsed: float | None) -> None:
+        if elapsed is None:
+            self._released.labels(job_type).inc()
+        else:
+            self._runtime.labels(job_type).observe(elapsed)
+
+    def store_call(self, kind: str, seconds: float, ok: bool) -> None:
+        self._calls.labels(kind).observe(seconds)
+        if not ok:
+            self._errors.labels(kind).inc()
+
+    def blocked(self, job_type: str, priority: int, reason: str) -> None:
+        self._blocked.labels(job_type, reason).inc()
+
+    def given_back(self, n: int) -> None:
+        self._given_back.inc(n)
+
+    def lease_lost(self) -> None:
+        self._lease.inc()
+
+    def outage(self, mode: str) -> None:
+        self._outages.inc()
+
+    def spilled(self, n: int) -> None:
+        self._returned.labels("spill").inc(n)
+
+    def refreshed(self) -> None:
+        self._returned.labels("ack_timeout").inc()
+
+    def dead_lettered(self) -> None:
+        self._dropped.labels("dead_letter").inc()
+
+    def revoked_held(self) -> None:
+        self._dropped.labels("revoked").inc()
+
+    def duplicate(self) -> None:
+        self._dropped.labels("duplicate").inc()
+
+    def dropped(self) -> None:
+        self._dropped.labels("duplicate").inc()
+
+    def moved(self, queue: str, n: int) -> None:
+        self._moved.labels(queue).inc(n)
+
+
+class _GateCollector:
+    """The gauges, read from the gate at each scrape."""
+
+    def __init__(self, look: Callable[[], GateLook]) -> None:
+        self.look = look
+
+    def describe(self) -> list[Any]:
+        return []  # unchecked at registration: the gate may not be ready yet
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        look = self.look()
+        held = GaugeMetricFamily(
+            "celery_fair_held_jobs",
+            "Fair jobs this worker holds unacknowledged, waiting for admission.",
+            labels=["job_type", "tier"],
+        )
+        for (job_type, tier), n in sorted(look.held.items()):
+            held.add_metric([job_type, str(tier)], n)
+        yield held
+        blocked = GaugeMetricFamily(
+            "celery_fair_blocked_jobs",
+            "Held jobs by what holds each back now (each counted once): conflict, type_cap, "
+            "tier_cap, capacity (every slot busy), admissible (waiting for the next decision).",
+            labels=["reason"],
+        )
+        for reason, n in sorted(look.blocked.items()):
+            blocked.add_metric([reason], n)
+        yield blocked
+        running = GaugeMetricFamily(
+            "celery_fair_running_jobs",
+            "Fair jobs this worker runs (admitted and handed to the pool, or about to be).",
+            labels=["job_type", "tier"],
+        )
+        for (job_type, tier), n in sorted(look.running.items()):
+            running.add_metric([job_type, str(tier)], n)
+        yield running
+        yield GaugeMetricFamily(
+            "celery_fair_reserved_jobs",
+            "Admitted fair jobs waiting in the gate's reserve for a free pool process.",
+            value=look.reserved,
+        )
+        yield GaugeMetricFamily(
+            "celery_fair_plain_running_jobs",
+            "Plain (not fair) tasks this worker runs; they take slots too.",
+            value=look.plain_running,
+        )
+        yield GaugeMetricFamily(
+            "celery_fair_capacity_slots",
+            "Slots the gate admits fair jobs into (the pool's free size plus the reserve).",
+            value=look.capacity,
+        )
+        mode = GaugeMetricFamily(
+            "celery_fair_store_mode",
+            "1 for the mode the worker decides in: alone (no store), shared, hold or local "
+            "(the store unreachable).",
+            labels=["mode"],
+        )
+        for name in MODES:
+            mode.add_metric([name], 1.0 if name == look.mode else 0.0)
+        yield mode
+
+
+def serve(metrics: WorkerMetrics, port: int, address: str = "0.0.0.0") -> tuple[Any, int]:
+    """Serve ``metrics`` over HTTP at ``/metrics`` on a daemon thread. Returns the server
+    (``shutdown()`` stops it) and the port it listens on (``port`` 0: one the OS chose)."""
+    p = prometheus()
+    server, _ = p.start_http_server(port, addr=address, registry=metrics.registry)
+    return server, int(server.server_address[1])

@@ -1,0 +1,135 @@
+"""Fairness fields in Celery's own task events, so that Flower shows them.
+
+No new event type: a custom ``task-*`` event becomes a state of its own in Celery's event
+state (Flower's), which then masks STARTED. The fields ride on the standard events instead:
+
+- ``task-received``, sent by Celery's strategy before the gate sees the request, carries the
+  message's ``fairness_key``, ``job_type``, ``job_id`` and ``shard`` (the index of its key's
+  shard among its queue's ``fair_shards``; none when sharding is off)
+  for tasks whose class uses ``fair_strategy`` (every ``FairTask``, so every ``@fair_task``):
+  a held task shows in Flower as RECEIVED with its key.
+- Every later event of a fair job (``task-started`` when it is admitted and starts, then
+  ``task-succeeded``, ``-failed``, ``-retried``, ``-revoked``...) carries the same fields as the
+  gate parsed them (repaired where they were bad), plus ``queue_wait`` (seconds from its receipt
+  to its admission), ``place_in_key`` (its key's jobs held by this worker when it arrived, itself
+  included), ``held_at_receipt`` (all fair jobs it held then) and ``fencing_token``. The gate
+  attaches them when it holds the request (``attach``), for every fair job, whatever its task.
+
+Both only while the worker sends task events (``-E``, or ``celery control enable_events``, which
+Flower sends), and cost nothing otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from celery.worker.strategy import default as _default_strategy
+
+from ..routing import shard_count, shard_of
+from .headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE
+
+__all__ = ["EVENT_FIELDS", "attach", "fair_strategy", "received_fields"]
+
+#: Every field celery-fair adds to task events; ``celery_fair.flower`` shows them.
+EVENT_FIELDS = (
+    "fairness_key",
+    "job_type",
+    "job_id",
+    "shard",
+    "queue_wait",
+    "place_in_key",
+    "held_at_receipt",
+    "fencing_token",
+)
+#: The longest header value a ``task-received`` event repeats (the gate checks them later).
+_LONGEST = 256
+
+
+def received_fields(message: Any, shards: int) -> dict[str, Any]:
+    """The fields of a message's ``task-received`` event, from its raw headers: strings only,
+    none longer than 256 characters (the gate validates them when it holds the job)."""
+    headers = message.headers or {}
+    fields: dict[str, Any] = {}
+    for name in (FAIRNESS_KEY, JOB_TYPE, JOB_ID):
+        value = headers.get(name)
+        if isinstance(value, str) and len(value) <= _LONGEST:
+            fields[name] = value
+    key = fields.get(FAIRNESS_KEY)
+    if key is not None and shards > 1:
+        fields["shard"] = shard_of(key, shards)
+    return fields
+
+
+class _Dispatcher:
+    """The consumer's event dispatcher, adding the current message's fields to the
+    ``task-received`` event the strategy sends."""
+
+    def __init__(self, inner: Any, current: list[dict[str, Any] | None]) -> None:
+        self._inner = inner
+        self._current = current
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._inner.enabled)
+
+    def send(self, type: str, **fields: Any) -> Any:
+        extra = self._current[0]
+        if extra and type == "task-received":
+            fields.update(extra)
+        return self._inner.send(type, **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __bool__(self) -> bool:
+        return bool(self._inner)
+
+
+class _ConsumerView:
+    """The consumer as Celery's strategy sees it, with the dispatcher above."""
+
+    def __init__(self, consumer: Any, dispatcher: _Dispatcher) -> None:
+        self._consumer = consumer
+        self.event_dispatcher = dispatcher
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def fair_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Callable[..., Any]:
+    """Celery's default strategy, whose ``task-received`` events carry the fairness fields.
+
+    ``FairTask.Strategy`` names it. With no event dispatcher (``--without-heartbeat``-style
+    consumers that never send events) it is Celery's own, unwrapped.
+    """
+    eventer = consumer.event_dispatcher
+    if not eventer:
+        return _default_strategy(task, app, consumer, **kwargs)  # type: ignore[no-any-return]
+    current: list[dict[str, Any] | None] = [None]
+    shards = shard_count(app.conf)
+    view = _ConsumerView(consumer, _Dispatcher(eventer, current))
+    inner = _default_strategy(task, app, view, **kwargs)
+
+    def task_message_handler(message: Any, *args: Any, **kw: Any) -> Any:
+        if not eventer.enabled:
+            return inner(message, *args, **kw)
+        current[0] = received_fields(message, shards)
+        try:
+            return inner(message, *args, **kw)
+        finally:
+            current[0] = None
+
+    return task_message_handler
+
+
+def attach(req: Any, fields: dict[str, Any]) -> None:
+    """Make every event ``req`` sends from now on carry ``fields``, a dict the gate may still
+    fill in (the wait and the token, at admission). Celery's ``Request.send_event`` is a plain
+    method, so an instance attribute of that name takes its place for this request only."""
+    send = type(req).send_event
+
+    def send_event(type: str, **more: Any) -> None:
+        send(req, type, **{**fields, **more})
+
+    req.send_event = send_event

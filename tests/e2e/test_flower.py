@@ -1,0 +1,208 @@
+"""Flower with celery_fair.flower, in a real headless Chromium: fair workers on Redis send task
+events, Flower (loaded with the helper) shows each task's fairness key, type, job id and wait on
+its tasks page and task page, its worker page shows the gate's counters, and its /metrics
+serves the fleet's fairness from the shared store.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (.ci/run installs them when missing).
+Set ``CELERY_FAIR_SCREENSHOTS=<dir>`` to keep the screenshots (docs/img has the last ones).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from harness import HERE, wait_until
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from celery_fair import fair_headers
+from celery_fair.routing import DEFAULT_SHARDS, shard_of
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLOWERCONFIG = "from celery_fair.flower import *  # noqa: F403\n"
+
+
+@pytest.fixture(params=["redis"])
+def broker(request):
+    return request.param  # Redis: the broker's Redis is the shared store Flower reads
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def flower(make_run, tmp_path):
+    """``start(run)``: a ``celery -A fairapp flower`` with the helper; its base URL."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(run) -> str:
+        config = tmp_path / "flowerconfig.py"
+        config.write_text(FLOWERCONFIG)
+        port = free_port()
+        with open(tmp_path / "flower.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "fairapp", "flower", f"--conf={config}",
+                 f"--port={port}", "--address=127.0.0.1", "--inspect_timeout=3000"],
+                cwd=HERE,
+                env={**run.env(), "FLOWER_UNAUTHENTICATED_API": "true"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError((tmp_path / "flower.log").read_text()[-3000:])
+            try:
+                return get(f"{url}/healthcheck") == "OK"
+            except OSError:
+                return False
+
+        wait_until(up, 30, "Flower to answer")
+        return url
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def browser():
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.fail("Chromium is missing: apt-get install chromium chromium-driver (.ci/run does)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--window-size=1600,1000"):  # fmt: skip
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()  # stops chromedriver and the browser it started, by its own PIDs
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def screenshot(driver, name: str, tmp_path: Path) -> None:
+    where = Path(os.environ.get("CELERY_FAIR_SCREENSHOTS") or tmp_path)
+    where.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(where / name))
+
+
+def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
+    make_run, start_worker, flower, browser, tmp_path
+):
+    # Given two fair workers on Redis that send task events, and Flower with the helper,
+    run = make_run(conf={"worker_send_task_events": True})
+    workers = [start_worker(run, concurrency=2) for _ in range(2)]
+    url = flower(run)
+    # when a client's long job holds repository linux, another of its jobs on linux waits for
+    # it (held: RECEIVED), and other clients' jobs run,
+    run.send("fairapp.clone", "holder", 10.0, headers=fair_headers("clone", "tenant-a", "linux"))
+    wait_until(lambda: run.recorder.events(), 20, "the holder to start")
+    # (Flower's /metrics serves the fleet's fairness, read from the shared store,
+    running_a = 'celery_fair_fleet_running_jobs_by_key{fairness_key="tenant-a"} 1.0'
+    metrics = wait_until(
+        lambda: running_a in (m := get(f"{url}/metrics")) and m,
+        20,
+        "the holder in Flower's metrics",
+        show=lambda: get(f"{url}/metrics"),
+    )
+    assert "celery_fair_fleet_store_up 1.0" in metrics
+    assert "celery_fair_fleet_workers 2.0" in metrics
+    assert "celery_fair_fleet_jain_index 1.0" in metrics  # one key runs: nobody is behind)
+    waiter = run.send(
+        "fairapp.clone", "waiter", 0.01, headers=fair_headers("clone", "tenant-a", "linux")
+    )
+    done = [
+        run.send("fairapp.clone", f"b{i}", 0.05, headers=fair_headers("clone", "tenant-b", f"r{i}"))
+        for i in range(3)
+    ]
+    wait_until(lambda: all(run.recorder.done_counts().get(f"b{i}") for i in range(3)), 30, "b")
+
+    def api_task(task_id):
+        return json.loads(get(f"{url}/api/task/info/{task_id}"))
+
+    # then Flower's API has the fields: the held job's from its task-received event,
+    held = wait_until(
+        lambda: (t := api_task(waiter.id)).get("fairness_key") and t, 20, "the held task",
+        show=lambda: api_task(waiter.id),
+    )  # fmt: skip
+    assert held["state"] == "RECEIVED"
+    assert (held["fairness_key"], held["job_type"], held["job_id"]) == (
+        "tenant-a",
+        "clone",
+        "linux",
+    )
+    # a finished job's from its later events, with its wait and fencing token,
+    finished = wait_until(
+        lambda: (t := api_task(done[0].id)).get("state") == "SUCCESS" and t, 20, "b0's success"
+    )
+    assert finished["fairness_key"] == "tenant-b"
+    assert finished["queue_wait"] >= 0
+    assert finished["fencing_token"] >= 1
+    assert finished["shard"] == shard_of("tenant-b", DEFAULT_SHARDS)
+
+    # The tasks page shows the fairness key, type and job id as columns,
+    browser.get(f"{url}/tasks")
+
+    def columns():
+        found = browser.find_elements(By.CSS_SELECTOR, "th[data-column]")
+        return [th.get_attribute("data-column") for th in found]
+
+    slugs = wait_until(columns, 20, "the tasks table", show=lambda: browser.page_source[:3000])
+    assert {"fairness_key", "job_type", "job_id", "queue_wait"} <= set(slugs), slugs
+    labels = [th.get_attribute("textContent").strip() for th in
+              browser.find_elements(By.CSS_SELECTOR, "th[data-column]")]  # fmt: skip
+    assert labels[slugs.index("fairness_key")] == "Fairness key"
+    column = slugs.index("fairness_key")
+
+    def keys_shown():
+        rows = browser.find_elements(By.CSS_SELECTOR, "#tasks-table tbody tr")
+        cells = [r.find_elements(By.TAG_NAME, "td") for r in rows]
+        return {c[column].text for c in cells if len(c) > column}
+
+    wait_until(lambda: {"tenant-a", "tenant-b"} <= keys_shown(), 20, "the keys in the table",
+               show=keys_shown)  # fmt: skip
+    screenshot(browser, "flower-tasks.png", tmp_path)
+    # the task page shows them as rows,
+    browser.set_window_size(1600, 1900)  # the fair fields come after Celery's own
+    browser.get(f"{url}/task/{waiter.id}")
+    page = browser.find_element(By.ID, "task-page").text
+    for label, value in (("Fairness key", "tenant-a"), ("Job type", "clone"), ("Job id", "linux")):
+        assert f"{label}\n{value}" in page or f"{label} {value}" in page, page
+    screenshot(browser, "flower-task.png", tmp_path)
+    # and the worker page shows the gate's counters (the Pool tab).
+    node = f"{workers[0].name}@{socket.gethostname()}"
+
+    def counters_shown() -> bool:
+        browser.get(f"{url}/worker/{node}")  # the first load may show stale data
+        return "Fair admitted" in browser.page_source
+
+    wait_until(counters_shown, 30, "the gate's counters")
+    screenshot(browser, "flower-worker.png", tmp_path)

@@ -1,0 +1,120 @@
+"""A worker's Prometheus metrics, scraped over HTTP from a real worker on both brokers (on
+Redis with the shared store, on RabbitMQ alone)."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from harness import gate_stats, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+from celery_fair import fair_headers
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample the worker serves, by (name, sorted labels)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def sample(samples, name, **labels) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+CLONE = {"job_type": "clone", "tier": "8"}
+
+
+def test_a_worker_serves_its_queue_waits_held_and_blocked_jobs_and_store_calls(
+    make_run, start_worker
+):
+    # Given a worker that serves its metrics on a port the OS picks (shown by inspect stats),
+    run = make_run(conf={"fair_metrics_port": 0})
+    worker = start_worker(run, concurrency=2)
+    port = gate_stats(run, worker)["fair-metrics-port"]
+    assert port > 0
+    # when a long job holds repository linux, a second job on linux waits for it, held, and
+    # three others run,
+    secret = "tenant-4711-do-not-label"
+    run.send("fairapp.clone", "holder", 1.5, headers=fair_headers("clone", secret, "linux"))
+    wait_until(lambda: run.recorder.events(), 20, "the holder to start")
+    run.send("fairapp.clone", "waiter", 0.01, headers=fair_headers("clone", secret, "linux"))
+    for i in range(3):
+        run.send("fairapp.clone", f"free{i}", 0.01, headers=fair_headers("clone", "k", f"r{i}"))
+
+    def waiting():
+        s = scrape(port)
+        held = sample(s, "celery_fair_held_jobs", **CLONE)
+        return s if held == 1 and sample(s, "celery_fair_blocked_jobs", reason="conflict") else None
+
+    # then a scrape shows the held job and what blocks it,
+    during = wait_until(waiting, 20, "the waiter to be held", show=lambda: scrape(port))
+    assert sample(during, "celery_fair_running_jobs", **CLONE) >= 1
+    # and once all five have run, each one's wait and run time, and nothing held.
+    wait_until(lambda: len(run.recorder.done_counts()) == 5, 30, "every job")
+
+    def settled():
+        s = scrape(port)
+        return (
+            s
+            if sample(s, "celery_fair_job_duration_seconds_count", job_type="clone") == 5
+            else None
+        )
+
+    after = wait_until(settled, 20, "the last end to be counted", show=lambda: scrape(port))
+    assert sample(after, "celery_fair_queue_wait_seconds_count", **CLONE) == 5
+    assert sample(after, "celery_fair_started_total", **CLONE) == 5
+    # The waiter's wait (over a second behind the holder) is in the top buckets, not the first.
+    assert sample(after, "celery_fair_queue_wait_seconds_bucket", le="0.5", **CLONE) <= 4
+    assert sample(after, "celery_fair_queue_wait_seconds_sum", **CLONE) >= 1.0
+    assert sample(after, "celery_fair_held_jobs", **CLONE) in (None, 0)
+    mode = "shared" if run.broker == "redis" else "alone"  # Redis: the broker's Redis is the store
+    assert sample(after, "celery_fair_store_mode", mode=mode) == 1
+    assert sum(v for (n, _), v in after.items() if n == "celery_fair_store_mode") == 1
+    before = gate_stats(run, worker)["fair-store-calls"]
+    calls = sum(
+        v
+        for (n, _), v in scrape(port).items()
+        if n == "celery_fair_store_call_duration_seconds_count"
+    )
+    if run.broker == "redis":  # admissions went through the store: timed, and counted alike
+        assert before <= calls <= gate_stats(run, worker)["fair-store-calls"]
+        assert sample(after, "celery_fair_store_call_duration_seconds_count", kind="admit") >= 1
+    else:
+        assert calls == 0
+    # One stream of events: the counters inspect stats shows agree with the metrics.
+    assert gate_stats(run, worker)["fair-admitted"] == 5
+    # A fairness key is never a label.
+    assert not any(secret in str(labels) for _, labels in after)
+
+
+def test_the_intakes_moves_show_by_queue_as_inspect_stats_counts_them(make_run, start_worker):
+    # Given messages a producer that knows nothing of shards published to the queue itself,
+    run = make_run(conf={"fair_metrics_port": 0})
+    for i in range(200):
+        run.send("fairapp.clone", f"j{i}", 0.001, headers=fair_headers("clone", f"k{i % 9}"))
+    # when a worker starts, its intake moves them (those its consumer does not take first),
+    worker = start_worker(run, concurrency=2)
+    port = gate_stats(run, worker)["fair-metrics-port"]
+    wait_until(lambda: len(run.recorder.done_counts()) == 200, 60, "every job")
+    moved = gate_stats(run, worker)["fair-moved"]
+    assert moved > 0
+    # and the metric counts the same moves, under the queue they came from.
+    assert sample(scrape(port), "celery_fair_intake_moved_total", queue=run.queue) == moved
+
+
+def test_a_port_in_use_is_logged_and_the_worker_runs_without_metrics(make_run, start_worker):
+    run = make_run(conf={"fair_metrics_port": 0})
+    first = start_worker(run, concurrency=1)
+    taken = gate_stats(run, first)["fair-metrics-port"]
+    run.conf["fair_metrics_port"] = taken
+    second = start_worker(run, concurrency=1)
+    assert "cannot serve metrics" in second.log()
+    run.send("fairapp.clone", "runs", 0.01, headers=fair_headers("clone", "k"))
+    wait_until(lambda: run.recorder.done_counts().get("runs"), 20, "the job")
+    assert "fair-metrics-port" not in gate_stats(run, second)
