@@ -689,9 +689,15 @@ class Gate:
     # -- inspection ----------------------------------------------------------------------
 
     def pool_info(self) -> dict[str, Any]:
-        """Flat statistics for ``inspect stats`` (Flower shows them on the pool tab)."""
+        """Flat statistics for ``inspect stats`` (Flower shows them on the pool tab). O(held)."""
         with self._lock:
+            oldest = next(iter(self.held.values()), None)
+            blocked = self.scheduler.blocked_counts()
             return {
+                "fair-oldest-held-seconds": round(time.monotonic() - oldest.received, 3)
+                if oldest is not None
+                else 0.0,
+                **{f"fair-blocked-{r.replace('_', '-')}": n for r, n in blocked.items()},
                 "fair-held": len(self.held),
                 "fair-reserved": len(self._reserve),
                 "fair-lookahead": self.lookahead,
