@@ -91,8 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.format == "table":
         print(format_table(trace, result))
     else:
-        json.dump(result.to_json(), sys.stdout, indent=1)
-        print()
+        result.write_json(sys.stdout)
     return 0
 
 

@@ -35,3 +35,15 @@ def test_gate_bench_quick_run_measures_the_gate_in_both_states():
     assert all(float(row[3]) > 0 for row in rows.values())  # CPU per task
     assert float(rows["memory"][7]) == 0  # alone, no store calls
     assert float(rows["redis"][7]) > 0
+
+
+def test_sim_bench_times_every_phase():
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "sim_bench.py"), "--jobs", "500", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for phase in ("read JSON", "check the trace", "simulate (core + summary)", "write JSON"):
+        assert phase in out
+    assert "jobs per second" in out

@@ -138,3 +138,15 @@ def test_bundled_git_hosting_example_runs_every_job():
     result = run(load_bundled("git-hosting")).to_json()
     assert all(j["start"] is not None for j in result["jobs"])
     json.dumps(result)  # serialisable as is
+
+
+def test_the_json_output_is_to_json_one_job_per_line():
+    import io
+
+    trace = parse_trace(load_bundled("git-hosting"))
+    result = simulate(trace)
+    out = io.StringIO()
+    result.write_json(out)
+    text = out.getvalue()
+    assert json.loads(text) == result.to_json()
+    assert text.count("\n") >= len(result.jobs) + 3  # a line per job, for diffs and grep
