@@ -26,6 +26,12 @@ app.conf.update(
     result_expires=600,
     broker_connection_retry_on_startup=True,
     fair_pool=os.environ.get("GIT_SERVER_FAIR_POOL", "prefork"),
+    # A fleet's shared store (None: the broker's Redis when the broker is Redis) and the
+    # workers' Prometheus port (None: no metrics); docker-compose.yml sets both.
+    fair_store_url=os.environ.get("GIT_SERVER_STORE") or None,
+    fair_metrics_port=int(os.environ["GIT_SERVER_METRICS_PORT"])
+    if os.environ.get("GIT_SERVER_METRICS_PORT")
+    else None,
 )
 
 #: Seconds a clone of each repository takes (a repack takes three times as long).
