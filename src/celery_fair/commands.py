@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from typing import Any
 
@@ -72,6 +73,65 @@ def top(ctx: click.Context, interval: float, timeout: float, once: bool) -> None
                 live.update(render(_gather(ctx, timeout)))
         except KeyboardInterrupt:
             pass
+
+
+@fair.command(cls=CeleryCommand)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="trace file to write")
+@click.option("--for", "length", default="10m", show_default=True, help="e.g. 90s, 10m, 1h")
+@click.option(
+    "--capacity", type=int, default=None, help="the trace's slots (default: the fair workers')"
+)
+@click.pass_context
+def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> None:
+    """Record live arrivals and ends into a simulator trace (docs/simulator.md)."""
+    from .api import declared_types
+    from .record import Recorder, parse_duration
+    from .settings import FairSettings
+
+    try:
+        seconds = parse_duration(length)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--for") from None
+    app = ctx.obj.app
+    app.loader.import_default_modules()
+    try:
+        settings = FairSettings.from_celery_conf(app.conf)
+        types = declared_types(app, dict(settings.types))
+    except ConfigurationError as exc:
+        raise click.UsageError(f"celery-fair: {exc}") from None
+    if capacity is None:
+        capacity = sum(g["capacity"] for g in _gates(app, 2.0))
+        if not capacity:
+            raise click.UsageError("no fair worker answered: give the trace's --capacity")
+    app.control.enable_events()  # as Flower does: workers started without -E send them too
+    recorder = Recorder()
+    with app.connection_for_read() as conn:
+        receiver = app.events.Receiver(conn, handlers={"*": recorder.event})
+        stop = threading.Timer(seconds, lambda: setattr(receiver, "should_stop", True))
+        ready = receiver.on_consume_ready
+
+        def on_consume_ready(*args: Any, **kwargs: Any) -> None:
+            ready(*args, **kwargs)  # the events queue is bound: nothing from now on is missed
+            if stop.ident is None:  # the first time (a reconnect calls this again)
+                stop.start()
+                click.echo(f"recording for {seconds:g} s into {out} (Ctrl-C stops early)", err=True)
+
+        receiver.on_consume_ready = on_consume_ready
+        try:
+            receiver.capture(limit=None, timeout=None, wakeup=True)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stop.cancel()
+    trace = recorder.trace(types, capacity)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(trace, f, indent=1)
+        f.write("\n")
+    click.echo(
+        f"{len(trace['jobs'])} jobs written to {out}; {recorder.unfinished} still running or "
+        "waiting were left out. Replay: celery-fair simulate " + out,
+        err=True,
+    )
 
 
 def _rich() -> None:

@@ -76,3 +76,49 @@ def test_a_bad_setting_is_a_clear_error_not_a_traceback(make_run):
     assert out.returncode != 0
     assert "fair_store_outage" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_record_writes_the_live_traffic_as_a_trace_the_simulator_replays(
+    make_run, start_worker, tmp_path
+):
+    # Given a worker (started without -E: record turns task events on, as Flower does),
+    run = make_run()
+    start_worker(run, concurrency=2)
+    trace_path = tmp_path / "trace.json"
+    log = tmp_path / "record.log"
+    with open(log, "wb") as err:
+        recording = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "fairapp", "fair", "record",
+             "--out", str(trace_path), "--for", "8s"],
+            cwd=HERE, env=run.env(), stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "recording for" in log.read_text(), 30, "the recorder to listen",
+                   show=log.read_text)  # fmt: skip
+        # when three clients' jobs run while it records,
+        for i in range(6):
+            key = ("alice", "bob", "carol")[i % 3]
+            run.send("fairapp.clone", f"j{i}", 0.2, headers=fair_headers("clone", key, f"r{i}"))
+        wait_until(lambda: len(run.recorder.done_counts()) == 6, 30, "the jobs")
+        assert recording.wait(30) == 0, log.read_text()
+    finally:
+        if recording.poll() is None:
+            recording.kill()
+            recording.wait()
+    # then the trace holds each of them with its type, key, job id and run time,
+    trace = json.loads(trace_path.read_text())
+    assert trace["capacity"] == 2  # the worker's slots
+    assert set(trace["types"]) == {"clone"}
+    jobs = trace["jobs"]
+    assert sorted((j["fairness_key"], j["job_id"]) for j in jobs) == sorted(
+        (("alice", "bob", "carol")[i % 3], f"r{i}") for i in range(6)
+    )
+    assert all(0.15 <= j["duration"] < 5 for j in jobs)
+    assert jobs[0]["arrival"] == 0
+    # and the simulator replays it.
+    replay = subprocess.run(
+        [sys.executable, "-m", "celery_fair", "simulate", str(trace_path), "--format", "table"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert replay.returncode == 0, replay.stderr
+    assert "alice" in replay.stdout
