@@ -12,7 +12,14 @@ from typing import Any
 from . import __version__
 from .errors import FairError, StoreUnavailable, TraceError
 from .routing import DEFAULT_SHARDS
-from .sim import bundled_examples, format_table, load_bundled, parse_trace, simulate
+from .sim import (
+    bundled_examples,
+    format_table,
+    load_bundled,
+    parse_trace,
+    simulate,
+    with_overrides,
+)
 from .store.base import conflict_of
 
 __all__ = ["main"]
@@ -38,6 +45,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--format", choices=("json", "table"), default="json", help="output format (default json)"
+    )
+    sim.add_argument(
+        "--config",
+        metavar="ALT",
+        help="an alternative configuration (.toml or .json: capacity, types, tier_caps, alpha, "
+        "lifecycle) to run beside the trace's own",
+    )
+    sim.add_argument(
+        "--plot",
+        metavar="OUT",
+        help="draw slots over time by key and each key's waits to OUT (.png, .svg or .html)",
     )
     store = verbs.add_parser(
         "store",
@@ -81,18 +99,77 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _store(args.url, args.prefix, args.format)
     if args.verb == "shards":
         return _shards(args)
+    return _simulate(args)
+
+
+def _simulate(args: argparse.Namespace) -> int:
     try:
         data = load_bundled(args.example) if args.example else _read_json(args.trace)
-        trace = parse_trace(data)
-        result = simulate(trace)
+        runs = [("current", parse_trace(data))]
+        if args.config:
+            runs.append(
+                ("alternative", parse_trace(with_overrides(data, _read_config(args.config))))
+            )
+        results = [
+            (label, trace, simulate(trace, _progress(label, trace))) for label, trace in runs
+        ]
+        if args.plot:
+            from .plot import plot
+
+            plot(results, args.plot)
     except FairError as exc:
         print(f"celery-fair simulate: error: {exc}", file=sys.stderr)
         return 2
     if args.format == "table":
-        print(format_table(trace, result))
+        for label, trace, result in results:
+            if len(results) > 1:
+                print(f"== {label}")
+            print(format_table(trace, result))
+    elif len(results) == 1:
+        results[0][2].write_json(sys.stdout)
     else:
-        result.write_json(sys.stdout)
+        from .plot import describe
+
+        json.dump(describe(results), sys.stdout, indent=1)
+        print()
     return 0
+
+
+def _read_config(path: str) -> object:
+    if path.endswith(".toml"):
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            raise TraceError("--config: reading TOML needs Python 3.11; use a .json file") from None
+        try:
+            with open(path, "rb") as f:
+                return tomllib.load(f)
+        except OSError as exc:
+            raise TraceError(f"cannot read {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise TraceError(f"{path} is not valid TOML: {exc}") from None
+    return _read_json(path)
+
+
+def _progress(label: str, trace: object) -> Any:
+    """A progress bar on stderr for long traces, when it is a terminal and rich is there."""
+    jobs = len(getattr(trace, "jobs", ()))
+    if jobs < 20_000 or not sys.stderr.isatty():
+        return None
+    try:
+        from rich.progress import Progress
+    except ImportError:
+        return None
+    bar = Progress(transient=True)
+    task = bar.add_task(f"simulating ({label})", total=jobs)
+    bar.start()
+
+    def advance(done: int, total: int) -> None:
+        bar.update(task, completed=done)
+        if done >= total:
+            bar.stop()
+
+    return advance
 
 
 def _store(url: str, prefix: str, form: str) -> int:

@@ -13,7 +13,7 @@ import heapq
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TextIO
@@ -221,8 +221,9 @@ def _unknown(spec: dict[str, Any], allowed: set[str], where: str, warn: Any) -> 
 # -- running -----------------------------------------------------------------------------
 
 
-def simulate(trace: Trace) -> SimResult:
-    """Run the core over ``trace`` in simulated time; deterministic."""
+def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -> SimResult:
+    """Run the core over ``trace`` in simulated time; deterministic. ``progress(done, total)``
+    is called every 4,096 arrivals, and once at the end."""
     clock = SimClock()
     scheduler = Scheduler(trace.config, clock, trace.types)
     jobs = trace.jobs
@@ -253,12 +254,57 @@ def simulate(trace: Trace) -> SimResult:
                 cost=job.cost,
             )
             nxt += 1
+            if progress is not None and not nxt & 4095:
+                progress(nxt, n)
         for admission in scheduler.schedule():
             index = admission.ref  # type: ignore[assignment]
             start[index] = t
             heapq.heappush(running, (t + jobs[index].duration, admission.token, index))
+    if progress is not None:
+        progress(n, n)
     outcomes = tuple(JobOutcome(j.name, start[i], finish[i]) for i, j in enumerate(jobs))
     return SimResult(outcomes, summarise(jobs, outcomes))
+
+
+#: What an alternative configuration (``simulate --config``) may change in a trace.
+OVERRIDABLE = ("capacity", "types", "tier_caps", "alpha", "lifecycle")
+
+
+def with_overrides(data: object, overrides: object) -> object:
+    """``data`` (a decoded trace) with an alternative configuration on top: ``capacity``,
+    ``alpha``, ``tier_caps`` and ``lifecycle`` replace the trace's; ``types`` are merged type
+    by type, option by option (``{"repack": {"max_concurrency": 1}}`` changes one cap). The
+    jobs stay. The result is checked by ``parse_trace`` like any trace.
+
+    Raises:
+        TraceError: ``overrides`` is not a mapping of those names.
+    """
+    if not isinstance(overrides, dict):
+        raise TraceError("config: expected a table of settings")
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise TraceError(f"config: unknown setting(s) {', '.join(unknown)}; "
+                         f"expected some of {', '.join(OVERRIDABLE)}")  # fmt: skip
+    if not isinstance(data, dict):
+        return data  # parse_trace says what is wrong with it
+    out = dict(data)
+    for name, value in overrides.items():
+        if name == "types" and isinstance(value, dict) and isinstance(data.get("types"), dict):
+            types = {k: dict(v) if isinstance(v, dict) else v for k, v in data["types"].items()}
+            for tname, options in value.items():
+                if not isinstance(options, dict):
+                    raise TraceError(f"config: types.{tname}: expected a table of options")
+                base = types.get(tname)
+                if not isinstance(base, dict) and "priority" not in options:
+                    raise TraceError(
+                        f"config: types.{tname}: not a type of the trace (a new type needs "
+                        "its priority)"
+                    )
+                types[tname] = {**(base if isinstance(base, dict) else {}), **options}
+            out["types"] = types
+        else:
+            out[name] = value
+    return out
 
 
 def summarise(jobs: tuple[TraceJob, ...], outcomes: tuple[JobOutcome, ...]) -> dict[str, Any]:
