@@ -344,7 +344,7 @@ class Engine:
         """What to do now: jobs to start, copies to drop, and the store call to make, if any."""
         mode = self.mode
         if mode is Mode.ALONE:
-            return Decision(self.core.schedule(), [], None)
+            return Decision(self._schedule(), [], None)
         if self._inflight is not None:
             return NOTHING
         now = self.clock.now()
@@ -361,7 +361,7 @@ class Engine:
             return Decision([], [], self._send(self._beat_call()))
         if self._stalled:
             self._retry_stalled(now)
-        admissions = self.core.schedule() if now >= self._pause_until else []
+        admissions = self._schedule() if now >= self._pause_until else []
         poll = now >= self._poll_due and self._waits_on_others()
         if admissions or self._done or poll:
             call = Call("admit", self.worker)
@@ -441,7 +441,7 @@ class Engine:
         """
         store = self.store
         if store is None:
-            return Decision(self.core.schedule(), [], None)
+            return Decision(self._schedule(), [], None)
         start: list[Admission] = []
         drop: list[Hashable] = []
         while True:
@@ -474,6 +474,14 @@ class Engine:
         }
 
     # -- internals: the shared path --------------------------------------------------------
+
+    def _schedule(self) -> list[Admission]:
+        """The core's decision, timed for the observer."""
+        clock = self.clock
+        began = clock.now()
+        picks = self.core.schedule()
+        self.observer.decided(clock.now() - began, len(picks))
+        return picks
 
     def _send(self, call: Call) -> Call:
         self._inflight = call
@@ -754,7 +762,7 @@ class Engine:
 
     def _admit_locally(self) -> list[Admission]:
         out = []
-        for admission in self.core.schedule():
+        for admission in self._schedule():
             self._local_tokens += 1
             token = self._max_token + self._local_tokens
             job = self._jobs[admission.ref]

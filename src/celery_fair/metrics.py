@@ -33,6 +33,8 @@ WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
                 1800)  # fmt: skip
 #: Store round trip buckets (seconds).
 CALL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+#: Decision time buckets (seconds): the core decides in microseconds.
+DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 0.1)
 #: Job run time buckets (seconds).
 RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600)
 
@@ -118,6 +120,13 @@ class WorkerMetrics(Observer):
             namespace=ns,
             registry=r,
         )
+        self._decisions = p.Histogram(
+            "decision_duration_seconds",
+            "Time the scheduling core takes for one decision (admitting every job it can).",
+            namespace=ns,
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
         self._calls = p.Histogram(
             "store_call_duration_seconds",
             "Round trip of the worker's calls to the shared store, failed ones included.",
@@ -198,6 +207,9 @@ class WorkerMetrics(Observer):
             self._released.labels(job_type).inc()
         else:
             self._runtime.labels(job_type).observe(elapsed)
+
+    def decided(self, seconds: float, admitted: int) -> None:
+        self._decisions.observe(seconds)
 
     def store_call(self, kind: str, seconds: float, ok: bool) -> None:
         self._calls.labels(kind).observe(seconds)

@@ -79,6 +79,9 @@ class Observer:
         """A job that was admitted ended: it ran ``elapsed`` seconds (``None``: it ended
         without teaching its cost: revoked, lost, given back before it started)."""
 
+    def decided(self, seconds: float, admitted: int) -> None:
+        """The core made a decision in ``seconds`` and admitted ``admitted`` jobs."""
+
     # -- the store ---------------------------------------------------------------------
 
     def store_call(self, kind: str, seconds: float, ok: bool) -> None:

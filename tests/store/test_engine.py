@@ -400,6 +400,9 @@ class Told(Observer):
     def store_call(self, kind, seconds, ok):
         self.events.append(("store_call", kind, seconds, ok))
 
+    def decided(self, seconds, admitted):
+        self.events.append(("decided", seconds, admitted))
+
     def blocked(self, job_type, priority, reason):
         self.events.append(("blocked", job_type, priority, reason))
 
@@ -453,6 +456,7 @@ def test_the_engine_tells_its_observer_each_store_call_refusal_and_end(fleet, cl
     two.submit("b", "clone", "x", "k", arrival=clock.now())
     assert started(two.run_inline()) == []
     assert told.named("blocked") == [("blocked", "clone", 8, "type_cap")]
+    assert [admitted for _, _, admitted in told.named("decided")][:1] == [1]  # b, proposed
     calls = told.named("store_call")
     assert calls[0][1] == "admit"
     assert all(c[2] == pytest.approx(0.004) and c[3] for c in calls)  # timed by its clock

@@ -25,6 +25,7 @@ def test_events_move_the_counters_and_histograms_by_bounded_labels():
     m.finished("clone", 8, 1.5)
     m.finished("clone", 8, None)
     m.blocked("clone", 8, "conflict")
+    m.decided(0.00004, 2)
     m.store_call("admit", 0.0012, True)
     m.store_call("beat", 5.0, False)
     m.spilled(7)
@@ -41,6 +42,7 @@ def test_events_move_the_counters_and_histograms_by_bounded_labels():
     assert value(m, "celery_fair_job_duration_seconds_sum", job_type="clone") == 1.5
     assert value(m, "celery_fair_released_total", job_type="clone") == 1
     assert value(m, "celery_fair_refused_total", job_type="clone", reason="conflict") == 1
+    assert value(m, "celery_fair_decision_duration_seconds_bucket", le="5e-05") == 1
     assert value(m, "celery_fair_store_call_duration_seconds_count", kind="admit") == 1
     assert value(m, "celery_fair_store_errors_total", kind="beat") == 1
     assert value(m, "celery_fair_store_errors_total", kind="admit") is None

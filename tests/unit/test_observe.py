@@ -26,7 +26,7 @@ class Recording(Observer):
 EVENTS = [n for n, v in vars(Observer).items() if callable(v) and not n.startswith("_")]
 # Arguments for each event, by the names of its parameters.
 ARGS = {"job_type": "clone", "priority": 8, "wait": 0.5, "elapsed": 1.5, "kind": "admit",
-        "seconds": 0.002, "ok": True, "reason": "type_cap", "n": 3, "mode": "hold",
+        "seconds": 0.002, "ok": True, "admitted": 2, "reason": "type_cap", "n": 3, "mode": "hold",
         "queue": "celery"}  # fmt: skip
 
 
