@@ -20,6 +20,8 @@ app.conf.update(
     fair_store_prefix=f"burst-{os.environ.get('BURST_QUEUE', 'burst')}",
     # plain Celery consumes no shards: its runs publish with 1
     fair_shards=int(os.environ.get("BURST_SHARDS") or 8),
+    # None: the broker's Redis on a Redis broker, alone on RabbitMQ (e2e_bench.py sets one)
+    fair_store_url=os.environ.get("BURST_STORE") or None,
 )
 KEY = os.environ.get("BURST_KEY", "burst")
 RECORD = redis.Redis.from_url("redis://127.0.0.1:6379/0")
