@@ -44,7 +44,9 @@ CLIENTS = 10
 JOB_IDS = 50
 
 
-def run(state: str, tasks: int, held: int, profile: str | None) -> tuple[float, float, float]:
+def run(
+    state: str, tasks: int, held: int, profile: str | None, metrics: bool = False
+) -> tuple[float, float, float]:
     """Drive one gate through ``tasks`` tasks; returns its CPU microseconds per task, and its
     store calls and reserved jobs given back per task."""
     import redis
@@ -120,6 +122,7 @@ def run(state: str, tasks: int, held: int, profile: str | None) -> tuple[float, 
         task = Task()
         name = "bench.noop"
         expires = None
+        _eventer = None  # task events off, as by default
 
         def __init__(self, i: int) -> None:
             self.id = str(uuid.uuid4())
@@ -161,7 +164,12 @@ def run(state: str, tasks: int, held: int, profile: str | None) -> tuple[float, 
         store = RedisStore(client, prefix=prefix)
     types = {"bench": JobType("bench", priority=8, conflict_group="repo")}
     consumer = Consumer()
-    gate = Gate(consumer, FairSettings.from_mapping({}), types, process_task, store=store)
+    extra: dict[str, Any] = {}
+    if metrics:  # the Prometheus observer on top of the counters (only this checkout has it)
+        from celery_fair.metrics import WorkerMetrics
+
+        extra["observer"] = WorkerMetrics(look=lambda: gate.look())
+    gate = Gate(consumer, FairSettings.from_mapping({}), types, process_task, store=store, **extra)
     gate.on_connected()
     hub = Hub() if store is not None else None
     if hub is not None:
@@ -204,10 +212,10 @@ def run(state: str, tasks: int, held: int, profile: str | None) -> tuple[float, 
             profiler = cProfile.Profile()
             profiler.enable()
         start = time.process_time()
-        counts = dict(gate.counters.counts)
+        counts = _counts(gate)
         loop(tasks)
         used = time.process_time() - start
-        calls, given = (gate.counters.counts[k] - counts[k] for k in ("calls", "given_back"))
+        calls, given = (_counts(gate)[k] - counts[k] for k in ("calls", "given_back"))
         if profiler is not None:
             import pstats
 
@@ -220,12 +228,21 @@ def run(state: str, tasks: int, held: int, profile: str | None) -> tuple[float, 
     return 1e6 * used / tasks, calls / tasks, given / tasks
 
 
-def child(args: argparse.Namespace, state: str, code: str | None) -> tuple[float, ...]:
+def _counts(gate: Any) -> dict[str, int]:
+    """The engine's counters: an observer's since the observer came, the engine's before."""
+    counters = getattr(gate, "counters", None)
+    return dict(counters.counts if counters is not None else gate.engine.counts)
+
+
+def child(
+    args: argparse.Namespace, state: str, code: str | None, metrics: bool = False
+) -> tuple[float, ...]:
     env = dict(os.environ)
     if code:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH")]))
     command = [sys.executable, __file__, "--child", state]
     command += ["--tasks", str(args.tasks), "--held", str(args.held)]
+    command += ["--metrics"] if metrics else []
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return tuple(float(x) for x in out.stdout.split()[-3:])
 
@@ -240,22 +257,37 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few tasks, to check it runs")
     parser.add_argument("--profile", metavar="STATE", help="one run under cProfile")
     parser.add_argument("--child", metavar="STATE", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also run this checkout with the Prometheus observer, in the same rounds",
+    )
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.rounds = 500, 1
     if args.child or args.profile:
         state = args.child or args.profile
-        print(" ".join(f"{x:.4f}" for x in run(state, args.tasks, args.held, args.profile)))
+        got = run(state, args.tasks, args.held, args.profile, args.metrics)
+        print(" ".join(f"{x:.4f}" for x in got))
         return
     print(f"per task, medians of {args.rounds} rounds (held={args.held}):")
     for state in args.states.split(","):
         mine: list[tuple[float, ...]] = []
         theirs: list[tuple[float, ...]] = []
+        watched: list[tuple[float, ...]] = []
         for _ in range(args.rounds):
             mine.append(child(args, state, None))
             if args.against:
                 theirs.append(child(args, state, args.against))
+            if args.metrics:
+                watched.append(child(args, state, None, metrics=True))
         print(f"{state:7s} this checkout {_medians(mine)}")
+        if args.metrics:
+            ratios = [a[0] / b[0] for a, b in zip(watched, mine, strict=True)]
+            print(f"{state:7s} with metrics  {_medians(watched)}")
+            extra = statistics.median(a[0] - b[0] for a, b in zip(watched, mine, strict=True))
+            ratio = statistics.median(ratios)
+            print(f"{state:7s} metrics: +{extra:.1f} us a task, ratio {ratio:.3f}")
         if args.against:
             ratios = [a[0] / b[0] for a, b in zip(mine, theirs, strict=True)]
             print(f"{state:7s} {args.against} {_medians(theirs)}")
