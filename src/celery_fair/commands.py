@@ -100,7 +100,7 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
     except ConfigurationError as exc:
         raise click.UsageError(f"celery-fair: {exc}") from None
     if capacity is None:
-        capacity = sum(g["capacity"] for g in _gates(app, 2.0))
+        capacity = sum(g["slots"] for g in _gates(app, 2.0))
         if not capacity:
             raise click.UsageError("no fair worker answered: give the trace's --capacity")
     app.control.enable_events()  # as Flower does: workers started without -E send them too
@@ -237,6 +237,7 @@ def _gates(app: Any, timeout: float) -> list[dict[str, Any]]:
                 "running": pool.get("fair-running", 0),
                 "plain": pool.get("plain-running", 0),
                 "capacity": pool.get("fair-capacity", 0),
+                "slots": pool.get("max-concurrency", 0),
                 "oldest_held": pool.get("fair-oldest-held-seconds", 0.0),
                 "blocked": {
                     name[len("fair-blocked-") :]: n
