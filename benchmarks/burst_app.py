@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import time
 
@@ -23,6 +24,8 @@ app.conf.update(
     # None: the broker's Redis on a Redis broker, alone on RabbitMQ (e2e_bench.py sets one)
     fair_store_url=os.environ.get("BURST_STORE") or None,
 )
+# --settings of burst_bench.py: more fair_* settings, a Python dict literal
+app.conf.update(ast.literal_eval(os.environ.get("BURST_SETTINGS") or "{}"))
 KEY = os.environ.get("BURST_KEY", "burst")
 RECORD = redis.Redis.from_url("redis://127.0.0.1:6379/0")
 

@@ -172,6 +172,12 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
+        "--settings",
+        default="",
+        help="more fair_* settings for the workers, a Python dict literal, e.g. "
+        "'{\"fair_max_held\": 8}'",
+    )
+    parser.add_argument(
         "--complete-up-to",
         type=int,
         default=5000,
@@ -184,6 +190,7 @@ def main() -> None:
         help="seconds to wait for B before recording it as waiting longer than that",
     )
     args = parser.parse_args()
+    os.environ["BURST_SETTINGS"] = args.settings
     variants = args.variants.split(",")
     print(f"(B waits longer than --patience {args.patience:.0f} s: shown as '>')")
     print(
