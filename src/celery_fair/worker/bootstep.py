@@ -186,9 +186,9 @@ class FairGateStep(bootsteps.StartStopStep):
         self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if self.intake is None:
             self.intake = start_intake(c, settings, gate.observer)
+            gate.intake_running = self.intake is not None
         if self.metrics is not None and self._metrics_server is None:
             self._serve_metrics(settings)
-            gate.intake_running = self.intake is not None
         if gate.engine.store is not None:
             # Looks at the store while jobs wait for other workers, beats, retries.
             interval = settings.store_poll_interval
