@@ -177,25 +177,9 @@ def fleet_status(app: Any, timeout: float = 1.0) -> dict[str, Any]:
 
 
 def _summarise(state: dict[str, Any], settings: Any, types: dict[str, Any]) -> dict[str, Any]:
-    from .flower import jain_index
+    from .fleet import service
 
-    running: dict[str, int] = {}
-    for job in state["jobs"]:
-        running[job["fairness_key"]] = running.get(job["fairness_key"], 0) + 1
-    costs = {k: float(v) for k, v in state["costs"].items()}
-    active = [costs.get(k, 0.0) for k in running]
-    mean = sum(active) / len(active) if active else 0.0
-    ranked = sorted(running, key=lambda k: (-running[k], -costs.get(k, 0.0), k))
-    keys = [
-        {
-            "key": k,
-            "running": running[k],
-            "cost": costs.get(k, 0.0),
-            "lag": mean - costs.get(k, 0.0),
-        }
-        for k in ranked[:TOP_KEYS]
-    ]
-    rest = ranked[TOP_KEYS:]
+    keys = service(state, TOP_KEYS)
     tiers = {int(p): int(n) for p, n in state["tiers"].items()}
     for jtype in types.values():
         tiers.setdefault(jtype.priority, 0)
@@ -214,10 +198,12 @@ def _summarise(state: dict[str, Any], settings: Any, types: dict[str, Any]) -> d
             }
             for name, t in sorted(types.items())
         ],
-        "keys": keys,
-        "other_keys": {"keys": len(rest), "running": sum(running[k] for k in rest)},
+        "keys": [
+            {"key": k.key, "running": k.running, "cost": k.cost, "lag": k.lag} for k in keys.top
+        ],
+        "other_keys": {"keys": keys.other_keys, "running": keys.other_running},
         "conflicts_held": len(state["conflicts"]),
-        "jain_index": jain_index(active),
+        "jain_index": keys.jain_index,
         "recovering": state["recovering_until"] is not None
         and state["recovering_until"] > state["now"],
     }

@@ -29,10 +29,10 @@ logged once and skipped, and Flower keeps working. Tested against ``SUPPORTED_FL
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator
 from typing import Any
 
+from .fleet import service
 from .worker.events import EVENT_FIELDS
 
 __all__ = ["tasks_columns"]
@@ -245,61 +245,42 @@ def fleet_metrics(
     conflicts.add_metric([], len(state["conflicts"]))
     yield conflicts
     # Per fairness key: only the top keys by running jobs are named (labels stay bounded).
-    running: dict[str, int] = {}
-    for job in state["jobs"]:
-        key = job["fairness_key"]
-        running[key] = running.get(key, 0) + 1
-    costs = {k: float(v) for k, v in state["costs"].items()}
-    ranked = sorted(running, key=lambda k: (-running[k], -costs.get(k, 0.0), k))
-    named = ranked[:top]
+    keys = service(state, top)
     by_key = GaugeMetricFamily(
         "celery_fair_fleet_running_jobs_by_key",
         f"Fair jobs running in the fleet, for the {top} keys that run the most; the rest "
         'summed under fairness_key="other".',
         labels=["fairness_key"],
     )
-    for key in named:
-        by_key.add_metric([_label(key)], float(running[key]))
-    if len(ranked) > top:
-        by_key.add_metric(["other"], float(sum(running[k] for k in ranked[top:])))
+    for k in keys.top:
+        by_key.add_metric([_label(k.key)], float(k.running))
+    if keys.other_keys:
+        by_key.add_metric(["other"], float(keys.other_running))
     yield by_key
     acc = GaugeMetricFamily(
         "celery_fair_fleet_accumulated_cost",
         "Accumulated cost (learned seconds of work charged) of the top keys.",
         labels=["fairness_key"],
     )
-    for key in named:
-        acc.add_metric([_label(key)], costs.get(key, 0.0))
+    for k in keys.top:
+        acc.add_metric([_label(k.key)], k.cost)
     yield acc
-    # Service against the fair share among the keys that run now: with equal weights the fair
-    # share is the mean accumulated cost; a key's lag is how far below it the key is (positive:
-    # owed service, it goes first), in seconds of work.
-    active = [costs.get(k, 0.0) for k in running]
     lag = GaugeMetricFamily(
         "celery_fair_fleet_service_lag_seconds",
         "Mean accumulated cost of the running keys minus this key's: positive means the key "
         "has received less than its fair share so far.",
         labels=["fairness_key"],
     )
-    mean = sum(active) / len(active) if active else 0.0
-    for key in named:
-        lag.add_metric([_label(key)], mean - costs.get(key, 0.0))
+    for k in keys.top:
+        lag.add_metric([_label(k.key)], k.lag)
     yield lag
     jain = GaugeMetricFamily(
         "celery_fair_fleet_jain_index",
         "Jain's fairness index of the accumulated costs of the keys that run now: 1 when all "
         "received the same service, 1/n when one received it all.",
     )
-    jain.add_metric([], jain_index(active))
+    jain.add_metric([], keys.jain_index)
     yield jain
-
-
-def jain_index(values: list[float]) -> float:
-    """Jain's fairness index, (sum x)^2 / (n * sum x^2); 1.0 for no values or all zero."""
-    squares = math.fsum(v * v for v in values)
-    if not values or squares == 0:
-        return 1.0
-    return math.fsum(values) ** 2 / (len(values) * squares)
 
 
 def _label(key: str) -> str:

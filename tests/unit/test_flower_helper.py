@@ -11,6 +11,7 @@ from celery.events.state import State
 from prometheus_client import CollectorRegistry
 
 from celery_fair import flower as helper
+from celery_fair.fleet import jain_index
 from celery_fair.worker.events import EVENT_FIELDS
 
 
@@ -113,4 +114,4 @@ def test_the_background_key_is_named_and_nothing_running_is_perfectly_fair():
     [([], 1.0), ([0.0, 0.0], 1.0), ([5.0, 5.0, 5.0], 1.0), ([9.0, 0, 0], 1 / 3)],
 )
 def test_jains_index(values, index):
-    assert helper.jain_index(values) == pytest.approx(index)
+    assert jain_index(values) == pytest.approx(index)
