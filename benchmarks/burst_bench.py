@@ -195,7 +195,8 @@ def main() -> None:
     print(f"(B waits longer than --patience {args.patience:.0f} s: shown as '>')")
     print(
         f"{'broker':6} {'workers':7} {'burst':>6} {'variant':8} {'B wait p50':>10} "
-        f"{'B wait max':>10} {'A between p50':>13} {'max':>5} {'A done/plain':>12}"
+        f"{'B wait max':>10} {'A between p50':>13} {'max':>5} {'A done p50':>10} "
+        f"{'A done/plain':>12}"
     )
     for broker in args.brokers.split(","):
         for topology in args.topologies.split(","):
@@ -228,9 +229,11 @@ def report(
         ratios = [d / b for d, b in zip(done, base, strict=True)]  # type: ignore[operator]
         ratio = f"{statistics.median(ratios):.3f}"
     worst = None if None in waits else max(w for w in waits if w is not None)
+    took = "-" if not all(done) else f"{statistics.median(done):.2f}s"  # type: ignore[type-var]
     print(
         f"{broker:6} {topology:7} {size:>6} {variant:8} {_ms(_median(waits)):>10} "
-        f"{_ms(worst):>10} {statistics.median(between):>13.0f} {max(between):>5} {ratio:>12}",
+        f"{_ms(worst):>10} {statistics.median(between):>13.0f} {max(between):>5} {took:>10} "
+        f"{ratio:>12}",
         flush=True,
     )
 

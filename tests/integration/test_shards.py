@@ -52,6 +52,37 @@ def test_a_newcomer_published_right_after_a_burst_waits_behind_no_more_than_the_
     assert len(a_between) <= 2 * SLOTS, (len(a_between), len(a_before), b_started - published)
 
 
+def test_workers_share_a_burst_in_the_broker_and_none_takes_in_more_than_it_can_start(
+    make_run, start_worker
+):
+    """On Redis a gate holds what it can start plus a look at each shard; on RabbitMQ up to
+    ``fair_max_held`` (Gate._window_limit says why), and the workers still share the burst."""
+    # Given two workers of two processes each,
+    run = make_run()
+    workers = [start_worker(run, concurrency=SLOTS) for _ in range(2)]
+    clone = run.app.tasks["fairapp.clone"]
+    # when client A publishes a burst of 1,000 short jobs,
+    burst = 1000
+    for i in range(burst):
+        clone.apply_async([f"A{i}", 0.01], fairness_key="A")
+    wait_until(lambda: len(run.recorder.done_counts()) == burst, 120, "the burst")
+    # then on Redis neither gate ever held more than it can start plus a look at each shard
+    # (and the window's place ahead, and Celery's own window: one per process), the rest of
+    # the burst waiting in the broker for whichever worker is free,
+    ran = {w.pid: 0 for w in workers}
+    for event in run.recorder.events():
+        if event["event"] == "start":
+            ran[event["ppid"]] += 1
+    for worker in workers:
+        stats = gate_stats(run, worker)
+        bound = stats["fair-capacity"] + SHARDS + 1 + SLOTS
+        assert stats["fair-held-limit"] == (bound - 1 - SLOTS if run.broker == "redis" else 1000)
+        if run.broker == "redis":
+            assert stats["fair-held-peak"] <= bound, (stats["fair-held-peak"], bound, ran)
+    # and each worker ran a good part of it.
+    assert min(ran.values()) >= burst // 4, ran
+
+
 def test_a_retry_an_eta_task_and_canvas_children_stay_in_their_keys_shard(make_run, start_worker):
     run = make_run()
     start_worker(run, concurrency=SLOTS)

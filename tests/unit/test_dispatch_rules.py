@@ -170,6 +170,27 @@ def test_blocked_conflict_does_not_block_jobs_behind_it_even_of_its_own_key():
     assert s.status("k-linux").blocked_by == (BlockReason.CONFLICT,)
 
 
+def test_starved_says_the_last_decision_left_a_slot_that_no_pending_job_could_take():
+    s, _ = make(2, [FG])
+    assert not s.starved  # nothing decided yet
+    # Two jobs on one repo and a free slot: the second waits for the first's conflict;
+    s.submit("a", "clone", "linux", "k")
+    s.submit("b", "clone", "linux", "k")
+    s.schedule()
+    assert s.starved
+    # with a third on another repo, every slot is taken: nothing waits for a free slot;
+    s.submit("c", "clone", "git", "k")
+    s.schedule()
+    assert not s.starved
+    # and with nothing pending, a free slot is no starvation.
+    s.complete("a", 1)
+    s.complete("c", 1)
+    assert refs(s.schedule()) == ["b"]
+    assert not s.starved
+    assert s.next_admission() is None
+    assert not s.starved
+
+
 def test_release_without_observation_frees_the_conflict_and_keeps_the_estimate():
     s, _ = make(8, [FG])
     s.submit("a", "clone", "linux", "k")

@@ -68,3 +68,21 @@ def test_a_new_connection_starts_from_celerys_value():
     w._qos = lambda: fresh
     w.follow(held=10, fair_inside=True)
     assert fresh.value - CELERYS >= 11
+
+
+def test_a_limit_bounds_the_window_and_lifting_it_lets_it_grow_to_max_held():
+    # Given a gate that would take in a whole burst,
+    w, qos = window(max_held=1000)
+    # when it holds what its limit allows (shards: what it can start, plus a look at each),
+    w.follow(held=12, fair_inside=True, limit=12)
+    # then the window stays one place ahead of the limit and no further,
+    assert qos.value == CELERYS + 13
+    w.follow(held=13, fair_inside=True, limit=12)
+    assert qos.value == CELERYS + 13
+    # it grows while the limit is lifted (a pool process idles that no held job can take),
+    for held in range(13, 300):
+        w.follow(held=held, fair_inside=True, limit=1000)
+    assert qos.value - CELERYS > 300
+    # and it comes back to the limit once it is set again.
+    w.follow(held=40, fair_inside=True, limit=12)
+    assert qos.value == CELERYS + 13

@@ -67,6 +67,8 @@ class Scheduler:
         # _running is the number of admitted, not yet released jobs; _pending of pending ones.
         self._running = 0
         self._pending = 0
+        # _starved: the last decision left a slot free that no pending job could take.
+        self._starved = False
         self._lanes: dict[str, Lane] = {}
         # _tiers holds one Tier per distinct priority of a registered type, highest first.
         self._tiers: list[Tier] = []
@@ -361,7 +363,11 @@ class Scheduler:
         now = self._clock.now()
         self._maintain(now)
         job = select(self._tiers, self._capacity - self._running)
-        return None if job is None else self._admit(job, now)
+        if job is None:
+            self._starved = self._pending > 0 and self._running < self._capacity
+            return None
+        self._starved = False
+        return self._admit(job, now)
 
     def schedule(self) -> list[Admission]:
         """Admit jobs one at a time until nothing more is admissible."""
@@ -372,6 +378,7 @@ class Scheduler:
         while True:
             job = select(tiers, self._capacity - self._running)
             if job is None:
+                self._starved = self._pending > 0 and self._running < self._capacity
                 return admitted
             admitted.append(self._admit(job, now))
 
@@ -384,6 +391,12 @@ class Scheduler:
     @property
     def running(self) -> int:
         return self._running
+
+    @property
+    def starved(self) -> bool:
+        """The last decision left a slot free that no pending job could take: they all wait
+        for conflicts or caps (or a cost reset). O(1)."""
+        return self._starved
 
     def by_type(self) -> list[tuple[str, int, int, int]]:
         """(type, priority, pending, running) for each job type. O(types)."""

@@ -10,7 +10,9 @@ Held messages and the broker (docs/operations.md):
 
 - *Prefetch.* A held message occupies a slot of the consumer's prefetch window, so while fair
   work is inside, the gate keeps the window ahead of what it holds (window.py); with none
-  inside, the window is Celery's own.
+  inside, the window is Celery's own. With shards on Redis it holds only what it can start
+  plus one per shard, unless held jobs leave a slot free (they wait for conflicts or caps):
+  then it takes more in, up to ``fair_max_held``, to find one that can run.
 - *Spill.* When the gate holds ``fair_max_held`` messages and a slot is free that none of them
   can take (they all wait for conflicts or caps), held work blocks the queue: the gate then
   returns the lowest-ranked tenth of what it holds to the broker (returns.py: republish to the
@@ -177,9 +179,11 @@ class Gate:
         self._pool_slots = self._slots()
         # held: fair requests not yet admitted, by task id, oldest first.
         self.held: dict[str, Held] = {}
+        self.held_peak = 0  # the most held at once since the worker started
         # runs: requests handed to the pool (fair or plain) and not finished.
         self.runs = Runs()
         self.window = PrefetchWindow(lambda: self.consumer.qos, settings.max_held)
+        self._driver = self.app.connection_for_read().transport.driver_type
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self._lock = threading.RLock()
         self.intake_running = False  # an intake moves this worker's queues' fair messages
@@ -260,6 +264,8 @@ class Gate:
             uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
         held = self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        if len(self.held) > self.held_peak:
+            self.held_peak = len(self.held)
         if sends_events(req):
             shards = self.settings.shards
             key_pending = self.scheduler.pending_of(parsed.fairness_key)
@@ -586,7 +592,25 @@ class Gate:
             self.engine.cancel(uid)
 
     def _adjust_qos(self) -> None:
-        self.window.follow(len(self.held), self._fair_inside())
+        self.window.follow(len(self.held), self._fair_inside(), self._window_limit())
+
+    def _window_limit(self) -> int:
+        """How many messages the gate should hold (window.py). O(1).
+
+        The bound is for shards on Redis, whose transport pops the queues in strict turns: a
+        newcomer's shard comes at most one turn after the burst's. RabbitMQ shares a full
+        window's freed places among the queues by lot, so a newcomer could lose several draws
+        to the burst: there the gate takes in up to ``fair_max_held`` (docs/operations.md)."""
+        max_held: int = self.settings.max_held
+        shards: int = self.settings.shards
+        scheduler = self.scheduler
+        if shards <= 1 or self._driver != "redis":
+            return max_held
+        # A pool process idles that no held job could take (an empty place in the reserve
+        # is no reason: a cap may keep it empty while every process is busy).
+        if scheduler.starved and scheduler.running < scheduler.capacity - self.lookahead:
+            return max_held
+        return min(max_held, scheduler.capacity + shards)
 
     def _fair_inside(self) -> bool:
         return bool(self.held or self.runs.fair)
@@ -699,6 +723,8 @@ class Gate:
                 else 0.0,
                 **{f"fair-blocked-{r.replace('_', '-')}": n for r, n in blocked.items()},
                 "fair-held": len(self.held),
+                "fair-held-peak": self.held_peak,
+                "fair-held-limit": self._window_limit(),
                 "fair-reserved": len(self._reserve),
                 "fair-lookahead": self.lookahead,
                 "fair-running": self.scheduler.running,
@@ -732,7 +758,7 @@ class Gate:
 
     def _default_max_hold(self) -> float:
         conf = self.app.conf
-        driver = self.app.connection_for_read().transport.driver_type
+        driver = self._driver
         if driver == "redis":
             options = conf.broker_transport_options or {}
             timeout = float(options.get("visibility_timeout", REDIS_VISIBILITY_TIMEOUT))

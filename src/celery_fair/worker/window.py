@@ -9,6 +9,12 @@ window is Celery's own. docs/operations.md#prefetch-qos says what users see.
 The window moves in chunks (at least ``CHUNK``, grown by half, shrunk only when far too big),
 and the raise is given back only after a whole sweep interval without fair work: on RabbitMQ
 every change is a ``basic.qos`` round trip.
+
+How far it may grow is the gate's ``limit``: ``fair_max_held`` without shards, where a
+newcomer's message lies behind the whole burst and the gate must take the burst in to see it.
+With shards a newcomer lies in a shard of its own, which the consumer reads in turn with the
+burst's, so the gate needs in hand only what it can start plus one look at each shard; taking
+more would only let the first worker to a burst hoard it while the others idle at its end.
 """
 
 from __future__ import annotations
@@ -35,23 +41,25 @@ class PrefetchWindow:
         self._cap = max_held + 1
         # raised: how much this window has added on this connection. While fair work is
         # inside, held + 1 <= raised <= max(CHUNK, 2 * (held + 1) + 16), capped at
-        # max_held + 1; once none has been inside for a whole sweep interval, 0.
+        # limit + 1; once none has been inside for a whole sweep interval, 0.
         self.raised = 0
         self._fair_since_sweep = False  # fair work came in since the last sweep
 
-    def follow(self, held: int, fair_inside: bool) -> None:
-        """Keep the window ahead of ``held`` messages, if fair work is inside. O(1)."""
+    def follow(self, held: int, fair_inside: bool, limit: int | None = None) -> None:
+        """Keep the window ahead of ``held`` messages, if fair work is inside, holding at most
+        ``limit`` (at most ``max_held``; by default ``max_held``). O(1)."""
         qos = self._qos()
         if qos is None or not fair_inside:
             return
         self._fair_since_sweep = True
-        need = min(held + 1, self._cap)
+        cap = self._cap if limit is None else min(self._cap, limit + 1)
+        need = min(held + 1, cap)
         raised = self.raised
         if need > raised:
-            target = min(self._cap, max(CHUNK, need + need // 2))
+            target = min(cap, max(CHUNK, need + need // 2))
             qos.increment_eventually(target - raised)
-        elif raised > max(CHUNK, 2 * need + 16):
-            target = max(CHUNK, need + need // 2)
+        elif raised > cap or raised > max(CHUNK, 2 * need + 16):
+            target = min(cap, max(CHUNK, need + need // 2))
             qos.decrement_eventually(raised - target)
         else:
             return
