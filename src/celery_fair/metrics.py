@@ -8,7 +8,9 @@ HTTP server per worker main process (``fair_metrics_port``); the prefork childre
 bodies only, so the main process sees every event (no multiprocess mode needed).
 
 Labels are bounded: job types (registered), tiers (configured priorities), reasons, store
-call kinds and queues (consumed). A fairness key or a job id is never a label.
+call kinds and queues (consumed). A job id is never a label, and a fairness key only in one
+gauge, the head of each key's line, for the ``fair_metrics_top_keys`` keys that have waited
+longest (the rest as ``other``; 0 names none).
 
 docs/metrics.md lists every metric with an example query and alert.
 """
@@ -51,9 +53,13 @@ class GateLook:
     plain_running: int = 0
     capacity: int = 0
     mode: str = "alone"
+    # fairness key: seconds its oldest held job has waited since it was published
+    heads: dict[str, float] = field(default_factory=dict)
 
 
 MODES = ("alone", "shared", "hold", "local")
+#: The label of the keys not named.
+OTHER = "other"
 
 
 def prometheus() -> Any:
@@ -120,6 +126,7 @@ class WorkerMetrics(Observer):
     Args:
         look: Called at each scrape for the gauges (``Gate.look``); ``None``: counters only.
         worker: The worker's node name, a label of ``celery_fair_worker_info``.
+        top_keys: The fairness keys ``celery_fair_key_head_wait_seconds`` names.
     """
 
     def __init__(
@@ -127,6 +134,7 @@ class WorkerMetrics(Observer):
         look: Callable[[], GateLook] | None = None,
         registry: CollectorRegistry | None = None,
         worker: str = "",
+        top_keys: int = 10,
     ) -> None:
         p = prometheus()
         self.registry = registry if registry is not None else p.CollectorRegistry()
@@ -140,7 +148,7 @@ class WorkerMetrics(Observer):
         info.info({"version": __version__, "worker": worker})
         self.registry.register(_EventCollector(self))
         if look is not None:
-            self.registry.register(_GateCollector(look))
+            self.registry.register(_GateCollector(look, top_keys))
 
     # -- counting ----------------------------------------------------------------------
 
@@ -254,8 +262,9 @@ class _EventCollector:
 class _GateCollector:
     """The gauges, read from the gate at each scrape."""
 
-    def __init__(self, look: Callable[[], GateLook]) -> None:
+    def __init__(self, look: Callable[[], GateLook], top_keys: int = 10) -> None:
         self.look = look
+        self.top_keys = top_keys
 
     def describe(self) -> list[Any]:
         return []  # unchecked at registration: the gate may not be ready yet
@@ -313,6 +322,29 @@ class _GateCollector:
         for name in MODES:
             mode.add_metric([name], 1.0 if name == look.mode else 0.0)
         yield mode
+        heads = GaugeMetricFamily(
+            "celery_fair_key_head_wait_seconds",
+            "How long the oldest job this worker holds of each fairness key has waited since "
+            "it was published, for the keys that have waited longest (fair_metrics_top_keys); "
+            'the longest of the rest as key="other".',
+            labels=["key"],
+        )
+        for key, wait in head_waits(look.heads, self.top_keys):
+            heads.add_metric([key], wait)
+        yield heads
+
+
+def head_waits(heads: dict[str, float], top: int) -> list[tuple[str, float]]:
+    """The ``top`` longest waits by key, then the longest of the rest as ``other`` (a key
+    named ``other`` among the top counts as the rest). O(keys log keys).
+
+    >>> head_waits({"a": 1.0, "b": 9.0, "c": 4.0}, 1)
+    [('b', 9.0), ('other', 4.0)]
+    """
+    ranked = sorted(heads.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = [(k, w) for k, w in ranked[:top] if k != OTHER]
+    rest = [w for k, w in ranked[top:]] + [w for k, w in ranked[:top] if k == OTHER]
+    return named + ([(OTHER, max(rest))] if rest else [])
 
 
 def serve(metrics: WorkerMetrics, port: int, address: str = "0.0.0.0") -> tuple[Any, int]:

@@ -60,6 +60,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # /metrics on (0: one the OS picks, shown by inspect stats); None = no metrics.
         "fair_metrics_port": None,
         "fair_metrics_address": "0.0.0.0",
+        # keys named by celery_fair_key_head_wait_seconds (the longest waits; the rest as
+        # "other"); 0 names none
+        "fair_metrics_top_keys": 10,
     }
 )
 
@@ -104,6 +107,7 @@ class FairSettings:
     dedupe_seconds: float = 60.0
     metrics_port: int | None = None
     metrics_address: str = "0.0.0.0"
+    metrics_top_keys: int = 10
 
     @classmethod
     def from_celery_conf(cls, conf: Any) -> FairSettings:
@@ -168,6 +172,7 @@ class FairSettings:
             dedupe_seconds=_non_negative("fair_dedupe_seconds", v["fair_dedupe_seconds"]),
             metrics_port=_optional_int("fair_metrics_port", v["fair_metrics_port"], minimum=0),
             metrics_address=_text("fair_metrics_address", v["fair_metrics_address"]),
+            metrics_top_keys=_int("fair_metrics_top_keys", v["fair_metrics_top_keys"], minimum=0),
         )
         if settings.metrics_port is not None and settings.metrics_port > 65535:
             raise ConfigurationError("fair_metrics_port: a TCP port, 0 to 65535")

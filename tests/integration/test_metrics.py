@@ -34,7 +34,8 @@ def test_a_worker_serves_its_queue_waits_held_and_blocked_jobs_and_store_calls(
     make_run, start_worker
 ):
     # Given a worker that serves its metrics on a port the OS picks (shown by inspect stats),
-    run = make_run(conf={"fair_metrics_port": 0})
+    # and names no fairness key in them,
+    run = make_run(conf={"fair_metrics_port": 0, "fair_metrics_top_keys": 0})
     worker = start_worker(run, concurrency=2)
     port = gate_stats(run, worker)["fair-metrics-port"]
     assert port > 0
@@ -52,9 +53,11 @@ def test_a_worker_serves_its_queue_waits_held_and_blocked_jobs_and_store_calls(
         held = sample(s, "celery_fair_held_jobs", **CLONE)
         return s if held == 1 and sample(s, "celery_fair_blocked_jobs", reason="conflict") else None
 
-    # then a scrape shows the held job and what blocks it,
+    # then a scrape shows the held job, what blocks it and how long it has waited (its key
+    # unnamed),
     during = wait_until(waiting, 20, "the waiter to be held", show=lambda: scrape(port))
     assert sample(during, "celery_fair_running_jobs", **CLONE) >= 1
+    assert sample(during, "celery_fair_key_head_wait_seconds", key="other") >= 0
     # and once all five have run, each one's wait and run time, and nothing held.
     wait_until(lambda: len(run.recorder.done_counts()) == 5, 30, "every job")
 
@@ -89,8 +92,48 @@ def test_a_worker_serves_its_queue_waits_held_and_blocked_jobs_and_store_calls(
         assert calls == 0
     # One stream of events: the counters inspect stats shows agree with the metrics.
     assert gate_stats(run, worker)["fair-admitted"] == 5
-    # A fairness key is never a label.
-    assert not any(secret in str(labels) for _, labels in after)
+    # A fairness key is never a label with fair_metrics_top_keys = 0.
+    assert not any(secret in str(labels) for _, labels in [*during, *after])
+
+
+def test_the_wait_of_each_keys_oldest_held_job_shows_for_the_keys_waiting_longest(
+    make_run, start_worker
+):
+    # Given a worker that names the 2 keys that have waited longest,
+    run = make_run(conf={"fair_metrics_port": 0, "fair_metrics_top_keys": 2})
+    worker = start_worker(run, concurrency=1)
+    port = gate_stats(run, worker)["fair-metrics-port"]
+    # when its one process runs a long job and keys a, b and c each wait behind it, a first,
+    run.send("fairapp.clone", "busy", 2.0, headers=fair_headers("clone", "z", "r0"))
+    wait_until(lambda: run.recorder.events(), 20, "the busy job to start")
+    for held, key in enumerate("abc", 1):
+        run.send("fairapp.clone", key, 0.01, headers=fair_headers("clone", key, f"r-{key}"))
+        wait_until(
+            lambda n=held: sample(scrape(port), "celery_fair_held_jobs", **CLONE) == n,
+            20,
+            f"{key} to be held",
+        )
+
+    def named():
+        s = scrape(port)
+        waits = {k: sample(s, "celery_fair_key_head_wait_seconds", key=k) for k in "abc"}
+        return s if waits["a"] is not None and waits["a"] >= 0.5 else None
+
+    # then the two that have waited longest are named, each with its wait, and c as other,
+    during = wait_until(named, 20, "a's wait to show", show=lambda: scrape(port))
+    a, b = (sample(during, "celery_fair_key_head_wait_seconds", key=k) for k in "ab")
+    other = sample(during, "celery_fair_key_head_wait_seconds", key="other")
+    assert a >= b >= other >= 0
+    assert sample(during, "celery_fair_key_head_wait_seconds", key="c") is None
+    # and once they have run, no key is left.
+    wait_until(lambda: len(run.recorder.done_counts()) == 4, 30, "every job")
+
+    def nothing_held():
+        s = scrape(port)
+        return s if not sample(s, "celery_fair_held_jobs", **CLONE) else None
+
+    after = wait_until(nothing_held, 20, "nothing held")
+    assert not [k for (n, k) in after if n == "celery_fair_key_head_wait_seconds"]
 
 
 def test_the_intakes_moves_show_by_queue_as_inspect_stats_counts_them(make_run, start_worker):

@@ -94,3 +94,27 @@ def test_metrics_without_prometheus_client_is_a_configuration_error(monkeypatch)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
     with pytest.raises(ConfigurationError, match=r"pip install 'celery-fair\[metrics\]'"):
         prometheus()
+
+
+def test_the_keys_waiting_longest_are_named_and_the_longest_of_the_rest_is_other():
+    heads = {"a": 3.0, "b": 12.0, "c": 0.5, "d": 7.0}
+    look = GateLook(heads=heads)
+    m = WorkerMetrics(look=lambda: look, registry=CollectorRegistry(), top_keys=2)
+    assert value(m, "celery_fair_key_head_wait_seconds", key="b") == 12.0
+    assert value(m, "celery_fair_key_head_wait_seconds", key="d") == 7.0
+    assert value(m, "celery_fair_key_head_wait_seconds", key="other") == 3.0
+    assert value(m, "celery_fair_key_head_wait_seconds", key="a") is None
+    # With none to name, every key is other; with none held, no sample at all.
+    m = WorkerMetrics(look=lambda: look, registry=CollectorRegistry(), top_keys=0)
+    assert value(m, "celery_fair_key_head_wait_seconds", key="other") == 12.0
+    assert value(m, "celery_fair_key_head_wait_seconds", key="b") is None
+    look = GateLook()
+    m = WorkerMetrics(look=lambda: look, registry=CollectorRegistry())
+    samples = [s for f in m.registry.collect() for s in f.samples]
+    assert not [s for s in samples if s.name == "celery_fair_key_head_wait_seconds"]
+
+
+def test_a_key_named_other_among_the_top_counts_with_the_rest():
+    from celery_fair.metrics import head_waits
+
+    assert head_waits({"other": 9.0, "a": 5.0, "b": 1.0}, 2) == [("a", 5.0), ("other", 9.0)]

@@ -159,7 +159,9 @@ class FairGateStep(bootsteps.StartStopStep):
         self.metrics: WorkerMetrics | None = None
         self._metrics_server: Any = None
         if settings.metrics_port is not None:
-            self.metrics = WorkerMetrics(look=self._look, worker=c.hostname)
+            self.metrics = WorkerMetrics(
+                look=self._look, worker=c.hostname, top_keys=settings.metrics_top_keys
+            )
         self.gate = Gate(
             c,
             settings,

@@ -742,10 +742,15 @@ class Gate:
         with self._lock:
             types = self.types
             held: dict[tuple[str, int], int] = {}
+            oldest: dict[str, float] = {}  # fairness key: its oldest held job's publish time
             for h in self.held.values():
                 name = h.headers.job_type
                 tier = (name, types[name].priority)
                 held[tier] = held.get(tier, 0) + 1
+                key = h.headers.fairness_key
+                if h.arrival < oldest.get(key, h.arrival + 1):
+                    oldest[key] = h.arrival
+            now = time.time()
             return GateLook(
                 held=held,
                 running={(t, p): n for t, p, _, n in self.scheduler.by_type() if n},
@@ -754,6 +759,7 @@ class Gate:
                 plain_running=self.runs.plain,
                 capacity=self.scheduler.capacity,
                 mode=self.engine.mode.value,
+                heads={key: max(0.0, now - t) for key, t in oldest.items()},
             )
 
     def _default_max_hold(self) -> float:
