@@ -40,7 +40,7 @@ __all__ = ["tasks_columns"]
 logger = logging.getLogger(__name__)
 
 #: The Flower versions the hooks are tested against (tests/e2e/test_flower.py runs in CI).
-SUPPORTED_FLOWER = (">=2.2", "<2.3")
+SUPPORTED_FLOWER = (">=2.0", "<2.3")
 #: Fairness keys named in the fleet metrics; the rest are summed under ``other``.
 TOP_KEYS = 10
 

@@ -5,6 +5,10 @@ serves the fleet's fairness from the shared store.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (.ci/run installs them when missing).
 Set ``CELERY_FAIR_SCREENSHOTS=<dir>`` to keep the screenshots (docs/img has the last ones).
+
+Every Flower release the helper supports (``SUPPORTED_FLOWER``) is tested: the installed one
+(the ``dev`` extra's), and each older one installed on first use, without its dependencies
+(the installed Flower's serve it), into a cache directory Flower is then run from.
 """
 
 from __future__ import annotations
@@ -21,16 +25,44 @@ from pathlib import Path
 
 import pytest
 from harness import HERE, wait_until
+from packaging.version import Version
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from celery_fair import fair_headers
+from celery_fair.flower import SUPPORTED_FLOWER
 from celery_fair.routing import DEFAULT_SHARDS, shard_of
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 FLOWERCONFIG = "from celery_fair.flower import *  # noqa: F403\n"
+#: The Flower releases tested besides the installed one: the last of each minor version in
+#: SUPPORTED_FLOWER.
+OLDER_FLOWERS = ("2.0.1", "2.1.0")
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "celery-fair-tests"
+
+
+def flower_path(version: str | None) -> str | None:
+    """A directory holding Flower ``version`` to put first on the path (installed on first
+    use), or ``None`` for the installed Flower."""
+    if version is None:
+        return None
+    target = CACHE / f"flower-{version}"
+    if not (target / "flower" / "__init__.py").exists():
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target"]
+        done = subprocess.run([*pip, str(target), f"flower=={version}"], capture_output=True)
+        if done.returncode:
+            pytest.fail(f"cannot install flower=={version}: {done.stderr.decode()[-2000:]}")
+    return str(target)
+
+
+def test_the_flowers_tested_are_the_supported_range():
+    low, high = (Version(bound.lstrip("<>=")) for bound in SUPPORTED_FLOWER)
+    import flower as installed
+
+    for version in (*OLDER_FLOWERS, installed.__version__):
+        assert low <= Version(version) < high, version
 
 
 @pytest.fixture(params=["redis"])
@@ -44,21 +76,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture(params=[None, *OLDER_FLOWERS], ids=["flower-installed", *OLDER_FLOWERS])
+def flower_version(request):
+    return request.param
+
+
 @pytest.fixture
-def flower(make_run, tmp_path):
+def flower(make_run, tmp_path, flower_version):
     """``start(run)``: a ``celery -A fairapp flower`` with the helper; its base URL."""
     procs: list[subprocess.Popen[bytes]] = []
+    path = flower_path(flower_version)
 
     def start(run) -> str:
         config = tmp_path / "flowerconfig.py"
         config.write_text(FLOWERCONFIG)
+        env = {**run.env(), "FLOWER_UNAUTHENTICATED_API": "true"}
+        if path is not None:
+            env["PYTHONPATH"] = os.pathsep.join([path, env["PYTHONPATH"]])
+            shown = subprocess.run(
+                [sys.executable, "-c", "import flower; print(flower.__version__)"],
+                env=env, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            assert shown.stdout.strip() == flower_version
         port = free_port()
         with open(tmp_path / "flower.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "fairapp", "flower", f"--conf={config}",
                  f"--port={port}", "--address=127.0.0.1", "--inspect_timeout=3000"],
                 cwd=HERE,
-                env={**run.env(), "FLOWER_UNAUTHENTICATED_API": "true"},
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -108,14 +154,17 @@ def get(url: str) -> str:
         return response.read().decode()
 
 
-def screenshot(driver, name: str, tmp_path: Path) -> None:
+def screenshot(driver, name: str, tmp_path: Path, version: str | None = None) -> None:
+    """Keep a screenshot; an older Flower's under a name of its own."""
+    if version is not None:
+        name = f"flower-{version}-{name.removeprefix('flower-')}"
     where = Path(os.environ.get("CELERY_FAIR_SCREENSHOTS") or tmp_path)
     where.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(where / name))
 
 
 def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
-    make_run, start_worker, flower, browser, tmp_path
+    make_run, start_worker, flower, browser, tmp_path, flower_version
 ):
     # Given two fair workers on Redis that send task events, and Flower with the helper,
     run = make_run(conf={"worker_send_task_events": True})
@@ -168,35 +217,39 @@ def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
     assert finished["fencing_token"] >= 1
     assert finished["shard"] == shard_of("tenant-b", DEFAULT_SHARDS)
 
-    # The tasks page shows the fairness key, type and job id as columns,
+    # The tasks page shows the fairness key, type and job id as columns (Flower 2.2 on: the
+    # tasks table of 2.0 and 2.1 has a fixed set of columns, which the helper leaves alone),
     browser.get(f"{url}/tasks")
+    if flower_version is not None:
+        wait_until(lambda: waiter.id in browser.page_source, 20, "the tasks table")
+    else:
 
-    def columns():
-        found = browser.find_elements(By.CSS_SELECTOR, "th[data-column]")
-        return [th.get_attribute("data-column") for th in found]
+        def columns():
+            found = browser.find_elements(By.CSS_SELECTOR, "th[data-column]")
+            return [th.get_attribute("data-column") for th in found]
 
-    slugs = wait_until(columns, 20, "the tasks table", show=lambda: browser.page_source[:3000])
-    assert {"fairness_key", "job_type", "job_id", "queue_wait"} <= set(slugs), slugs
-    labels = [th.get_attribute("textContent").strip() for th in
-              browser.find_elements(By.CSS_SELECTOR, "th[data-column]")]  # fmt: skip
-    assert labels[slugs.index("fairness_key")] == "Fairness key"
-    column = slugs.index("fairness_key")
+        slugs = wait_until(columns, 20, "the tasks table", show=lambda: browser.page_source[:3000])
+        assert {"fairness_key", "job_type", "job_id", "queue_wait"} <= set(slugs), slugs
+        labels = [th.get_attribute("textContent").strip() for th in
+                  browser.find_elements(By.CSS_SELECTOR, "th[data-column]")]  # fmt: skip
+        assert labels[slugs.index("fairness_key")] == "Fairness key"
+        column = slugs.index("fairness_key")
 
-    def keys_shown():
-        rows = browser.find_elements(By.CSS_SELECTOR, "#tasks-table tbody tr")
-        cells = [r.find_elements(By.TAG_NAME, "td") for r in rows]
-        return {c[column].text for c in cells if len(c) > column}
+        def keys_shown():
+            rows = browser.find_elements(By.CSS_SELECTOR, "#tasks-table tbody tr")
+            cells = [r.find_elements(By.TAG_NAME, "td") for r in rows]
+            return {c[column].text for c in cells if len(c) > column}
 
-    wait_until(lambda: {"tenant-a", "tenant-b"} <= keys_shown(), 20, "the keys in the table",
-               show=keys_shown)  # fmt: skip
-    screenshot(browser, "flower-tasks.png", tmp_path)
+        wait_until(lambda: {"tenant-a", "tenant-b"} <= keys_shown(), 20, "the keys in the table",
+                   show=keys_shown)  # fmt: skip
+        screenshot(browser, "flower-tasks.png", tmp_path, flower_version)
     # the task page shows them as rows,
     browser.set_window_size(1600, 1900)  # the fair fields come after Celery's own
     browser.get(f"{url}/task/{waiter.id}")
     page = browser.find_element(By.ID, "task-page").text
     for label, value in (("Fairness key", "tenant-a"), ("Job type", "clone"), ("Job id", "linux")):
         assert f"{label}\n{value}" in page or f"{label} {value}" in page, page
-    screenshot(browser, "flower-task.png", tmp_path)
+    screenshot(browser, "flower-task.png", tmp_path, flower_version)
     # and the worker page shows the gate's counters (the Pool tab).
     node = f"{workers[0].name}@{socket.gethostname()}"
 
@@ -205,4 +258,4 @@ def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
         return "Fair admitted" in browser.page_source
 
     wait_until(counters_shown, 30, "the gate's counters")
-    screenshot(browser, "flower-worker.png", tmp_path)
+    screenshot(browser, "flower-worker.png", tmp_path, flower_version)
