@@ -199,7 +199,8 @@ def _summarise(state: dict[str, Any], settings: Any, types: dict[str, Any]) -> d
             for name, t in sorted(types.items())
         ],
         "keys": [
-            {"key": k.key, "running": k.running, "cost": k.cost, "lag": k.lag} for k in keys.top
+            {"key": k.key, "running": k.running, "cost": k.cost, "lag": k.lag, "share": k.share}
+            for k in keys.top
         ],
         "other_keys": {"keys": keys.other_keys, "running": keys.other_running},
         "conflicts_held": len(state["conflicts"]),
@@ -289,7 +290,7 @@ def render(state: dict[str, Any]) -> Any:
                     caps.add_row(f"  {t['type']}", *_against(t["running"], t["cap"]))
         parts.append(caps)
         keys = Table(title="Heaviest keys (running now)", title_justify="left")
-        for column in ("fairness key", "running", "accumulated cost (s)", "lag (s)"):
+        for column in ("fairness key", "running", "accumulated cost (s)", "lag (s)", "share"):
             keys.add_column(column, justify="left" if column == "fairness key" else "right")
         for k in store["keys"]:
             keys.add_row(
@@ -297,6 +298,7 @@ def render(state: dict[str, Any]) -> Any:
                 str(k["running"]),
                 f"{k['cost']:.1f}",
                 f"{k['lag']:+.1f}",
+                f"{k['share']:.0%}",
             )
         other = store["other_keys"]
         if other["keys"]:

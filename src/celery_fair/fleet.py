@@ -15,12 +15,14 @@ __all__ = ["KeyService", "Service", "jain_index", "service"]
 
 @dataclass(frozen=True)
 class KeyService:
-    """One key's running jobs, accumulated cost, and lag behind the fair share."""
+    """One key's running jobs, accumulated cost, lag behind the fair share, and share of the
+    service the running keys have received (``1/n`` each when it is fair)."""
 
     key: str
     running: int
     cost: float
     lag: float
+    share: float
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,17 @@ def service(state: dict[str, Any], top: int) -> Service:
         running[job["fairness_key"]] = running.get(job["fairness_key"], 0) + 1
     costs = {k: float(v) for k, v in state["costs"].items()}
     active = [costs.get(k, 0.0) for k in running]
-    mean = sum(active) / len(active) if active else 0.0
+    total = math.fsum(active)
+    mean = total / len(active) if active else 0.0
+
+    def share(cost: float) -> float:
+        return cost / total if total else 1.0 / len(active)
+
     ranked = sorted(running, key=lambda k: (-running[k], -costs.get(k, 0.0), k))
     named = [
-        KeyService(k, running[k], costs.get(k, 0.0), mean - costs.get(k, 0.0)) for k in ranked[:top]
+        KeyService(k, running[k], c, mean - c, share(c))
+        for k in ranked[:top]
+        for c in (costs.get(k, 0.0),)
     ]
     rest = ranked[top:]
     return Service(named, len(rest), sum(running[k] for k in rest), jain_index(active))

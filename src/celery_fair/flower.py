@@ -274,6 +274,15 @@ def fleet_metrics(
     for k in keys.top:
         lag.add_metric([_label(k.key)], k.lag)
     yield lag
+    share = GaugeMetricFamily(
+        "celery_fair_fleet_service_share",
+        "This key's part of the accumulated cost of the keys that run now (0 to 1): 1/n each "
+        "when all received the same service.",
+        labels=["fairness_key"],
+    )
+    for k in keys.top:
+        share.add_metric([_label(k.key)], k.share)
+    yield share
     jain = GaugeMetricFamily(
         "celery_fair_fleet_jain_index",
         "Jain's fairness index of the accumulated costs of the keys that run now: 1 when all "

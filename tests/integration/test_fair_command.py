@@ -54,7 +54,9 @@ def test_status_and_top_show_the_fleet_the_gates_and_the_queues(make_run, start_
     if run.broker == "redis":
         store = state["store"]
         assert store["workers"] == 1
-        assert [(k["key"], k["running"]) for k in store["keys"]] == [("tenant-a", 1)]
+        assert [(k["key"], k["running"], k["share"]) for k in store["keys"]] == [
+            ("tenant-a", 1, 1.0)
+        ]
         [clone] = [t for t in store["types"] if t["type"] == "clone"]
         assert (clone["running"], clone["tier"]) == (1, 8)
         assert store["jain_index"] == 1.0

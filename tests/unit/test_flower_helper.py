@@ -99,6 +99,9 @@ def test_fleet_metrics_name_the_top_keys_and_sum_the_rest_as_other():
     lag = {dict(labels)["fairness_key"]: v for (n, labels), v in got.items()
            if n == "celery_fair_fleet_service_lag_seconds"}  # fmt: skip
     assert lag == {"a": 15.0 - 30.0, "c": 15.0 - 20.0}  # the mean of 30, 10, 0, 20 is 15
+    share = {dict(labels)["fairness_key"]: v for (n, labels), v in got.items()
+             if n == "celery_fair_fleet_service_share"}  # fmt: skip
+    assert share == pytest.approx({"a": 30 / 60, "c": 20 / 60})  # of 60 in all
     assert got[("celery_fair_fleet_jain_index", ())] == pytest.approx(60**2 / (4 * 1400))
 
 
