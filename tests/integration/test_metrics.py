@@ -42,7 +42,7 @@ def test_a_worker_serves_its_queue_waits_held_and_blocked_jobs_and_store_calls(
     # when a long job holds repository linux, a second job on linux waits for it, held, and
     # three others run,
     secret = "tenant-4711-do-not-label"
-    run.send("fairapp.clone", "holder", 1.5, headers=fair_headers("clone", secret, "linux"))
+    run.send("fairapp.clone", "holder", 3.0, headers=fair_headers("clone", secret, "linux"))
     wait_until(lambda: run.recorder.events(), 20, "the holder to start")
     run.send("fairapp.clone", "waiter", 0.01, headers=fair_headers("clone", secret, "linux"))
     for i in range(3):
@@ -58,6 +58,10 @@ def test_a_worker_serves_its_queue_waits_held_and_blocked_jobs_and_store_calls(
     during = wait_until(waiting, 20, "the waiter to be held", show=lambda: scrape(port))
     assert sample(during, "celery_fair_running_jobs", **CLONE) >= 1
     assert sample(during, "celery_fair_key_head_wait_seconds", key="other") >= 0
+    # (inspect stats, and so Flower's worker page, counts the held and running ones by tier)
+    stats = gate_stats(run, worker)
+    assert stats["fair-held-tier-8"] == 1, stats
+    assert stats["fair-running-tier-8"] >= 1, stats
     # and once all five have run, each one's wait and run time, and nothing held.
     wait_until(lambda: len(run.recorder.done_counts()) == 5, 30, "every job")
 

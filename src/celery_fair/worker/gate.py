@@ -717,12 +717,19 @@ class Gate:
         with self._lock:
             oldest = next(iter(self.held.values()), None)
             blocked = self.scheduler.blocked_counts()
+            tiers: dict[int, list[int]] = {}  # tier: [held, running]
+            for h in self.held.values():
+                tiers.setdefault(self.types[h.headers.job_type].priority, [0, 0])[0] += 1
+            for _, priority, _, running in self.scheduler.by_type():
+                tiers.setdefault(priority, [0, 0])[1] += running
             return {
                 "fair-oldest-held-seconds": round(time.monotonic() - oldest.received, 3)
                 if oldest is not None
                 else 0.0,
                 **{f"fair-blocked-{r.replace('_', '-')}": n for r, n in blocked.items()},
                 "fair-held": len(self.held),
+                **{f"fair-held-tier-{p}": n[0] for p, n in sorted(tiers.items(), reverse=True)},
+                **{f"fair-running-tier-{p}": n[1] for p, n in sorted(tiers.items(), reverse=True)},
                 "fair-held-peak": self.held_peak,
                 "fair-held-limit": self._window_limit(),
                 "fair-reserved": len(self._reserve),
