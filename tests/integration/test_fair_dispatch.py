@@ -28,11 +28,13 @@ def test_client_b_is_not_stuck_behind_client_a_burst(make_run, start_worker):
     for i in range(2):
         clone.apply_async([f"B{i}", 0.02], fairness_key="B", job_id=f"b{i}")
     wait_until(lambda: run.recorder.done_counts().get("B1"), 30, "B's jobs to finish")
-    # Then both start before A has started more than one more job per slot.
+    # Then both start before A has started more than one more job per slot, and the one whose
+    # start makes room for B's message (on Redis the gate holds only what it can start plus
+    # one per shard, so B's message is fetched at the next start: operations.md#prefetch-qos).
     events = starts(run)
     b_started = max(e["t"] for e in events if e["tag"].startswith("B"))
     a_between = [e for e in events if e["tag"].startswith("A") and published < e["t"] < b_started]
-    assert len(a_between) <= SLOTS, a_between
+    assert len(a_between) <= SLOTS + 1, a_between
 
 
 def test_plain_celery_makes_client_b_wait_for_client_a(make_run, start_worker):
