@@ -257,32 +257,21 @@ def fleet_metrics(
     if keys.other_keys:
         by_key.add_metric(["other"], float(keys.other_running))
     yield by_key
-    acc = GaugeMetricFamily(
-        "celery_fair_fleet_accumulated_cost",
-        "Accumulated cost (learned seconds of work charged) of the top keys.",
-        labels=["fairness_key"],
-    )
-    for k in keys.top:
-        acc.add_metric([_label(k.key)], k.cost)
-    yield acc
-    lag = GaugeMetricFamily(
-        "celery_fair_fleet_service_lag_seconds",
-        "Mean accumulated cost of the running keys minus this key's: positive means the key "
-        "has received less than its fair share so far.",
-        labels=["fairness_key"],
-    )
-    for k in keys.top:
-        lag.add_metric([_label(k.key)], k.lag)
-    yield lag
-    share = GaugeMetricFamily(
-        "celery_fair_fleet_service_share",
-        "This key's part of the accumulated cost of the keys that run now (0 to 1): 1/n each "
-        "when all received the same service.",
-        labels=["fairness_key"],
-    )
-    for k in keys.top:
-        share.add_metric([_label(k.key)], k.share)
-    yield share
+    # The top keys' service, one gauge per field of KeyService.
+    for name, field, doc in (
+        ("celery_fair_fleet_accumulated_cost", "cost",
+         "Accumulated cost (learned seconds of work charged) of the top keys."),
+        ("celery_fair_fleet_service_lag_seconds", "lag",
+         "Mean accumulated cost of the running keys minus this key's: positive means the key "
+         "has received less than its fair share so far."),
+        ("celery_fair_fleet_service_share", "share",
+         "This key's part of the accumulated cost of the keys that run now (0 to 1): 1/n each "
+         "when all received the same service."),
+    ):  # fmt: skip
+        family = GaugeMetricFamily(name, doc, labels=["fairness_key"])
+        for k in keys.top:
+            family.add_metric([_label(k.key)], getattr(k, field))
+        yield family
     jain = GaugeMetricFamily(
         "celery_fair_fleet_jain_index",
         "Jain's fairness index of the accumulated costs of the keys that run now: 1 when all "
