@@ -47,6 +47,10 @@ def test_a_worker_serves_its_queue_waits_held_and_blocked_jobs_and_store_calls(
     run.send("fairapp.clone", "waiter", 0.01, headers=fair_headers("clone", secret, "linux"))
     for i in range(3):
         run.send("fairapp.clone", f"free{i}", 0.01, headers=fair_headers("clone", "k", f"r{i}"))
+    # (the three free ones done first, so that the waiter is all the gate holds: CI once read
+    # the stats while two of them were still held)
+    done = run.recorder.done_counts
+    wait_until(lambda: all(done().get(f"free{i}") for i in range(3)), 20, "the free jobs")
 
     def waiting():
         s = scrape(port)
@@ -142,13 +146,18 @@ def test_the_wait_of_each_keys_oldest_held_job_shows_for_the_keys_waiting_longes
 
 def test_the_intakes_moves_show_by_queue_as_inspect_stats_counts_them(make_run, start_worker):
     # Given messages a producer that knows nothing of shards published to the queue itself,
-    run = make_run(conf={"fair_metrics_port": 0})
+    # two long ones first (a worker that takes its queue in faster than the intake looks, as
+    # CI saw, would leave the intake nothing to move: the long ones keep its processes busy,
+    # and fair_max_held its window full),
+    run = make_run(conf={"fair_metrics_port": 0, "fair_max_held": 5})
+    for i in range(2):
+        run.send("fairapp.clone", f"long{i}", 3.0, headers=fair_headers("clone", "h", f"r{i}"))
     for i in range(200):
         run.send("fairapp.clone", f"j{i}", 0.001, headers=fair_headers("clone", f"k{i % 9}"))
     # when a worker starts, its intake moves them (those its consumer does not take first),
     worker = start_worker(run, concurrency=2)
     port = gate_stats(run, worker)["fair-metrics-port"]
-    wait_until(lambda: len(run.recorder.done_counts()) == 200, 60, "every job")
+    wait_until(lambda: len(run.recorder.done_counts()) == 202, 60, "every job")
     moved = gate_stats(run, worker)["fair-moved"]
     assert moved > 0
     # and the metric counts the same moves, under the queue they came from.

@@ -37,3 +37,52 @@ def test_the_window_is_celerys_unless_fair_jobs_are_inside(make_run, start_worke
     # Idle again: Celery's window.
     wait_until(lambda: len(run.recorder.done_counts()) == 7, 30, "the fair jobs")
     wait_until(lambda: prefetch_count(run, worker) == CELERYS, 10, "the window to close")
+
+
+def ready_in_broker(run) -> int:
+    """The queue's messages no consumer holds."""
+    with run.app.connection_for_write() as conn:
+        channel = conn.default_channel
+        if run.broker == "amqp":
+            return channel.queue_declare(run.queue, passive=True).message_count
+        return channel.client.llen(run.queue)
+
+
+def test_a_worker_takes_in_no_more_plain_tasks_than_celerys_window(make_run, start_worker):
+    """The broker's side of the window: on RabbitMQ each shard's consumer has a window of its
+    own (consumer_prefetch.py), and setting one lifts the channel's for a moment, which bounds
+    the queue's own consumer: neither a worker that starts on a backlog nor one that consumes a
+    shard again takes more of it than Celery would."""
+    # Given a backlog of a long plain task and twelve short ones (and no intake: on RabbitMQ it
+    # takes messages off the queue for a moment to look at them),
+    conf = {"worker_prefetch_multiplier": MULTIPLIER, "fair_intake_interval": None}
+    run = make_run(conf={**conf, "fair_sweep_interval": 0.2})
+    run.send("fairapp.plain", "long", 5.0)
+    behind = 12
+    for i in range(behind):
+        run.send("fairapp.plain", f"p{i}", 0.01)
+    # when a worker of one process starts on it,
+    worker = start_worker(run, concurrency=CONCURRENCY)
+    wait_until(lambda: run.recorder.events(), 20, "the long task to start")
+    # then while the long one runs, it takes in what Celery's window lets it, and the rest
+    # stays in the broker;
+    wait_until(lambda: ready_in_broker(run) <= behind - (CELERYS - 1), 20, "the window to fill")
+    assert prefetch_count(run, worker) == CELERYS  # (a round trip to the worker, and back)
+    assert ready_in_broker(run) >= behind - CELERYS
+    if run.broker != "amqp":
+        wait_until(lambda: len(run.recorder.done_counts()) == behind + 1, 30, "every task")
+        return
+    # and on RabbitMQ, when fair jobs due later wait in a shard (Celery widens its window by
+    # one for each, and the worker consumes the shard again with a wider one of its own),
+    clone = run.app.tasks["fairapp.clone"]
+    later = 3
+    for i in range(later):
+        clone.apply_async([f"later{i}", 0.01], fairness_key="A", countdown=4)
+    wait_until(
+        lambda: max(gate_stats(run, worker)["fair-shard-windows"].values()) > CONCURRENCY + 1,
+        20,
+        "the shard's window to widen",
+    )
+    # the rest of the backlog still stays in the broker.
+    assert ready_in_broker(run) >= behind - CELERYS - later
+    wait_until(lambda: len(run.recorder.done_counts()) == behind + 1 + later, 30, "every task")

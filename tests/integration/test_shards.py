@@ -32,7 +32,7 @@ def test_a_newcomer_published_right_after_a_burst_waits_behind_no_more_than_the_
 ):
     # Given a worker, and client A's burst of 3,000 jobs still being published and taken in,
     run = make_run()
-    start_worker(run, concurrency=SLOTS)
+    worker = start_worker(run, concurrency=SLOTS)
     clone = run.app.tasks["fairapp.clone"]
     burst = 3000
     for i in range(burst):
@@ -52,6 +52,9 @@ def test_a_newcomer_published_right_after_a_burst_waits_behind_no_more_than_the_
     ]
     a_before = [t for t, (s, _) in spans.items() if t.startswith("A") and s <= published]
     assert len(a_between) <= 2 * SLOTS, (len(a_between), len(a_before), b_started - published)
+    if run.broker == "amqp":  # (each shard's consumer has a window of what it can start + 1)
+        windows = gate_stats(run, worker)["fair-shard-windows"]
+        assert windows == {shard_name(run.queue, i): SLOTS + 1 for i in range(SHARDS)}
 
 
 def test_workers_share_a_burst_in_the_broker_and_none_takes_in_more_than_it_can_start(
@@ -83,6 +86,53 @@ def test_workers_share_a_burst_in_the_broker_and_none_takes_in_more_than_it_can_
             assert stats["fair-held-peak"] <= bound, (stats["fair-held-peak"], bound, ran)
     # and each worker ran a good part of it.
     assert min(ran.values()) >= burst // 4, ran
+
+
+def test_jobs_that_wait_for_a_conflict_do_not_hide_one_that_can_run_behind_them_in_the_shard(
+    make_run, start_worker
+):
+    """The gate takes in only what it can start plus a look (on RabbitMQ, per shard); when
+    all it holds waits for a conflict and a process idles, it looks deeper."""
+    # Given a worker, and client A's twelve jobs on repository r, which run one at a time,
+    run = make_run(conf={"fair_sweep_interval": 0.2})
+    worker = start_worker(run, concurrency=SLOTS)
+    clone = run.app.tasks["fairapp.clone"]
+    for i in range(12):
+        clone.apply_async([f"r{i}", 1.0], fairness_key="A", job_id="r")
+    # when A then publishes a job on repository s, behind them in A's shard,
+    clone.apply_async(["s", 0.01], fairness_key="A", job_id="s")
+    # then it runs on the idle process long before the jobs on r ahead of it,
+    wait_until(lambda: run.recorder.done_counts().get("s"), 30, "the job on s")
+    started = [e["tag"] for e in run.recorder.events() if e["event"] == "start"]
+    assert started.index("s") <= 3, started
+    if run.broker == "amqp":
+        # and once nothing waits for a conflict, each shard's window closes again, every job
+        # run once (consuming a shard again loses and repeats nothing).
+        wait_until(lambda: len(run.recorder.done_counts()) == 13, 60, "every job")
+        assert set(run.recorder.done_counts().values()) == {1}, run.recorder.done_counts()
+        narrow = {shard_name(run.queue, i): SLOTS + 1 for i in range(SHARDS)}
+        wait_until(
+            lambda: gate_stats(run, worker)["fair-shard-windows"] == narrow,
+            20,
+            "the windows to close",
+            show=lambda: gate_stats(run, worker)["fair-shard-windows"],
+        )
+
+
+def test_countdown_jobs_waiting_in_a_worker_do_not_stall_their_shard(make_run, start_worker):
+    # Given a worker, and client A's six jobs due in 4 s (Celery holds each unacked, and in
+    # its shard's window on RabbitMQ, until it is due),
+    run = make_run(conf={"fair_sweep_interval": 0.2})
+    start_worker(run, concurrency=SLOTS)
+    clone = run.app.tasks["fairapp.clone"]
+    for i in range(6):
+        clone.apply_async([f"later{i}", 0.01], fairness_key="A", countdown=4)
+    # when A then publishes a job to run now, behind them in A's shard,
+    clone.apply_async(["now", 0.01], fairness_key="A")
+    # then it runs before any of them is due.
+    wait_until(lambda: len(run.recorder.done_counts()) == 7, 30, "every job")
+    started = [e["tag"] for e in run.recorder.events() if e["event"] == "start"]
+    assert started[0] == "now", started
 
 
 def test_a_retry_an_eta_task_and_canvas_children_stay_in_their_keys_shard(make_run, start_worker):

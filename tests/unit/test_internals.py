@@ -97,3 +97,57 @@ def test_the_revoked_marker_moves_with_every_revoke():
         assert revoked_marker() != before
     finally:
         worker_state.revoked.discard("marker-test")
+
+
+def test_each_queue_is_consumed_with_its_window_and_none_without_one_sees_the_channels_lifted():
+    """consume_with_windows on a real Kombu Consumer (in-memory channel, its AMQP calls
+    recorded): RabbitMQ lifts the channel's window while a consumer's is set."""
+    from kombu import Connection, Consumer, Queue
+
+    from celery_fair.worker.internals import consume_with_windows, reconsume
+
+    calls: list[tuple] = []
+    with Connection("memory://") as conn:
+        channel = conn.channel()
+        channel.basic_qos = lambda size, count, is_global: calls.append(("qos", count, is_global))
+        plain_consume = channel.basic_consume
+
+        def basic_consume(queue, *args, **kwargs):
+            calls.append(("consume", queue))
+            return plain_consume(queue, *args, **kwargs)
+
+        channel.basic_consume = basic_consume
+        channel.basic_cancel = lambda tag, **kwargs: calls.append(("cancel", tag))
+        windows = {"q": 0, "q.fair.0": 3, "q.fair.1": 3}
+        consumer = Consumer(channel, queues=[Queue(name) for name in windows])
+        consume_with_windows(consumer, windows.__getitem__, lambda: 10)
+        # The queues with a window of their own first, each change of window followed by the
+        # channel's; the queue without one last.
+        consumer.consume()
+        assert calls == [
+            ("qos", 3, False),
+            ("qos", 10, True),
+            ("consume", "q.fair.0"),
+            ("consume", "q.fair.1"),
+            ("qos", 0, False),
+            ("qos", 10, True),
+            ("consume", "q"),
+        ]
+        # A shard consumed again with a wider window: the queue without one is taken off the
+        # channel before the window changes, and consumed again after.
+        calls.clear()
+        windows["q.fair.1"] = 11
+        assert reconsume(consumer, ["q.fair.1", "gone"]) == ["gone"]
+        kinds = [c[0] if c[0] != "consume" else c for c in calls]
+        assert kinds == [
+            "cancel",  # q.fair.1
+            "cancel",  # q
+            "qos",
+            "qos",
+            ("consume", "q.fair.1"),
+            "qos",
+            "qos",
+            ("consume", "q"),
+        ]
+        assert calls[2:4] == [("qos", 11, False), ("qos", 10, True)]
+        assert set(consumer._active_tags) == set(windows)

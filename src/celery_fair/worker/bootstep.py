@@ -19,6 +19,7 @@ from ..observe import Observer
 from ..routing import Shards, follow_consumer_changes, shard_index
 from ..settings import FairSettings
 from ..store.redis import RedisStore
+from .consumer_prefetch import ShardWindows
 from .gate import Gate
 from .internals import redis_broker_client, redis_queue_lists
 
@@ -185,6 +186,9 @@ class FairGateStep(bootsteps.StartStopStep):
         gate.on_connected()
         gate.start_link(c.hub)
         settings = gate.settings
+        if Shards.of(c.app).enabled:
+            capacity = gate.scheduler.capacity
+            gate.shard_windows = ShardWindows.install(c, capacity + 1, settings.max_held + 1)
         self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if self.intake is None:
             self.intake = start_intake(c, settings, gate.observer)

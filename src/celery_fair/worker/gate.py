@@ -11,8 +11,9 @@ Held messages and the broker (docs/operations.md):
 - *Prefetch.* A held message occupies a slot of the consumer's prefetch window, so while fair
   work is inside, the gate keeps the window ahead of what it holds (window.py); with none
   inside, the window is Celery's own. With shards on Redis it holds only what it can start
-  plus one per shard, unless held jobs leave a slot free (they wait for conflicts or caps):
-  then it takes more in, up to ``fair_max_held``, to find one that can run.
+  plus one per shard, and on RabbitMQ each shard's consumer gets a window of what it can
+  start plus one (consumer_prefetch.py), unless held jobs leave a slot free (they wait for
+  conflicts or caps): then it takes more in, up to ``fair_max_held``, to find one that can run.
 - *Spill.* When the gate holds ``fair_max_held`` messages and a slot is free that none of them
   can take (they all wait for conflicts or caps), held work blocks the queue: the gate then
   returns the lowest-ranked tenth of what it holds to the broker (returns.py: republish to the
@@ -57,6 +58,7 @@ from ..observe import Counters, Fanout, Observer
 from ..routing import shard_of
 from ..store.base import Store
 from ..store.redis import RedisStore
+from .consumer_prefetch import ShardWindows
 from .events import attach
 from .headers import TOKEN, FairHeaders, parse_headers, request_uid
 from .internals import (
@@ -183,6 +185,9 @@ class Gate:
         # runs: requests handed to the pool (fair or plain) and not finished.
         self.runs = Runs()
         self.window = PrefetchWindow(lambda: self.consumer.qos, settings.max_held)
+        # shard_windows: each shard consumer's own window on RabbitMQ (consumer_prefetch.py),
+        # installed by the bootstep on each connection.
+        self.shard_windows: ShardWindows | None = None
         self._driver = self.app.connection_for_read().transport.driver_type
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self._lock = threading.RLock()
@@ -513,6 +518,10 @@ class Gate:
             if blocking:
                 self._spill()
             self.window.sweep(self._fair_inside())
+            blocked_idle = self._blocked_idle()
+        windows = self.shard_windows
+        if windows is not None and threading.get_ident() == self._loop_thread:
+            windows.follow(blocked_idle, narrow=self.scheduler.capacity + 1)
 
     def _release_revoked_in_line(self) -> None:
         """Release runs that Celery revoked (or found expired) while they waited in line for a
@@ -600,17 +609,20 @@ class Gate:
         The bound is for shards on Redis, whose transport pops the queues in strict turns: a
         newcomer's shard comes at most one turn after the burst's. RabbitMQ shares a full
         window's freed places among the queues by lot, so a newcomer could lose several draws
-        to the burst: there the gate takes in up to ``fair_max_held`` (docs/operations.md)."""
+        to the burst: there each shard's consumer has a window of its own instead
+        (consumer_prefetch.py), and the channel's may reach ``fair_max_held``."""
         max_held: int = self.settings.max_held
         shards: int = self.settings.shards
+        if shards <= 1 or self._driver != "redis" or self._blocked_idle():
+            return max_held
+        return min(max_held, self.scheduler.capacity + shards)
+
+    def _blocked_idle(self) -> bool:
+        """A pool process idles that no held job can take: they all wait for conflicts or
+        caps (an empty place in the reserve is no reason: a cap may keep it empty while every
+        process is busy). O(1)."""
         scheduler = self.scheduler
-        if shards <= 1 or self._driver != "redis":
-            return max_held
-        # A pool process idles that no held job could take (an empty place in the reserve
-        # is no reason: a cap may keep it empty while every process is busy).
-        if scheduler.starved and scheduler.running < scheduler.capacity - self.lookahead:
-            return max_held
-        return min(max_held, scheduler.capacity + shards)
+        return scheduler.starved and scheduler.running < scheduler.capacity - self.lookahead
 
     def _fair_inside(self) -> bool:
         return bool(self.held or self.runs.fair)
@@ -634,6 +646,7 @@ class Gate:
             for uid in list(self.held):
                 self._drop_held(uid)
             self.window.reset()  # a new connection gets a new QoS
+            self.shard_windows = None  # and new consumers
 
     def start_link(self, hub: Any) -> None:
         """With an event loop, make store calls on it without blocking it (see link.py).
@@ -732,6 +745,11 @@ class Gate:
                 **{f"fair-running-tier-{p}": n[1] for p, n in sorted(tiers.items(), reverse=True)},
                 "fair-held-peak": self.held_peak,
                 "fair-held-limit": self._window_limit(),
+                **(
+                    {"fair-shard-windows": self.shard_windows.prefetch.info()}
+                    if self.shard_windows is not None
+                    else {}
+                ),
                 "fair-reserved": len(self._reserve),
                 "fair-lookahead": self.lookahead,
                 "fair-running": self.scheduler.running,

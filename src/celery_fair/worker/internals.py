@@ -7,6 +7,7 @@ Celery's and Kombu's public API. Checked against celery 5.7.0, kombu 5.7.0 and b
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery.concurrency.prefork import TaskPool as _PreforkPool
@@ -18,14 +19,19 @@ from celery.worker import state as worker_state
 __all__ = [
     "ack_quietly",
     "already_revoked",
+    "applied_prefetch",
+    "consume_with_windows",
+    "consumer_queue",
     "ends_on_loop",
     "hit_time_limit",
     "message_of",
     "pool_size",
+    "reconsume",
     "redis_broker_client",
     "redis_queue_lists",
     "request_of",
     "revoked_marker",
+    "scheduled_requests",
     "sends_events",
     "writes_pending",
 ]
@@ -127,3 +133,102 @@ def redis_broker_client(channel: Any) -> Any:
     import redis
 
     return redis.Redis(connection_pool=channel._get_pool(asynchronous=False))
+
+
+def scheduled_requests() -> list[Any]:
+    """The requests Celery keeps in its timer until their ETA, unacknowledged
+    (``worker.state.scheduled_requests``, a weak set)."""
+    return list(worker_state.scheduled_requests)
+
+
+def consume_with_windows(
+    task_consumer: Any, window_of: Callable[[str], int], channel_window: Callable[[], int]
+) -> None:
+    """Make ``task_consumer`` (a Kombu ``Consumer`` on an AMQP channel) consume each queue with
+    a window of its own, ``window_of(queue)`` (0: none), inside the channel's window,
+    ``channel_window()``. Replaces the instance's ``consume``, which the worker's loop and
+    ``add_consumer`` call; it consumes the queues one by one as Kombu's does
+    (``Consumer._queues``, ``_active_tags``, ``_basic_consume``), waiting for each
+    ``consume-ok``.
+
+    RabbitMQ (checked on 3.10.8) lifts the channel's window whenever a consumer's window is
+    set (``basic.qos`` with ``global=false``), and applies both to a consumer created after the
+    channel's is set again. In that moment a consumer with no window of its own would be sent
+    its queue's whole backlog: so such consumers are cancelled first and consumed again last,
+    after the channel's window is back (``global=true``)."""
+    channel = task_consumer.channel
+    sent = [-1]  # the consumer window last sent: basic.qos is a round trip
+    unwindowed: set[str] = set()  # queues consumed without a window of their own
+
+    def consume(no_ack: bool | None = None) -> None:
+        queues = task_consumer._queues
+        active = task_consumer._active_tags
+        windows = {name: window_of(name) for name in queues if name not in active}
+        if not windows:
+            return
+        if any(w != sent[0] for w in windows.values()):
+            for name in [n for n in active if n in queues and n in unwindowed]:
+                queue = queues[name]
+                task_consumer.cancel_by_queue(name)
+                task_consumer.add_queue(queue)
+                windows[name] = 0
+        # the queues with a window of their own first: no consumer without one is on the
+        # channel while its window is lifted
+        for name in sorted(windows, key=lambda n: windows[n] == 0):
+            window = windows[name]
+            if window != sent[0]:
+                channel.basic_qos(0, window, False)
+                channel.basic_qos(0, channel_window(), True)
+                sent[0] = window
+            task_consumer._basic_consume(
+                queues[name],
+                no_ack=task_consumer.no_ack if no_ack is None else no_ack,
+                nowait=False,
+            )
+            if window == 0:
+                unwindowed.add(name)
+            else:
+                unwindowed.discard(name)
+
+    task_consumer.consume = consume
+
+
+def applied_prefetch(qos: Any) -> int:
+    """The channel window Celery last set through its ``QoS`` (Kombu's ``QoS.prev``: the value
+    the last ``set`` sent, 0 above ``PREFETCH_COUNT_MAX``; ``value`` before any)."""
+    from kombu.common import PREFETCH_COUNT_MAX
+
+    value = qos.prev if qos.prev is not None else qos.value
+    return 0 if value > PREFETCH_COUNT_MAX else int(value)
+
+
+def reconsume(task_consumer: Any, names: Iterable[str]) -> list[str]:
+    """Cancel the consumers of ``names`` and consume them again (with the windows
+    ``consume_with_windows`` gives them now); returns those not consumed at all. Unacked
+    messages stay with the channel; one delivered between the cancel and its ``cancel-ok`` is
+    handled as usual, and one after it is rejected back to its queue by py-amqp
+    (``Channel._on_basic_deliver``)."""
+    active = task_consumer._active_tags
+    queues = {q.name: q for q in task_consumer.queues}
+    gone = []
+    for name in names:
+        queue = queues.get(name)
+        if queue is None or name not in active:
+            gone.append(name)
+            continue
+        task_consumer.cancel_by_queue(name)
+        task_consumer.add_queue(queue)
+    task_consumer.consume()
+    return gone
+
+
+def consumer_queue(task_consumer: Any, req: Any) -> str | None:
+    """The queue ``req``'s message was consumed from: its ``consumer_tag`` (py-amqp's
+    ``delivery_info``) looked up in the consumer's active tags (``Consumer._active_tags``)."""
+    tag = (getattr(req._message, "delivery_info", None) or {}).get("consumer_tag")
+    if tag is None:
+        return None
+    for name, active in task_consumer._active_tags.items():
+        if active == tag:
+            return str(name)
+    return None

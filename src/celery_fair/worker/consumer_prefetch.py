@@ -1,0 +1,153 @@
+"""Each shard's own prefetch window on RabbitMQ: a burst takes no place a newcomer needs.
+
+With one window for the whole channel (Celery's global ``basic.qos``), a full window's freed
+places go to whichever queue the broker asks first, by lot, and the burst's queue is always
+asking: a newcomer's shard may lose several draws in a row, and everything the window lets in
+ahead of it crosses the socket first. RabbitMQ also counts unacknowledged messages per
+consumer (``basic.qos`` with ``global=false``, applied to consumers created after it, within
+the channel's window if that is set again after it). So each shard's consumer gets a window
+of its own, what the worker can start plus one (``narrow``), and the burst's shard cannot fill
+a place the newcomer's shard needs.
+
+Two things need a deeper look than that, and get it:
+
+- *Held work blocks the shard* (a pool process idles while every held job waits for a
+  conflict or a cap): every shard's window opens to ``fair_max_held`` (``wide``) until the
+  worker has gone ``SETTLE`` sweeps without idling so, then closes again.
+- *ETA and countdown tasks* stay unacknowledged in Celery's timer until they are due, and
+  take their shard's places: each shard's window grows by what it has waiting so, in steps of
+  ``CHUNK``.
+
+RabbitMQ applies a consumer's window only when the consumer is created, so a change is made
+by cancelling the shard's consumer and consuming again (internals.reconsume): unacked messages
+stay with the channel and are acked as usual; the consumers of queues without a window of
+their own are consumed again too (internals.consume_with_windows says why). That is a few
+round trips per queue, made only when a window changes, from a sweep.
+docs/operations.md#prefetch-qos says what users see.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from celery.utils.log import get_logger
+
+from ..routing import shard_index
+from .internals import (
+    applied_prefetch,
+    consume_with_windows,
+    consumer_queue,
+    reconsume,
+    scheduled_requests,
+)
+from .window import CHUNK
+
+__all__ = ["SETTLE", "ShardPrefetch", "ShardWindows"]
+
+logger = get_logger(__name__)
+
+#: Sweeps in a row without a blocked, idle slot before the windows close again.
+SETTLE = 2
+
+
+class ShardPrefetch:
+    """The per-consumer windows of one connection's shard consumers. Pure: the gate tells it
+    what it sees at each sweep, and applies the changes it asks for.
+
+    >>> p = ShardPrefetch(narrow=3, wide=1001)
+    >>> p.limit_for("celery.fair.2"), p.limit_for("celery")  # a base queue: no window of its own
+    (3, 0)
+    >>> p.observe(blocked_idle=True, eta={"celery.fair.2": 1})
+    ['celery.fair.2']
+    >>> p.limit_for("celery.fair.2")
+    1009
+    """
+
+    def __init__(self, narrow: int, wide: int) -> None:
+        self.narrow = max(1, narrow)
+        self.wide = max(self.narrow, wide)
+        self.opened = False  # every shard's window is wide
+        self._calm = 0  # sweeps in a row without a blocked, idle slot
+        # _limits: the window each consumed shard was consumed with.
+        self._limits: dict[str, int] = {}
+        self._eta: dict[str, int] = {}
+
+    def limit_for(self, queue: str) -> int:
+        """The window to consume ``queue`` with now (0: none of its own, the channel's only),
+        remembered as the one it has."""
+        if shard_index(queue) is None:
+            return 0
+        limit = self._target(queue)
+        self._limits[queue] = limit
+        return limit
+
+    def forget(self, queue: str) -> None:
+        """``queue`` is no longer consumed (cancel_consumer, a new connection)."""
+        self._limits.pop(queue, None)
+
+    def observe(self, blocked_idle: bool, eta: Mapping[str, int]) -> list[str]:
+        """One sweep: whether a pool process idles that no held job can take, and how many
+        ETA tasks wait in the timer per shard. Returns the shards to consume again, whose
+        window should change. O(shards)."""
+        if blocked_idle:
+            self._calm = 0
+            self.opened = True
+        elif self.opened:
+            self._calm += 1
+            if self._calm >= SETTLE:
+                self.opened = False
+        self._eta = {q: n for q, n in eta.items() if n > 0}
+        return [q for q, limit in self._limits.items() if self._target(q) != limit]
+
+    def _target(self, queue: str) -> int:
+        base = max(self.wide, self.narrow) if self.opened else self.narrow
+        waiting = self._eta.get(queue, 0)
+        return base + -(-waiting // CHUNK) * CHUNK
+
+    def info(self) -> dict[str, int]:
+        """The window of each consumed shard."""
+        return dict(self._limits)
+
+
+class ShardWindows:
+    """``ShardPrefetch`` applied to one connection's task consumer (AMQP, with Celery's
+    channel-wide window: ``Tasks.qos_global``). Call ``follow`` from the event loop's thread,
+    outside the gate's lock: consuming again dispatches the deliveries it meets."""
+
+    def __init__(
+        self, task_consumer: Any, narrow: int, wide: int, channel_window: Callable[[], int]
+    ) -> None:
+        self.prefetch = ShardPrefetch(narrow, wide)
+        self._consumer = task_consumer
+        consume_with_windows(task_consumer, self.prefetch.limit_for, channel_window)
+
+    @classmethod
+    def install(cls, c: Any, narrow: int, wide: int) -> ShardWindows | None:
+        """Windows for ``c``'s shard consumers, where they work: RabbitMQ (``amqp``) with the
+        channel-wide window Celery sets unless quorum queues make it per consumer, and an
+        event loop to consume again from. Before the loop's first ``consume``."""
+        if c.connection.transport.driver_type != "amqp" or c.hub is None:
+            return None
+        if not getattr(c, "qos_global", False) or c.task_consumer is None:
+            return None
+        return cls(c.task_consumer, narrow, wide, lambda: applied_prefetch(c.qos))
+
+    def follow(self, blocked_idle: bool, narrow: int) -> None:
+        """One sweep: open, close or grow the windows as ``ShardPrefetch`` says. O(shards +
+        ETA tasks waiting)."""
+        consumer = self._consumer
+        eta = Counter(consumer_queue(consumer, req) for req in scheduled_requests())
+        self.prefetch.narrow = max(1, narrow)
+        changed = self.prefetch.observe(blocked_idle, {q: n for q, n in eta.items() if q})
+        if not changed:
+            return
+        try:
+            gone = reconsume(consumer, changed)
+        except Exception as exc:  # the channel is gone: the consumer reconnects anew
+            logger.warning("celery-fair: could not consume %s again (%r).", changed, exc)
+            return
+        for queue in gone:
+            self.prefetch.forget(queue)
+        logger.debug("celery-fair: shard windows now %s", self.prefetch.info())
