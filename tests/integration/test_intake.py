@@ -157,7 +157,10 @@ def test_a_worker_killed_while_its_intake_moves_loses_nothing(make_run, start_wo
     run = make_run(conf={"broker_transport_options": dict(FAST_RESTORE), "fair_max_held": 20})
     first = start_worker(run, concurrency=2)
     for i in range(30):
-        run.send("fairapp.late", f"long{i}", 5.0, headers=fair_headers("late", f"k{i % 7}"))
+        # (long enough to outlast the kill however slow the machine: a job that ended on the
+        # first worker with its ack not yet sent would run again, as acks_late jobs do, and
+        # CI once saw that)
+        run.send("fairapp.late", f"long{i}", 60.0, headers=fair_headers("late", f"k{i % 7}"))
     wait_until(lambda: len(starts(run)) == 2, 20, "two long jobs to run")
     # while its intake moves the queue's backlog into the shards, message after message,
     stop = threading.Event()
@@ -179,7 +182,7 @@ def test_a_worker_killed_while_its_intake_moves_loses_nothing(make_run, start_wo
     # then another worker runs every job: on Redis exactly once (a script call moves its
     # messages atomically); on RabbitMQ at least once, and a job runs twice only if the
     # killed intake had its copy confirmed but not its original acknowledged (one batch).
-    start_worker(run, concurrency=2)
+    start_worker(run, concurrency=2, env={"FAIRAPP_SLEEP_CAP": "0.01"})
     wait_until(lambda: len(run.recorder.done_counts()) == 30 + SHORT, 120, "every job")
     runs = run.recorder.done_counts().values()
     if run.broker == "redis":
