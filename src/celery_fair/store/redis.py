@@ -27,6 +27,7 @@ from .base import (
     View,
     estimate_field,
 )
+from .wire import HEAD, lua_constants
 
 if TYPE_CHECKING:
     import redis as redis_py
@@ -67,7 +68,8 @@ _VERDICTS: dict[bytes, Verdict] = {v.value.encode(): v for v in Verdict}
 
 def _source(name: str) -> str:
     lua = resources.files(__package__) / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    common = (lua / "common.lua").read_text()
+    return lua_constants() + common + "\n" + (lua / f"{name}.lua").read_text()
 
 
 def _opt(value: float | None) -> str:
@@ -422,19 +424,21 @@ class RedisStore:
         cached = self._head_cache
         if cached is None or cached[0] != self.epoch or cached[1] != worker:
             life = self.lifecycle
-            head = [
-                SCHEMA,
-                self.epoch,
-                worker,
-                repr(self.lease),
-                repr(self.lease),  # the recovery window: every live worker calls within a lease
-                _opt(life.cost_ttl),
-                _opt(life.estimate_ttl),
-                _opt(life.reset_interval),
-                "1" if life.advance_idle else "0",
-                repr(float(self.alpha)),
-                repr(self.dedupe),
-            ]
+            named = {
+                "schema": SCHEMA,
+                "epoch": self.epoch,
+                "worker": worker,
+                "lease": repr(self.lease),
+                # the recovery window: every live worker calls within a lease
+                "recovery": repr(self.lease),
+                "cost_ttl": _opt(life.cost_ttl),
+                "estimate_ttl": _opt(life.estimate_ttl),
+                "reset_interval": _opt(life.reset_interval),
+                "advance_idle": "1" if life.advance_idle else "0",
+                "alpha": repr(float(self.alpha)),
+                "dedupe": repr(self.dedupe),
+            }
+            head = [named[name] for name in HEAD]  # wire.py's order
             cached = self._head_cache = (self.epoch, worker, head)
         return list(cached[2])
 

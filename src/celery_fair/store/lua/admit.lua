@@ -18,26 +18,27 @@
 -- dead workers (O(running jobs) when some died).
 local now = now_s()
 local snow = fmt(now)
-local epoch, recovering = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
-local worker, lease = ARGV[3], tonumber(ARGV[4])
-local advance = ARGV[9] == '1'
-local est_ttl = optnum(ARGV[7])
-local dedupe = tonumber(ARGV[11]) > 0
+local epoch, recovering = open_store(ARGV[H_SCHEMA], ARGV[H_EPOCH], now, tonumber(ARGV[H_RECOVERY]))
+local worker, lease = ARGV[H_WORKER], tonumber(ARGV[H_LEASE])
+local advance = ARGV[H_ADVANCE_IDLE] == '1'
+local est_ttl = optnum(ARGV[H_ESTIMATE_TTL])
+local dedupe = tonumber(ARGV[H_DEDUPE]) > 0
 if now >= maint_at then reclaim(now, 8) end  -- with the housekeeping, as throttled
-maintain(now, optnum(ARGV[6]), est_ttl, optnum(ARGV[8]), 64, MAINTAIN_EVERY)
+maintain(now, optnum(ARGV[H_COST_TTL]), est_ttl, optnum(ARGV[H_RESET_INTERVAL]), 64, MAINTAIN_EVERY)
 renew(now, lease, false)
 
 local d = tonumber(ARGV[HEAD + 1])
 local finished = finish_jobs(HEAD + 2, d, now, snow)
 
 local results = {}
-local at = HEAD + 2 + d * 4
+local at = HEAD + 2 + d * FIN_N
 local n = tonumber(ARGV[at])
 for i = 0, n - 1 do
-  local b = at + 1 + i * 10
-  local uid, jtype, prio = ARGV[b], ARGV[b + 1], ARGV[b + 2]
-  local tier_cap, type_cap = optnum(ARGV[b + 3]), optnum(ARGV[b + 4])
-  local cf, ef, k = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
+  local b = at + 1 + i * ASK_N
+  local uid, jtype, prio = ARGV[b + ASK_UID], ARGV[b + ASK_TYPE], ARGV[b + ASK_PRIORITY]
+  local tier_cap, type_cap = optnum(ARGV[b + ASK_TIER_CAP]), optnum(ARGV[b + ASK_TYPE_CAP])
+  local cf, ef = ARGV[b + ASK_CONFLICT], ARGV[b + ASK_ESTIMATE_KEY]
+  local k = ARGV[b + ASK_FAIRNESS_KEY]
   local status = 'ok'
   if recovering then
     status = 'recovering'
@@ -53,12 +54,12 @@ for i = 0, n - 1 do
     status = 'conflict'
   end
   if status == 'ok' then
-    local est = ARGV[b + 8]  -- the cost the job was given, else its learned estimate
+    local est = ARGV[b + ASK_COST]  -- the cost the job was given, else its learned estimate
     local noted = nil  -- 1 when this admission noted the estimate as used (see finish_jobs)
     if est == '' then
       est = redis.call('HGET', EST, ef)
       if not est then
-        est = ARGV[b + 9]  -- the type's default cost
+        est = ARGV[b + ASK_DEFAULT_COST]  -- the type's default cost
       elseif est_ttl then
         est_used(ef, now, snow, est_ttl)
         noted = 1
@@ -77,7 +78,7 @@ for i = 0, n - 1 do
     if cf ~= '' then redis.call('HSET', CONFLICTS, cf, uid) end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
       w = worker, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
-      est = est, d = ARGV[b + 9], at = snow, u = noted}))
+      est = est, d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted}))
     mine = mine + 1
     results[#results + 1] = {'ok', tok, est, sacc}
   else
@@ -86,6 +87,6 @@ for i = 0, n - 1 do
 end
 
 local held = {}
-for i = at + 1 + n * 10, #ARGV do held[#held + 1] = redis.call('HEXISTS', CONFLICTS, ARGV[i]) end
+for i = at + 1 + n * ASK_N, #ARGV do held[#held + 1] = redis.call('HEXISTS', CONFLICTS, ARGV[i]) end
 local tiers_out, types_out = close_store()
 return {epoch, snow, finished, results, tiers_out, types_out, held, redis.call('ZCARD', WORKERS)}

@@ -19,10 +19,8 @@
 --  11 estseen   zset  estimate field -> when it was last used or updated
 --  12 minacc    zset  active fairness key -> accumulated cost (for advance_idle)
 --  13 done      zset  uid of a job that finished for good -> when (a tombstone, for dedupe)
--- ARGV of every script starts with the same head (HEAD = 11 values): schema, the epoch the
--- caller last saw ('' for none), worker, lease seconds, recovery window seconds, cost_ttl,
--- estimate_ttl, reset_interval ('' = none for these three), advance_idle ('1' or '0'), alpha,
--- dedupe seconds (how long a tombstone is kept; '0' = none); then its own.
+-- ARGV of every script starts with the same head, then its own lists: their positions and
+-- strides are locals generated from celery_fair/store/wire.py (HEAD, H_WORKER, ASK_N, ...).
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
 -- so the estimate rule computes bit for bit what the Python core computes.
 
@@ -30,7 +28,6 @@ local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local DONE = KEYS[13]
-local HEAD = 11
 -- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
 local MAINTAIN_EVERY = 0.05
 
@@ -55,7 +52,7 @@ local meta_changes = {}  -- meta fields to write back, as {field, value, ...}
 
 -- The meta field counting worker ``w``'s running jobs.
 local function mine_field(w) return 'n:' .. w end
-local MINE = mine_field(ARGV[3])
+local MINE = mine_field(ARGV[H_WORKER])
 -- The meta field saying when admit next renews worker ``w``'s lease.
 local function renew_field(w) return 'r:' .. w end
 
@@ -71,7 +68,7 @@ end
 -- which nothing is admitted, so every worker can register its running jobs first.
 local function open_store(schema, expected, now, window)
   local m = redis.call('HMGET', META, 'schema', 'epoch', 'recovering_until', 'token', 'maint_at', MINE,
-    renew_field(ARGV[3]))
+    renew_field(ARGV[H_WORKER]))
   tiers, types = totable(redis.call('HGETALL', TIERS)), totable(redis.call('HGETALL', TYPES))
   if m[1] == false then
     local epoch = fmt(now) .. ':' .. tostring(math.random(1, 1000000000))
@@ -107,9 +104,9 @@ end
 -- rewrite its lease each time (its expiry then stays at least 3/4 of a lease ahead).
 local function renew(now, lease, always)
   if not always and now < renew_at then return end
-  redis.call('ZADD', WORKERS, fmt(now + lease), ARGV[3])
+  redis.call('ZADD', WORKERS, fmt(now + lease), ARGV[H_WORKER])
   renew_at = now + lease / 4
-  meta_changes[#meta_changes + 1] = renew_field(ARGV[3])
+  meta_changes[#meta_changes + 1] = renew_field(ARGV[H_WORKER])
   meta_changes[#meta_changes + 1] = fmt(renew_at)
 end
 
@@ -197,7 +194,7 @@ local function refund(k, est)
   if not acc then return end
   local sacc = fmt(math.max(0, acc - est))
   redis.call('HSET', ACC, k, sacc)
-  if ARGV[9] == '1' then redis.call('ZADD', MINACC, sacc, k) end
+  if ARGV[H_ADVANCE_IDLE] == '1' then redis.call('ZADD', MINACC, sacc, k) end
 end
 
 -- Release every job of every worker whose lease has expired (at most ``limit`` workers).
@@ -210,7 +207,7 @@ local function reclaim(now, limit)
     gone[w] = true
     redis.call('ZREM', WORKERS, w)
     redis.call('HDEL', META, mine_field(w), renew_field(w))
-    if w == ARGV[3] then mine, mine_read, renew_at = 0, 0, 0 end  -- the caller, back from a pause
+    if w == ARGV[H_WORKER] then mine, mine_read, renew_at = 0, 0, 0 end  -- the caller, back from a pause
   end
   local n, snow = 0, fmt(now)
   local all = redis.call('HGETALL', JOBS)
@@ -245,7 +242,7 @@ local function maintain(now, cost_ttl, est_ttl, reset_interval, limit, every)
   limit = limit or 64
   if cost_ttl then expire(ACC, SEEN, now, cost_ttl, limit) end
   if est_ttl then expire(EST, ESTSEEN, now, est_ttl, limit) end
-  local dedupe = tonumber(ARGV[11])
+  local dedupe = tonumber(ARGV[H_DEDUPE])
   if dedupe > 0 then
     local old = redis.call('ZRANGEBYSCORE', DONE, '-inf', fmt(now - dedupe), 'LIMIT', 0, limit)
     if #old > 0 then redis.call('ZREM', DONE, unpack(old)) end
@@ -269,11 +266,12 @@ end
 -- how is '1' for a final one, which leaves a tombstone, 'u' for one that never started, whose
 -- charge goes back to its key, else '0'. Returns {status, estimate} per job; status ok or stale.
 local function finish_jobs(b, n, now, snow)
-  local alpha, est_ttl, dedupe = tonumber(ARGV[10]), optnum(ARGV[7]), tonumber(ARGV[11])
+  local alpha, est_ttl, dedupe = tonumber(ARGV[H_ALPHA]), optnum(ARGV[H_ESTIMATE_TTL]), tonumber(ARGV[H_DEDUPE])
   local results = {}
   for i = 0, n - 1 do
-    local at = b + i * 4
-    local uid, tok, elapsed = ARGV[at], tonumber(ARGV[at + 1]), optnum(ARGV[at + 2])
+    local at = b + i * FIN_N
+    local uid, tok = ARGV[at + FIN_UID], tonumber(ARGV[at + FIN_TOKEN])
+    local elapsed = optnum(ARGV[at + FIN_ELAPSED])
     local packed = redis.call('HGET', JOBS, uid)
     local rec = packed and cmsgpack.unpack(packed)
     if not rec or rec.tok ~= tok then
@@ -290,10 +288,10 @@ local function finish_jobs(b, n, now, snow)
           est_used(rec.e, now, snow, est_ttl)
         end
       end
-      local how = ARGV[at + 3]
+      local how = ARGV[at + FIN_HOW]
       if how == 'u' then refund(rec.k, tonumber(rec.est)) end
       drop_job(uid, rec, snow)
-      if rec.w == ARGV[3] then
+      if rec.w == ARGV[H_WORKER] then
         mine = mine - 1
       else  -- another worker's job, finished for it (register after a lease loss)
         redis.call('HINCRBY', META, mine_field(rec.w), -1)

@@ -10,8 +10,8 @@
 -- Cost: O(n), plus housekeeping as in admit.lua.
 local now = now_s()
 local snow = fmt(now)
-local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
-maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]), 64, MAINTAIN_EVERY)
+local epoch = open_store(ARGV[H_SCHEMA], ARGV[H_EPOCH], now, tonumber(ARGV[H_RECOVERY]))
+maintain(now, optnum(ARGV[H_COST_TTL]), optnum(ARGV[H_ESTIMATE_TTL]), optnum(ARGV[H_RESET_INTERVAL]), 64, MAINTAIN_EVERY)
 local results = finish_jobs(HEAD + 2, tonumber(ARGV[HEAD + 1]), now, snow)
 local tiers_out, types_out = close_store()
 return {epoch, snow, results, tiers_out, types_out}

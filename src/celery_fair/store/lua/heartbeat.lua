@@ -8,11 +8,11 @@
 -- Cost: O(conflicts + keys + housekeeping bounded at 2,048 per kind), plus O(running jobs)
 -- when up to 64 workers died.
 local now = now_s()
-local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
-local worker = ARGV[3]
-renew(now, tonumber(ARGV[4]), true)
+local epoch = open_store(ARGV[H_SCHEMA], ARGV[H_EPOCH], now, tonumber(ARGV[H_RECOVERY]))
+local worker = ARGV[H_WORKER]
+renew(now, tonumber(ARGV[H_LEASE]), true)
 local reclaimed = reclaim(now, 64)
-maintain(now, optnum(ARGV[6]), optnum(ARGV[7]), optnum(ARGV[8]), 2048)
+maintain(now, optnum(ARGV[H_COST_TTL]), optnum(ARGV[H_ESTIMATE_TTL]), optnum(ARGV[H_RESET_INTERVAL]), 2048)
 local c = tonumber(ARGV[HEAD + 1])
 local held, accs = {}, {}
 for i = 1, c do held[i] = redis.call('HEXISTS', CONFLICTS, ARGV[HEAD + 1 + i]) end

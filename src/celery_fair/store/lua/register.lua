@@ -13,16 +13,17 @@
 -- Cost: O(n); with a keep list, O(n + k + running jobs of the fleet) (rare: the worker asks
 -- only when the store counts more of its jobs than it runs).
 local now = now_s()
-local epoch = open_store(ARGV[1], ARGV[2], now, tonumber(ARGV[5]))
-local worker = ARGV[3]
-renew(now, tonumber(ARGV[4]), true)
+local epoch = open_store(ARGV[H_SCHEMA], ARGV[H_EPOCH], now, tonumber(ARGV[H_RECOVERY]))
+local worker = ARGV[H_WORKER]
+renew(now, tonumber(ARGV[H_LEASE]), true)
 local registered = 0
 local n = tonumber(ARGV[HEAD + 1])
 for i = 0, n - 1 do
-  local b = HEAD + 2 + i * 9
-  local uid, tok = ARGV[b], tonumber(ARGV[b + 1])
+  local b = HEAD + 2 + i * RUN_N
+  local uid, tok = ARGV[b + RUN_UID], tonumber(ARGV[b + RUN_TOKEN])
   if redis.call('HEXISTS', JOBS, uid) == 0 then
-    local jtype, prio, cf, ef, k = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6]
+    local jtype, prio = ARGV[b + RUN_TYPE], ARGV[b + RUN_PRIORITY]
+    local cf, ef, k = ARGV[b + RUN_CONFLICT], ARGV[b + RUN_ESTIMATE_KEY], ARGV[b + RUN_FAIRNESS_KEY]
     count(prio, jtype, 1)
     if cf ~= '' then
       if redis.call('HEXISTS', CONFLICTS, cf) == 0 then
@@ -35,17 +36,17 @@ for i = 0, n - 1 do
     if token < tok then token = tok end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
       w = worker, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
-      est = ARGV[b + 7], d = ARGV[b + 8], at = fmt(now)}))
+      est = ARGV[b + RUN_ESTIMATE], d = ARGV[b + RUN_DEFAULT_COST], at = fmt(now)}))
     mine = mine + 1
     registered = registered + 1
   end
 end
 local released = 0
-local kb = HEAD + 2 + n * 9
+local kb = HEAD + 2 + n * RUN_N
 local k = tonumber(ARGV[kb] or '')
 if k then
   local keep = {}
-  for i = 0, n - 1 do keep[ARGV[HEAD + 2 + i * 9]] = true end
+  for i = 0, n - 1 do keep[ARGV[HEAD + 2 + i * RUN_N + RUN_UID]] = true end
   for i = 1, k do keep[ARGV[kb + i]] = true end
   local snow = fmt(now)
   local all = redis.call('HGETALL', JOBS)

@@ -1,0 +1,59 @@
+"""The store scripts' arguments, by name: one table for the Python side that packs them and the
+Lua side that reads them.
+
+Every script's ARGV starts with ``HEAD``; then come lists whose entries have a fixed stride:
+finished jobs (``FINISHED``), jobs to admit (``Ask``'s fields, in order) and jobs to register
+again (``Running``'s fields). ``lua_constants`` turns the table into the Lua locals the scripts
+index ARGV with (``ARGV[H_WORKER]``, ``ARGV[b + ASK_COST]``), prepended to each script, and
+``tests/unit/test_wire.py`` checks that the Python packers put each value where the table says
+and that no script indexes ARGV by a bare number.
+"""
+
+from __future__ import annotations
+
+from .base import Ask, Running
+
+__all__ = ["ASK", "FINISHED", "HEAD", "RUNNING", "lua_constants"]
+
+#: The head of every script's ARGV (1-based in Lua: ``H_<NAME>``).
+HEAD = (
+    "schema",  # the store's schema version
+    "epoch",  # the epoch the caller last saw ('' for none)
+    "worker",
+    "lease",  # seconds
+    "recovery",  # the recovery window, seconds
+    "cost_ttl",  # '' = none
+    "estimate_ttl",  # '' = none
+    "reset_interval",  # '' = none
+    "advance_idle",  # '1' or '0'
+    "alpha",
+    "dedupe",  # seconds a tombstone is kept ('0' = none)
+)
+#: A finished job, as complete and admit take them (``FIN_<NAME>``, offsets from its first).
+FINISHED = ("uid", "token", "elapsed", "how")
+#: A job to admit (``ASK_<NAME>``).
+ASK = Ask._fields
+#: A running job registered again with a store that lost it (``RUN_<NAME>``).
+RUNNING = Running._fields
+
+_LISTS = (("FIN", FINISHED), ("ASK", ASK), ("RUN", RUNNING))
+
+
+def lua_constants() -> str:
+    """The Lua locals for the table above: ``HEAD`` and ``H_<NAME>`` (ARGV positions), and per
+    list ``<P>_N`` (its stride) and ``<P>_<NAME>`` (offsets from an entry's first value)."""
+    lines = [
+        "-- generated from celery_fair/store/wire.py: ARGV positions and strides, by name",
+        f"local HEAD = {len(HEAD)}",
+        _assign("H", HEAD, start=1),
+    ]
+    for prefix, fields in _LISTS:
+        lines.append(f"local {prefix}_N = {len(fields)}")
+        lines.append(_assign(prefix, fields, start=0))
+    return "\n".join(lines) + "\n"
+
+
+def _assign(prefix: str, fields: tuple[str, ...], start: int) -> str:
+    names = ", ".join(f"{prefix}_{name.upper()}" for name in fields)
+    values = ", ".join(str(start + i) for i in range(len(fields)))
+    return f"local {names} =\n  {values}"

@@ -1,0 +1,95 @@
+"""The store scripts' arguments by name (store/wire.py): the Python packers put each value
+where the table says, and the Lua scripts read ARGV only through the table's names."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import redis
+
+from celery_fair.store.base import Ask, Done, Running
+from celery_fair.store.redis import RedisStore, _source
+from celery_fair.store.wire import ASK, FINISHED, HEAD, RUNNING, lua_constants
+
+SCRIPTS = sorted(
+    p.name[: -len(".lua")]
+    for p in (resources.files("celery_fair.store") / "lua").iterdir()
+    if p.name.endswith(".lua") and p.name != "common.lua"
+)
+
+
+def store() -> RedisStore:
+    # Never connected: building a request is pure.
+    return RedisStore(redis.Redis(host="127.0.0.1", port=1), prefix="wire", lease=12.5)
+
+
+ASKED = Ask("u1", "clone", 8, 3, None, "git:linux", "clone:linux", "tenant", 2.5, 1.0)
+ENDED = Done("u0", 41, 0.75, final=True)
+RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5)
+
+
+def test_every_script_reads_argv_only_through_the_tables_names():
+    defined = set(re.findall(r"\b((?:H|FIN|ASK|RUN)_[A-Z_]+)\b", lua_constants()))
+    for name in ["common", *SCRIPTS]:
+        text = (resources.files("celery_fair.store") / "lua" / f"{name}.lua").read_text()
+        code = "\n".join(line.split("--")[0] for line in text.splitlines())
+        for index in re.findall(r"ARGV\[([^\]]*)\]", code):
+            # a list's count sits right after the head (HEAD + 1), its entries after it
+            rest = re.sub(r"^HEAD \+ [12]\b", "", index)
+            assert not re.search(r"\d", rest), (name, index)
+        assert not re.search(r"\*\s*\d", code), name  # a stride written as a number
+        used = set(re.findall(r"\b((?:H|FIN|ASK|RUN)_[A-Z_]+)\b", code))
+        assert used <= defined, (name, used - defined)
+
+
+def test_each_script_starts_with_the_generated_names():
+    for name in SCRIPTS:
+        assert _source(name).startswith(lua_constants())
+
+
+def test_the_head_and_an_admission_are_packed_in_the_tables_order():
+    s = store()
+    args = s.admit_request("w1", [ASKED], [ENDED], ["git:watched"]).args
+    head = dict(zip(HEAD, args, strict=False))
+    assert (head["worker"], head["lease"], head["recovery"]) == ("w1", "12.5", "12.5")
+    assert head["epoch"] == ""
+    assert head["advance_idle"] in ("0", "1")
+    assert len(HEAD) == 11
+    assert args[len(HEAD)] == "1"
+    fin = dict(zip(FINISHED, args[len(HEAD) + 1 :], strict=False))
+    assert fin == {"uid": "u0", "token": "41", "elapsed": "0.75", "how": "1"}
+    at = len(HEAD) + 1 + len(FINISHED)
+    assert args[at] == "1"  # one job to admit
+    asked = dict(zip(ASK, args[at + 1 : at + 1 + len(ASK)], strict=True))
+    assert asked == {
+        "uid": "u1",
+        "type": "clone",
+        "priority": "8",
+        "tier_cap": "3",
+        "type_cap": "",
+        "conflict": "git:linux",
+        "estimate_key": "clone:linux",
+        "fairness_key": "tenant",
+        "cost": "2.5",
+        "default_cost": "1.0",
+    }
+    assert args[at + 1 + len(ASK) :] == ["git:watched"]
+
+
+def test_a_registration_is_packed_in_the_tables_order():
+    args = store().register_request("w1", [RERUN], keep=["u9"]).args
+    assert args[len(HEAD)] == "1"
+    b = len(HEAD) + 1
+    assert dict(zip(RUNNING, args[b : b + len(RUNNING)], strict=True)) == {
+        "uid": "u2",
+        "token": "42",
+        "type": "repack",
+        "priority": "4",
+        "conflict": "",
+        "estimate_key": "repack:",
+        "fairness_key": "other",
+        "estimate": "3.25",
+        "default_cost": "1.5",
+    }
+    assert args[b + len(RUNNING) :] == ["1", "u9"]
