@@ -168,6 +168,9 @@ def main() -> None:
     root = suite(args.cache)
     # The suite's own hook for settings (t/integration/conftest.py, celery_config).
     (root / "integration-tests-config.json").write_text(json.dumps({"fair_shards": args.shards}))
+    # absolute: pytest runs in the suite's folder, and writes the JUnit file and the probe's
+    # record where the run reads them back (a relative --out left the table empty)
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     results = [
         run_one(root, broker, pool, args.out, args)
