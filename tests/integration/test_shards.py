@@ -23,6 +23,11 @@ def node(worker) -> str:
     return f"{worker.name}@{socket.gethostname()}"
 
 
+def narrow_windows(run) -> dict[str, int]:
+    """Each shard's own window on RabbitMQ while nothing blocks: what a worker can start + 1."""
+    return {shard_name(run.queue, i): SLOTS + 1 for i in range(SHARDS)}
+
+
 def starts(run, tag):
     return [e for e in run.recorder.events() if e["event"] == "start" and e["tag"] == tag]
 
@@ -53,8 +58,7 @@ def test_a_newcomer_published_right_after_a_burst_waits_behind_no_more_than_the_
     a_before = [t for t, (s, _) in spans.items() if t.startswith("A") and s <= published]
     assert len(a_between) <= 2 * SLOTS, (len(a_between), len(a_before), b_started - published)
     if run.broker == "amqp":  # (each shard's consumer has a window of what it can start + 1)
-        windows = gate_stats(run, worker)["fair-shard-windows"]
-        assert windows == {shard_name(run.queue, i): SLOTS + 1 for i in range(SHARDS)}
+        assert gate_stats(run, worker)["fair-shard-windows"] == narrow_windows(run)
 
 
 def test_workers_share_a_burst_in_the_broker_and_none_takes_in_more_than_it_can_start(
@@ -110,9 +114,8 @@ def test_jobs_that_wait_for_a_conflict_do_not_hide_one_that_can_run_behind_them_
         # run once (consuming a shard again loses and repeats nothing).
         wait_until(lambda: len(run.recorder.done_counts()) == 13, 60, "every job")
         assert set(run.recorder.done_counts().values()) == {1}, run.recorder.done_counts()
-        narrow = {shard_name(run.queue, i): SLOTS + 1 for i in range(SHARDS)}
         wait_until(
-            lambda: gate_stats(run, worker)["fair-shard-windows"] == narrow,
+            lambda: gate_stats(run, worker)["fair-shard-windows"] == narrow_windows(run),
             20,
             "the windows to close",
             show=lambda: gate_stats(run, worker)["fair-shard-windows"],

@@ -187,8 +187,7 @@ class FairGateStep(bootsteps.StartStopStep):
         gate.start_link(c.hub)
         settings = gate.settings
         if Shards.of(c.app).enabled:
-            capacity = gate.scheduler.capacity
-            gate.shard_windows = ShardWindows.install(c, capacity + 1, settings.max_held + 1)
+            gate.shard_windows = ShardWindows.install(c, gate.shard_window, settings.max_held + 1)
         self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if self.intake is None:
             self.intake = start_intake(c, settings, gate.observer)

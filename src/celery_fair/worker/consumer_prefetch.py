@@ -28,20 +28,13 @@ docs/operations.md#prefetch-qos says what users see.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery.utils.log import get_logger
 
 from ..routing import shard_index
-from .internals import (
-    applied_prefetch,
-    consume_with_windows,
-    consumer_queue,
-    reconsume,
-    scheduled_requests,
-)
+from .internals import applied_prefetch, consume_with_windows, reconsume, scheduled_by_queue
 from .window import CHUNK
 
 __all__ = ["SETTLE", "ShardPrefetch", "ShardWindows"]
@@ -67,7 +60,7 @@ class ShardPrefetch:
 
     def __init__(self, narrow: int, wide: int) -> None:
         self.narrow = max(1, narrow)
-        self.wide = max(self.narrow, wide)
+        self.wide = wide  # (at least narrow: _target takes the larger)
         self.opened = False  # every shard's window is wide
         self._calm = 0  # sweeps in a row without a blocked, idle slot
         # _limits: the window each consumed shard was consumed with.
@@ -137,14 +130,12 @@ class ShardWindows:
     def follow(self, blocked_idle: bool, narrow: int) -> None:
         """One sweep: open, close or grow the windows as ``ShardPrefetch`` says. O(shards +
         ETA tasks waiting)."""
-        consumer = self._consumer
-        eta = Counter(consumer_queue(consumer, req) for req in scheduled_requests())
         self.prefetch.narrow = max(1, narrow)
-        changed = self.prefetch.observe(blocked_idle, {q: n for q, n in eta.items() if q})
+        changed = self.prefetch.observe(blocked_idle, scheduled_by_queue(self._consumer))
         if not changed:
             return
         try:
-            gone = reconsume(consumer, changed)
+            gone = reconsume(self._consumer, changed)
         except Exception as exc:  # the channel is gone: the consumer reconnects anew
             logger.warning("celery-fair: could not consume %s again (%r).", changed, exc)
             return

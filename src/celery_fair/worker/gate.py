@@ -521,7 +521,7 @@ class Gate:
             blocked_idle = self._blocked_idle()
         windows = self.shard_windows
         if windows is not None and threading.get_ident() == self._loop_thread:
-            windows.follow(blocked_idle, narrow=self.scheduler.capacity + 1)
+            windows.follow(blocked_idle, narrow=self.shard_window)
 
     def _release_revoked_in_line(self) -> None:
         """Release runs that Celery revoked (or found expired) while they waited in line for a
@@ -616,6 +616,12 @@ class Gate:
         if shards <= 1 or self._driver != "redis" or self._blocked_idle():
             return max_held
         return min(max_held, self.scheduler.capacity + shards)
+
+    @property
+    def shard_window(self) -> int:
+        """Each shard consumer's own window on RabbitMQ while nothing blocks: what the worker
+        can start (its slots and reserve) plus one look (consumer_prefetch.py)."""
+        return self.scheduler.capacity + 1
 
     def _blocked_idle(self) -> bool:
         """A pool process idles that no held job can take: they all wait for conflicts or

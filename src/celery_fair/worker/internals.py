@@ -7,6 +7,7 @@ Celery's and Kombu's public API. Checked against celery 5.7.0, kombu 5.7.0 and b
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,13 +16,13 @@ from celery.concurrency.thread import TaskPool as _ThreadPool
 from celery.exceptions import TimeLimitExceeded
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
+from kombu.common import PREFETCH_COUNT_MAX
 
 __all__ = [
     "ack_quietly",
     "already_revoked",
     "applied_prefetch",
     "consume_with_windows",
-    "consumer_queue",
     "ends_on_loop",
     "hit_time_limit",
     "message_of",
@@ -31,7 +32,7 @@ __all__ = [
     "redis_queue_lists",
     "request_of",
     "revoked_marker",
-    "scheduled_requests",
+    "scheduled_by_queue",
     "sends_events",
     "writes_pending",
 ]
@@ -135,12 +136,6 @@ def redis_broker_client(channel: Any) -> Any:
     return redis.Redis(connection_pool=channel._get_pool(asynchronous=False))
 
 
-def scheduled_requests() -> list[Any]:
-    """The requests Celery keeps in its timer until their ETA, unacknowledged
-    (``worker.state.scheduled_requests``, a weak set)."""
-    return list(worker_state.scheduled_requests)
-
-
 def consume_with_windows(
     task_consumer: Any, window_of: Callable[[str], int], channel_window: Callable[[], int]
 ) -> None:
@@ -168,9 +163,7 @@ def consume_with_windows(
             return
         if any(w != sent[0] for w in windows.values()):
             for name in [n for n in active if n in queues and n in unwindowed]:
-                queue = queues[name]
-                task_consumer.cancel_by_queue(name)
-                task_consumer.add_queue(queue)
+                _unconsume(task_consumer, name)
                 windows[name] = 0
         # the queues with a window of their own first: no consumer without one is on the
         # channel while its window is lifted
@@ -196,8 +189,6 @@ def consume_with_windows(
 def applied_prefetch(qos: Any) -> int:
     """The channel window Celery last set through its ``QoS`` (Kombu's ``QoS.prev``: the value
     the last ``set`` sent, 0 above ``PREFETCH_COUNT_MAX``; ``value`` before any)."""
-    from kombu.common import PREFETCH_COUNT_MAX
-
     value = qos.prev if qos.prev is not None else qos.value
     return 0 if value > PREFETCH_COUNT_MAX else int(value)
 
@@ -208,27 +199,34 @@ def reconsume(task_consumer: Any, names: Iterable[str]) -> list[str]:
     messages stay with the channel; one delivered between the cancel and its ``cancel-ok`` is
     handled as usual, and one after it is rejected back to its queue by py-amqp
     (``Channel._on_basic_deliver``)."""
-    active = task_consumer._active_tags
-    queues = {q.name: q for q in task_consumer.queues}
     gone = []
     for name in names:
-        queue = queues.get(name)
-        if queue is None or name not in active:
+        if name in task_consumer._queues and name in task_consumer._active_tags:
+            _unconsume(task_consumer, name)
+        else:
             gone.append(name)
-            continue
-        task_consumer.cancel_by_queue(name)
-        task_consumer.add_queue(queue)
     task_consumer.consume()
     return gone
 
 
-def consumer_queue(task_consumer: Any, req: Any) -> str | None:
-    """The queue ``req``'s message was consumed from: its ``consumer_tag`` (py-amqp's
-    ``delivery_info``) looked up in the consumer's active tags (``Consumer._active_tags``)."""
-    tag = (getattr(req._message, "delivery_info", None) or {}).get("consumer_tag")
-    if tag is None:
-        return None
-    for name, active in task_consumer._active_tags.items():
-        if active == tag:
-            return str(name)
-    return None
+def _unconsume(task_consumer: Any, name: str) -> None:
+    """Cancel the consumer of queue ``name`` but keep the queue, so that the next ``consume``
+    consumes it again (``cancel_by_queue`` forgets the queue; ``add_queue`` declares it anew)."""
+    queue = task_consumer._queues[name]
+    task_consumer.cancel_by_queue(name)
+    task_consumer.add_queue(queue)
+
+
+def scheduled_by_queue(task_consumer: Any) -> Counter[str]:
+    """How many requests Celery keeps in its timer until their ETA, unacknowledged
+    (``worker.state.scheduled_requests``), per queue ``task_consumer`` consumed them from: each
+    message's ``consumer_tag`` (py-amqp's ``delivery_info``) looked up in the consumer's active
+    tags (``Consumer._active_tags``). O(queues + scheduled requests)."""
+    queue_of = {tag: name for name, tag in task_consumer._active_tags.items()}
+    counts: Counter[str] = Counter()
+    for req in list(worker_state.scheduled_requests):
+        tag = (getattr(message_of(req), "delivery_info", None) or {}).get("consumer_tag")
+        name = queue_of.get(tag)
+        if name is not None:
+            counts[name] += 1
+    return counts
