@@ -151,3 +151,37 @@ def test_each_queue_is_consumed_with_its_window_and_none_without_one_sees_the_ch
         ]
         assert calls[2:4] == [("qos", 11, False), ("qos", 10, True)]
         assert set(consumer._active_tags) == set(windows)
+
+
+class _Connection:
+    def __init__(self, spec: bool, driver: str = "amqp") -> None:
+        self.qos_semantics_matches_spec = spec
+        self.transport = type("T", (), {"driver_type": driver})()
+
+
+class _Consumer:
+    def __init__(self, app, spec: bool, recorded=None) -> None:
+        self.app = app
+        self.connection = _Connection(spec)
+        if recorded != "absent":
+            self.qos_global = recorded
+
+
+@pytest.mark.parametrize("quorum", [False, True])
+@pytest.mark.parametrize("spec", [False, True])
+def test_the_channel_window_rule_is_celerys_where_celery_recorded_none(app, spec, quorum):
+    """Celery 5.7 records ``qos_global``; an older one does not, and the same rule decides.
+    Where the installed Celery has the rule as a method, both answers agree."""
+    from celery.worker.consumer.tasks import Tasks
+    from kombu import Queue
+
+    from celery_fair.worker.internals import channel_window_is_global
+
+    if quorum:
+        app.conf.task_queues = [Queue("q", queue_arguments={"x-queue-type": "quorum"})]
+    expected = not spec and not quorum
+    assert channel_window_is_global(_Consumer(app, spec, recorded="absent")) is expected
+    assert channel_window_is_global(_Consumer(app, spec, recorded=None)) is expected
+    assert channel_window_is_global(_Consumer(app, spec, recorded=not expected)) is not expected
+    if hasattr(Tasks, "qos_global"):
+        assert Tasks.qos_global(object.__new__(Tasks), _Consumer(app, spec)) is expected

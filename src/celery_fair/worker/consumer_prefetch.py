@@ -34,7 +34,13 @@ from typing import Any
 from celery.utils.log import get_logger
 
 from ..routing import shard_index
-from .internals import applied_prefetch, consume_with_windows, reconsume, scheduled_by_queue
+from .internals import (
+    applied_prefetch,
+    channel_window_is_global,
+    consume_with_windows,
+    reconsume,
+    scheduled_by_queue,
+)
 from .window import CHUNK
 
 __all__ = ["SETTLE", "ShardPrefetch", "ShardWindows"]
@@ -123,7 +129,7 @@ class ShardWindows:
         event loop to consume again from. Before the loop's first ``consume``."""
         if c.connection.transport.driver_type != "amqp" or c.hub is None:
             return None
-        if not getattr(c, "qos_global", False) or c.task_consumer is None:
+        if c.task_consumer is None or not channel_window_is_global(c):
             return None
         return cls(c.task_consumer, narrow, wide, lambda: applied_prefetch(c.qos))
 

@@ -22,6 +22,7 @@ __all__ = [
     "ack_quietly",
     "already_revoked",
     "applied_prefetch",
+    "channel_window_is_global",
     "consume_with_windows",
     "ends_on_loop",
     "hit_time_limit",
@@ -184,6 +185,25 @@ def consume_with_windows(
                 unwindowed.discard(name)
 
     task_consumer.consume = consume
+
+
+def channel_window_is_global(c: Any) -> bool:
+    """Whether Celery's task window is the channel's (``basic.qos`` with ``global``), as
+    Celery's ``Tasks.qos_global`` decides: RabbitMQ's semantics, unless quorum queues make the
+    window per consumer. Celery 5.7 records the answer as ``consumer.qos_global`` in
+    ``Tasks.start``; an older Celery does not, so the same rule is applied here."""
+    recorded = getattr(c, "qos_global", None)
+    if recorded is not None:
+        return bool(recorded)
+    if c.connection.qos_semantics_matches_spec:
+        return False
+    if not c.app.conf.get("worker_detect_quorum_queues", False):
+        return True
+    try:
+        from celery.utils.quorum_queues import detect_quorum_queues
+    except ImportError:  # a Celery without quorum queues keeps the channel's window
+        return True
+    return not detect_quorum_queues(c.app, c.connection.transport.driver_type)[0]
 
 
 def applied_prefetch(qos: Any) -> int:
