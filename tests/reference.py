@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 
 @dataclass
@@ -30,6 +31,7 @@ class RefJob:
     seq: int
     cost: float | None
     estimate: float = 0.0
+    charge: float = 0.0
 
 
 @dataclass
@@ -43,6 +45,9 @@ class RefScheduler:
     reset_interval: float | None = None
     advance_idle: bool = False
     start: float = 0.0
+    # Policies by key: {name or glob pattern or "*": {"weight": w, "max_concurrency": n}};
+    # exact names first, then patterns in the order given, then "*".
+    keys: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pending: list[RefJob] = []
@@ -56,6 +61,9 @@ class RefScheduler:
         self.elsewhere_tiers: dict[int, int] = {}
         self.elsewhere_types: dict[str, int] = {}
         self.elsewhere_conflicts: set[tuple[str, str]] = set()
+        self.elsewhere_keys: dict[str, int] = {}
+        self.paused_keys: set[str] = set()
+        self.paused_types: set[str] = set()
         self.next_reset = (
             math.inf if self.reset_interval is None else self.start + self.reset_interval
         )
@@ -108,6 +116,14 @@ class RefScheduler:
                 return True
         return False
 
+    def policy(self, key: str) -> dict:
+        if key in self.keys:
+            return self.keys[key]
+        for pattern, policy in self.keys.items():
+            if pattern != "*" and any(c in pattern for c in "*?[") and fnmatchcase(key, pattern):
+                return policy
+        return self.keys.get("*", {})
+
     def tier_cap(self, priority: int) -> float:
         cap = self.tier_caps.get(priority, priority)
         return math.inf if cap is None else cap
@@ -123,6 +139,12 @@ class RefScheduler:
         same_type = [r for r in self.running if r.type == job.type]
         elsewhere = self.elsewhere_types.get(job.type, 0)
         if jt.max_concurrency is not None and len(same_type) + elsewhere >= jt.max_concurrency:
+            return False
+        if job.type in self.paused_types or job.key in self.paused_keys:
+            return False
+        key_cap = self.policy(job.key).get("max_concurrency")
+        same_key = [r for r in self.running if r.key == job.key]
+        if key_cap is not None and len(same_key) + self.elsewhere_keys.get(job.key, 0) >= key_cap:
             return False
         if jt.conflict_group and job.job_id is not None:
             if (jt.conflict_group, job.job_id) in self.elsewhere_conflicts:
@@ -152,7 +174,9 @@ class RefScheduler:
                     job.estimate = self.estimates.get(ekey, jt.default_cost)
                     if ekey in self.estimates:
                         self.estimate_used[ekey] = now
-                self.acc[job.key] += job.estimate
+                weight = self.policy(job.key).get("weight", 1)
+                job.charge = job.estimate if weight == 1 else job.estimate / weight
+                self.acc[job.key] += job.charge
                 return job
         return None
 
@@ -181,7 +205,7 @@ class RefScheduler:
         job = next(j for j in self.running if j.ref == ref)
         self.running.remove(job)
         self.pending.append(job)
-        self.acc[job.key] = self.acc[job.key] - job.estimate
+        self.acc[job.key] = self.acc[job.key] - job.charge
 
     def set_accumulated(self, key: str, value: float) -> None:
         if key in self.acc:
@@ -214,16 +238,29 @@ def reference_simulate(trace: dict) -> list[dict]:
         estimate_ttl=life.get("estimate_ttl"),
         reset_interval=life.get("reset_interval"),
         advance_idle=life.get("advance_idle", False),
+        keys=dict(trace.get("keys", {})),
     )
     jobs = trace["jobs"]
     start: dict[int, float] = {}
     finish: dict[int, float] = {}
     arrived: set[int] = set()
     admitted_order: list[int] = []
+    # Pauses: every change as (time, pause?, "key" or "type", name), in trace order per time.
+    # At one time, pauses and resumes apply in the order of the trace's pauses, a pause
+    # before its own resume.
+    changes = []
+    for n, p in enumerate(trace.get("pauses", [])):
+        kind = "key" if "key" in p else "type"
+        changes.append(((p["at"], n, 0), True, kind, p[kind]))
+        if p.get("until") is not None:
+            changes.append(((p["until"], n, 1), False, kind, p[kind]))
+    applied: set[int] = set()
     t = 0.0
     while True:
         times = [j["arrival"] for i, j in enumerate(jobs) if i not in arrived]
         times += [start[i] + jobs[i]["duration"] for i in start if i not in finish]
+        if ref.pending:  # a paused job may wait for a resume
+            times += [c[0][0] for i, c in enumerate(changes) if i not in applied]
         if not times:
             break
         t = min(times)
@@ -231,6 +268,14 @@ def reference_simulate(trace: dict) -> list[dict]:
             if i not in finish and start[i] + jobs[i]["duration"] <= t:
                 finish[i] = start[i] + jobs[i]["duration"]
                 ref.complete(i, jobs[i]["duration"], t)
+        due = [(c, i) for i, c in enumerate(changes) if i not in applied and c[0][0] <= t]
+        for (_, pause, kind, name), i in sorted(due):
+            applied.add(i)
+            names = ref.paused_keys if kind == "key" else ref.paused_types
+            if pause:
+                names.add(name)
+            else:
+                names.discard(name)
         for i, j in enumerate(jobs):
             if i not in arrived and j["arrival"] <= t:
                 arrived.add(i)

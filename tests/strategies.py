@@ -33,9 +33,43 @@ def job_types(draw):
     return types
 
 
+WEIGHTS = [1, 0.5, 2, 3, 0.3]
+
+
 @st.composite
-def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False):
-    """A random trace; ``runnable`` makes every type able to run (caps >= 1)."""
+def key_policies(draw, *, runnable=False):
+    """Policies by fairness key, as a trace's ``keys``: exact names, a pattern, a default."""
+    names = draw(st.lists(st.sampled_from([*KEYS, "[ab]", "?", "*"]), max_size=4, unique=True))
+    out = {}
+    for name in names:
+        policy = {}
+        if draw(st.booleans()):
+            policy["weight"] = draw(st.sampled_from(WEIGHTS))
+        if draw(st.booleans()):
+            policy["max_concurrency"] = draw(st.integers(1 if runnable else 0, 3))
+        out[name] = policy
+    return out
+
+
+@st.composite
+def pauses(draw, types):
+    out = []
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            pause = {"key": draw(st.sampled_from(KEYS))}
+        else:
+            pause = {"type": draw(st.sampled_from(sorted(types)))}
+        pause["at"] = draw(times)
+        if draw(st.booleans()):
+            pause["until"] = pause["at"] + draw(times)
+        out.append(pause)
+    return out
+
+
+@st.composite
+def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False, policies=False):
+    """A random trace; ``runnable`` makes every type able to run (caps >= 1); ``policies``
+    adds weights and caps by key, and pauses (only ones that end, with ``runnable``)."""
     types = draw(job_types())
     if runnable:
         for spec in types.values():
@@ -75,4 +109,9 @@ def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False):
         if draw(st.booleans()):
             life["advance_idle"] = True
         trace["lifecycle"] = life
+    if policies:
+        trace["keys"] = draw(key_policies(runnable=runnable))
+        trace["pauses"] = [
+            p for p in draw(pauses(types)) if not runnable or p.get("until") is not None
+        ]
     return trace

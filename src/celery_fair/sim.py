@@ -1,8 +1,9 @@
 """The what-if simulator: a trace in, the core's decisions in simulated time out.
 
 Time jumps from event to event. At each instant, completions are applied first (in the order
-those jobs were admitted, each teaching the estimate ``elapsed = duration``), then arrivals (in
-trace order), then jobs are admitted one at a time until nothing more is admissible. A job that
+those jobs were admitted, each teaching the estimate ``elapsed = duration``), then pauses and
+resumes (in trace order), then arrivals (in trace order), then jobs are admitted one at a time
+until nothing more is admissible. A job that
 can never run gets ``start`` and ``finish`` of ``None``. The format is documented in
 ``docs/simulator.md``.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TextIO
 
-from .core import CostLifecycle, JobType, Scheduler, SchedulerConfig, SimClock
+from .core import CostLifecycle, JobType, KeyPolicies, Scheduler, SchedulerConfig, SimClock
 from .errors import ConfigurationError, TraceError
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "SimResult",
     "Trace",
     "TraceJob",
+    "TracePause",
     "bundled_examples",
     "format_table",
     "load_bundled",
@@ -35,7 +37,8 @@ __all__ = [
 
 _TYPE_FIELDS = {"priority", "max_concurrency", "conflict_group", "default_cost"}
 _JOB_FIELDS = {"name", "type", "job_id", "fairness_key", "arrival", "duration", "cost"}
-_TOP_FIELDS = {"capacity", "types", "jobs", "alpha", "tier_caps", "lifecycle"}
+_TOP_FIELDS = {"capacity", "types", "jobs", "alpha", "tier_caps", "lifecycle", "keys", "pauses"}
+_PAUSE_FIELDS = {"key", "type", "at", "until"}
 _LIFECYCLE_FIELDS = {"cost_ttl", "estimate_ttl", "reset_interval", "advance_idle"}
 
 
@@ -51,11 +54,23 @@ class TraceJob:
 
 
 @dataclass(frozen=True, slots=True)
+class TracePause:
+    """A fairness key (``kind`` ``"key"``) or a job type (``"type"``) paused from ``at`` until
+    ``until`` (``None``: to the end)."""
+
+    kind: str
+    name: str
+    at: float
+    until: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Trace:
     capacity: int
     types: tuple[JobType, ...]
     jobs: tuple[TraceJob, ...]
     config: SchedulerConfig
+    pauses: tuple[TracePause, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +146,31 @@ def parse_trace(data: object, *, warn: Any = None) -> Trace:
     names: set[str] = set()
     for i, raw in enumerate(_sequence(top.get("jobs", []), "jobs")):
         jobs.append(_parse_job(raw, f"jobs[{i}]", known, names, warn))
-    return Trace(capacity, tuple(types), tuple(jobs), _parse_config(top, capacity, warn))
+    pauses = tuple(
+        _parse_pause(raw, f"pauses[{i}]", known, warn)
+        for i, raw in enumerate(_sequence(top.get("pauses", []), "pauses"))
+    )
+    return Trace(capacity, tuple(types), tuple(jobs), _parse_config(top, capacity, warn), pauses)
+
+
+def _parse_pause(raw: object, where: str, known: set[str], warn: Any) -> TracePause:
+    spec = _mapping(raw, where)
+    _unknown(spec, _PAUSE_FIELDS, where, warn)
+    if ("key" in spec) == ("type" in spec):
+        raise TraceError(f"{where}: give exactly one of 'key' (a fairness key) and 'type'")
+    kind = "key" if "key" in spec else "type"
+    name = spec[kind]
+    if not isinstance(name, str):
+        raise TraceError(f"{where}.{kind}: must be a string, got {name!r}")
+    if kind == "type" and name not in known:
+        raise TraceError(f"{where}.type: {name!r} is not one of the trace's types {sorted(known)}")
+    at = _number(spec.get("at"), f"{where}.at")
+    until = spec.get("until")
+    if until is not None:
+        until = _number(until, f"{where}.until")
+        if until < at:
+            raise TraceError(f"{where}.until: {until!r} is before at ({at!r})")
+    return TracePause(kind, name, at, until)
 
 
 def _parse_job(raw: object, where: str, known: set[str], names: set[str], warn: Any) -> TraceJob:
@@ -183,8 +222,16 @@ def _parse_config(top: dict[str, Any], capacity: int, warn: Any) -> SchedulerCon
         except ConfigurationError as exc:
             raise TraceError(f"lifecycle: {exc}") from None
     try:
+        keys = KeyPolicies.from_mapping(_mapping(top.get("keys", {}), "keys"))
+    except ConfigurationError as exc:
+        raise TraceError(f"keys: {exc}") from None
+    try:
         return SchedulerConfig(
-            capacity=capacity, tier_caps=tier_caps, alpha=top.get("alpha", 0.3), lifecycle=lifecycle
+            capacity=capacity,
+            tier_caps=tier_caps,
+            alpha=top.get("alpha", 0.3),
+            lifecycle=lifecycle,
+            keys=keys,
         )
     except ConfigurationError as exc:
         raise TraceError(str(exc)) from None
@@ -232,17 +279,32 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
     start: list[float | None] = [None] * n
     finish: list[float | None] = [None] * n
     running: list[tuple[float, int, int]] = []  # (finish, token, index)
+    # Pauses and resumes as (time, pause's trace order, 0 pause / 1 resume, kind, name).
+    pauses = trace.pauses
+    changes = sorted(
+        [(p.at, i, 0, p.kind, p.name) for i, p in enumerate(pauses)]
+        + [(p.until, i, 1, p.kind, p.name) for i, p in enumerate(pauses) if p.until is not None]
+    )
+    change = 0
     nxt = 0
-    while nxt < n or running:
+    while nxt < n or running or (change < len(changes) and scheduler.pending):
         t = min(
             jobs[order[nxt]].arrival if nxt < n else math.inf,
             running[0][0] if running else math.inf,
+            changes[change][0] if change < len(changes) else math.inf,
         )
         clock.set(t)
         while running and running[0][0] <= t:
             done_at, _, index = heapq.heappop(running)
             finish[index] = done_at
             scheduler.complete(index, elapsed=jobs[index].duration)
+        while change < len(changes) and changes[change][0] <= t:
+            _, _, resume, kind, name = changes[change]
+            change += 1
+            if kind == "key":
+                (scheduler.resume_key if resume else scheduler.pause_key)(name)
+            else:
+                (scheduler.resume_type if resume else scheduler.pause_type)(name)
         while nxt < n and jobs[order[nxt]].arrival <= t:
             job = jobs[order[nxt]]
             scheduler.submit(
@@ -267,14 +329,14 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
 
 
 #: What an alternative configuration (``simulate --config``) may change in a trace.
-OVERRIDABLE = ("capacity", "types", "tier_caps", "alpha", "lifecycle")
+OVERRIDABLE = ("capacity", "types", "tier_caps", "alpha", "lifecycle", "keys", "pauses")
 
 
 def with_overrides(data: object, overrides: object) -> object:
     """``data`` (a decoded trace) with an alternative configuration on top: ``capacity``,
-    ``alpha``, ``tier_caps`` and ``lifecycle`` replace the trace's; ``types`` are merged type
-    by type, option by option (``{"repack": {"max_concurrency": 1}}`` changes one cap). The
-    jobs stay. The result is checked by ``parse_trace`` like any trace.
+    ``alpha``, ``tier_caps``, ``lifecycle``, ``keys`` and ``pauses`` replace the trace's;
+    ``types`` are merged type by type, option by option (``{"repack": {"max_concurrency": 1}}``
+    changes one cap). The jobs stay. The result is checked by ``parse_trace`` like any trace.
 
     Raises:
         TraceError: ``overrides`` is not a mapping of those names.

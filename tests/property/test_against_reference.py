@@ -31,3 +31,18 @@ def test_larger_traces_equal_the_reference(trace):
 @given(traces(runnable=True))
 def test_every_job_runs_when_its_type_can_run(trace):
     assert all(job["start"] is not None for job in run(trace))
+
+
+@given(traces(policies=True))
+def test_weights_caps_and_pauses_by_key_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(policies=True, lifecycle=True, max_jobs=60))
+def test_policies_with_the_cost_lifecycle_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(runnable=True, policies=True))
+def test_every_job_runs_when_its_key_and_type_can_run_and_every_pause_ends(trace):
+    assert all(job["start"] is not None for job in run(trace))

@@ -14,12 +14,13 @@ from celery_fair.core import (
     CostLifecycle,
     JobState,
     JobType,
+    KeyPolicies,
     Scheduler,
     SchedulerConfig,
     SimClock,
 )
 from reference import RefScheduler, RefType
-from strategies import GROUPS, JOB_IDS, KEYS, PRIORITIES, costs, job_types
+from strategies import GROUPS, JOB_IDS, KEYS, PRIORITIES, costs, job_types, key_policies
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -31,8 +32,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         estimate_ttl=st.sampled_from([None, 2.0]),
         reset_interval=st.sampled_from([None, 3.0]),
         advance_idle=st.booleans(),
+        keys=st.one_of(st.just({}), key_policies()),
     )
-    def setup(self, types, capacity, alpha, cost_ttl, estimate_ttl, reset_interval, advance_idle):
+    def setup(
+        self, types, capacity, alpha, cost_ttl, estimate_ttl, reset_interval, advance_idle, keys
+    ):
         self.clock = SimClock()
         life = CostLifecycle(cost_ttl, estimate_ttl, reset_interval, advance_idle)
         jtypes = [
@@ -46,7 +50,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             for name, spec in types.items()
         ]
         self.core = Scheduler(
-            SchedulerConfig(capacity, alpha=alpha, lifecycle=life), self.clock, jtypes
+            SchedulerConfig(
+                capacity, alpha=alpha, lifecycle=life, keys=KeyPolicies.from_mapping(keys)
+            ),
+            self.clock,
+            jtypes,
         )
         self.ref = RefScheduler(
             capacity,
@@ -61,8 +69,10 @@ class SchedulerMachine(RuleBasedStateMachine):
             estimate_ttl=estimate_ttl,
             reset_interval=reset_interval,
             advance_idle=advance_idle,
+            keys=keys,
         )
         self.types = sorted(types)
+        self.policies_changed = False  # a cap lowered under running jobs may be exceeded
         self.next_ref = 0
         self.pending: list[int] = []
         self.running: list[int] = []
@@ -166,6 +176,33 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.ref.elsewhere_tiers = tiers
         self.ref.elsewhere_types = types
 
+    @rule(data=st.data())
+    def set_running_elsewhere_by_key(self, data):
+        tiers = dict(self.ref.elsewhere_tiers)
+        types = dict(self.ref.elsewhere_types)
+        keys = data.draw(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 3)))
+        self.core.set_running_elsewhere(tiers, types, keys)
+        self.ref.elsewhere_keys = keys
+
+    # Policies and pauses, changed while jobs wait and run.
+
+    @rule(keys=key_policies())
+    def set_key_policies(self, keys):
+        self.core.set_key_policies(KeyPolicies.from_mapping(keys))
+        self.ref.keys = keys
+        self.policies_changed = True
+
+    @rule(key=st.sampled_from(KEYS), pause=st.booleans())
+    def pause_or_resume_key(self, key, pause):
+        (self.core.pause_key if pause else self.core.resume_key)(key)
+        (self.ref.paused_keys.add if pause else self.ref.paused_keys.discard)(key)
+
+    @rule(data=st.data(), pause=st.booleans())
+    def pause_or_resume_type(self, data, pause):
+        jtype = data.draw(st.sampled_from(self.types))
+        (self.core.pause_type if pause else self.core.resume_type)(jtype)
+        (self.ref.paused_types.add if pause else self.ref.paused_types.discard)(jtype)
+
     @rule(group=st.sampled_from(GROUPS[1:]), job_id=st.sampled_from(JOB_IDS[1:]))
     def hold_elsewhere(self, group, job_id):
         self.core.hold_elsewhere(group, job_id)
@@ -203,6 +240,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         for name, n in snap.running_by_type.items():
             cap = types[name].max_concurrency
             assert cap is None or n <= cap
+        # A key's cap holds against what runs here; the jobs a store says run elsewhere count
+        # against it only from the next admission, as for types.
+        for name, n in snap.running_by_key.items():
+            cap = self.ref.policy(name).get("max_concurrency")
+            assert cap is None or n <= cap or self.policies_changed
         held = set()
         for view in snap.jobs:
             group = types[view.type].conflict_group
@@ -235,12 +277,28 @@ class SchedulerMachineWithStructures(SchedulerMachine):
             assert conflict.key == key
             assert conflict.holder is not None or conflict.lanes, conflict
             if conflict.holder is None:
-                # While free, every conflict lane has lent its best waiter back to the lane.
+                # While free, every conflict lane has lent its best waiter back to the lane,
+                # unless every waiter's key is blocked (at its cap, or paused).
                 for cl in conflict.lanes.values():
-                    assert cl.lent is not None, (conflict, cl)
+                    if cl.lent is None:
+                        waiting = [kq for kq in cl.parked.queues.values() if kq.live]
+                        assert waiting, (conflict, cl)
+                        assert all(kq.key.running >= kq.key.cap for kq in waiting), cl
+                        continue
                     assert cl.lent.state is JobState.PENDING
                     assert cl.lent.home is not None
                     assert cl.lent.home.owner is cl.lane.queue
+
+    @invariant()
+    def a_blocked_key_is_at_its_cap_and_its_queues_have_no_entry(self):
+        for key in self.core._accounts.keys.values():
+            if key.blocked is not None:
+                assert key.running >= key.cap, key
+                for kq in key.blocked:
+                    assert kq.blocked, kq
+                    assert kq.ver == -1, kq
+                    assert kq.live > 0, kq
+                    assert kq.owner.queues.get(key) is kq
 
     @invariant()
     def counters_equal_what_they_count(self):

@@ -360,7 +360,15 @@ def test_blocked_counts_name_each_pending_job_once_by_what_would_still_hold_it()
     s.submit("snap", "snapshot", None, "c")  # its tier's cap of 3 is reached
     s.submit("fg", "clone", "other", "c")  # only every slot being busy
     counts = s.blocked_counts()
-    assert counts == {"conflict": 1, "type_cap": 1, "tier_cap": 1, "capacity": 1, "admissible": 0}
+    assert counts == {
+        "paused": 0,
+        "conflict": 1,
+        "key_cap": 0,
+        "type_cap": 1,
+        "tier_cap": 1,
+        "capacity": 1,
+        "admissible": 0,
+    }
     # The same answer as the one-job-at-a-time rule of snapshots, reason by reason.
     jobs = [v for v in s.snapshot().jobs if v.place is not None]
     assert sum(counts.values()) == len(jobs) == s.pending

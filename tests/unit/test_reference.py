@@ -84,3 +84,45 @@ def test_reference_simulation_of_clone_before_repack_on_one_repo():
         {"name": "c", "start": 0, "finish": 3},
         {"name": "p", "start": 3, "finish": 7},
     ]
+
+
+def test_weight_divides_the_charge_and_a_cap_by_key_holds_the_key():
+    # a (weight 2, cap 1) and b: a1 runs, so a2 waits although a's cost (0.5) is the lower.
+    ref = make(capacity=3, t=(8,))
+    ref.keys = {"a": {"weight": 2, "max_concurrency": 1}}
+    for name, key in [("a1", "a"), ("a2", "a"), ("b1", "b")]:
+        ref.submit(name, "t", None, key, 0, 1, now=0)
+    assert [j.ref for j in ref.schedule(0)] == ["a1", "b1"]
+    assert ref.acc == {"a": 0.5, "b": 1}
+    ref.complete("a1", None, 0)
+    assert [j.ref for j in ref.schedule(0)] == ["a2"]
+
+
+def test_patterns_then_the_default_and_a_pause_holds_a_key_or_a_type():
+    ref = make(capacity=4, t=(8,), u=(8,))
+    ref.keys = {"team:*": {"weight": 4}, "*": {"max_concurrency": 0}}
+    assert ref.policy("team:x") == {"weight": 4}
+    assert ref.policy("other") == {"max_concurrency": 0}
+    ref.keys = {}
+    ref.paused_keys.add("a")
+    ref.paused_types.add("u")
+    ref.submit("a1", "t", None, "a", 0, None, now=0)
+    ref.submit("b1", "u", None, "b", 0, None, now=0)
+    ref.submit("b2", "t", None, "b", 0, None, now=0)
+    assert [j.ref for j in ref.schedule(0)] == ["b2"]
+
+
+def test_reference_simulation_of_a_pause_that_ends():
+    trace = {
+        "capacity": 1,
+        "types": {"t": {"priority": 8}},
+        "pauses": [{"key": "a", "at": 0, "until": 5}],
+        "jobs": [
+            {"name": "a", "type": "t", "fairness_key": "a", "arrival": 0, "duration": 1},
+            {"name": "b", "type": "t", "fairness_key": "b", "arrival": 1, "duration": 1},
+        ],
+    }
+    assert reference_simulate(trace) == [
+        {"name": "a", "start": 5, "finish": 6},
+        {"name": "b", "start": 1, "finish": 2},
+    ]

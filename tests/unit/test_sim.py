@@ -109,6 +109,13 @@ def test_summary_counts_waits_and_slot_share_per_key():
         (lambda t: t.update(alpha=2), "alpha"),
         (lambda t: t.update(jobs={}), "jobs: must be a list"),
         (lambda t: t.update(lifecycle={"cost_ttl": -5}), "cost_ttl"),
+        (lambda t: t.update(keys={"k": {"weight": 0}}), "keys: weight must be a positive"),
+        (lambda t: t.update(keys={"k": {"cap": 1}}), r"keys: key policy 'k': unknown option"),
+        (lambda t: t.update(pauses=[{"at": 1}]), r"pauses\[0\]: give exactly one of"),
+        (lambda t: t.update(pauses=[{"key": "k", "type": "t", "at": 1}]), "exactly one"),
+        (lambda t: t.update(pauses=[{"type": "nope", "at": 1}]), r"pauses\[0\].type"),
+        (lambda t: t.update(pauses=[{"key": "k", "at": 5, "until": 2}]), "before at"),
+        (lambda t: t.update(pauses=[{"key": "k"}]), r"pauses\[0\].at"),
     ],
 )
 def test_bad_traces_are_refused_with_a_message_naming_the_field(mutate, message):
@@ -150,3 +157,43 @@ def test_the_json_output_is_to_json_one_job_per_line():
     text = out.getvalue()
     assert json.loads(text) == result.to_json()
     assert text.count("\n") >= len(result.jobs) + 3  # a line per job, for diffs and grep
+
+
+def weighted_trace():
+    """The example of docs/simulator.md: weights 3 and 1 on one slot, ``small`` paused from
+    10 to 20."""
+    jobs = []
+    for key in ("big", "small"):
+        for i in range(30):
+            jobs.append(
+                {"name": f"{key}:{i}", "type": "job", "fairness_key": key, "arrival": 0,
+                 "duration": 1}
+            )  # fmt: skip
+    return {
+        "capacity": 1,
+        "types": {"job": {"priority": 8}},
+        "keys": {"big": {"weight": 3}, "tenant:*": {"max_concurrency": 1}},
+        "pauses": [{"key": "small", "at": 10, "until": 20}],
+        "jobs": jobs,
+    }
+
+
+def test_weights_share_the_slot_and_a_pause_holds_a_key_until_it_ends():
+    got = {j.name: j.start for j in run(weighted_trace()).jobs}
+    order = sorted(got, key=lambda name: got[name])
+    before = [n.split(":")[0] for n in order if got[n] < 8]
+    assert before.count("big") == 3 * before.count("small")  # 3:1 while both have work
+    assert all(n.startswith("big") for n in order if 10 <= got[n] < 20)  # small is paused
+    # Resumed, small has been charged less while paused (big was charged 10/3 meanwhile), so
+    # it goes first until the costs meet again: 3 jobs at 1 each.
+    after = [n.split(":")[0] for n in order if got[n] >= 20][:4]
+    assert after == ["small", "small", "small", "big"]
+
+
+def test_a_key_cap_of_zero_and_a_pause_that_never_ends_leave_jobs_unstarted():
+    data = trace(
+        [job("a", fairness_key="capped"), job("b", fairness_key="held"), job("c")],
+        keys={"capped": {"max_concurrency": 0}},
+        pauses=[{"key": "held", "at": 0}],
+    )
+    assert starts(data) == {"a": (None, None), "b": (None, None), "c": (0, 1)}

@@ -22,6 +22,9 @@ from .types import CostLifecycle
 
 _INF = float("inf")
 
+UNLIMITED = 1 << 62
+"""A cap that is never reached; kept as an int so the hot path compares ints only."""
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -126,10 +129,28 @@ class KeyState:
         of this key's jobs (see ``fairqueue.ConflictLane``), each with the accumulated cost at
         or above which the loan must be checked again;
       - ``queues`` lists every key queue (``fairqueue.KeyQueue``) of this key that its keyed
-        queue still holds, or is ``None`` when there is none.
+        queue still holds, or is ``None`` when there is none;
+      - ``cap`` is what this scheduler may run of the key: its ``limit`` (the policy's
+        ``max_concurrency``, ``UNLIMITED`` for none) less what other workers run of it
+        (``elsewhere``), and 0 while ``paused``; while ``running >= cap`` the key is *blocked*
+        and ``blocked`` lists the key queues taken out of their heaps for it (each with
+        ``KeyQueue.blocked`` set), which go back as soon as the key is below its cap again.
     """
 
-    __slots__ = ("acc", "lent", "name", "pending", "queues", "running")
+    __slots__ = (
+        "acc",
+        "blocked",
+        "cap",
+        "elsewhere",
+        "lent",
+        "limit",
+        "name",
+        "paused",
+        "pending",
+        "queues",
+        "running",
+        "weight",
+    )
 
     def __init__(self, name: str, acc: float = 0.0) -> None:
         self.name = name
@@ -138,6 +159,20 @@ class KeyState:
         self.running = 0
         self.lent: list[tuple[float, int, Any]] = []
         self.queues: list[Any] | None = None
+        self.weight = 1.0
+        self.limit = self.cap = UNLIMITED
+        self.elsewhere = 0
+        self.paused = False
+        self.blocked: list[Any] | None = None
+
+    def recap(self) -> None:
+        """Compute ``cap`` again from ``limit``, ``elsewhere`` and ``paused``. O(1)."""
+        if self.paused:
+            self.cap = 0
+        elif self.limit == UNLIMITED:
+            self.cap = UNLIMITED
+        else:
+            self.cap = max(0, self.limit - self.elsewhere)
 
     @property
     def is_active(self) -> bool:

@@ -26,6 +26,13 @@ re-checks the loans of the conflict lanes it waits in: O(q log n) for its q queu
 
 A conflict may be held by a job on another worker (``Conflict.elsewhere``): its holder is then
 the ``ELSEWHERE`` sentinel, and waiters park on it exactly as on a local holder.
+
+A conflict blocks jobs; a *key* can block too: a key at its ``max_concurrency``, or paused,
+runs nothing more until one of its jobs ends or it resumes. Its key queues are taken out of
+their heaps whole the first time a decision meets one (``KeyQueue.blocked``, listed in
+``KeyState.blocked``), and loans it holds are taken back; ``unblock`` pushes them back with
+fresh entries when the key is below its cap again. O(q log n) for its q key queues, and no
+decision in between ever looks at them.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from itertools import count
 from math import inf as _INF
 from typing import TYPE_CHECKING
 
+from .costs import UNLIMITED
 from .types import JobState
 
 if TYPE_CHECKING:
@@ -55,6 +63,8 @@ __all__ = [
     "Tier",
     "conflict_held",
     "reposition",
+    "take_back_loans",
+    "unblock",
 ]
 
 ConflictKey = tuple[str, str]
@@ -62,9 +72,6 @@ ConflictKey = tuple[str, str]
 
 _next_id = count(1).__next__
 """Unique ids for heap entries: the last tie-breaker, so entries never compare their objects."""
-
-UNLIMITED = 1 << 62
-"""A cap that is never reached; kept as an int so the hot path compares ints only."""
 
 
 class PendingJob:
@@ -80,6 +87,7 @@ class PendingJob:
     __slots__ = (
         "admitted_at",
         "arrival",
+        "charge",
         "ckey",
         "cost",
         "estimate",
@@ -116,8 +124,9 @@ class PendingJob:
         self.home: KeyQueue | None = None
         self.lent_from: ConflictLane | None = None
         self.state = JobState.PENDING
-        # estimate, token and admitted_at are set at admission and read only after it.
+        # estimate, charge, token and admitted_at are set at admission and read only after it.
         self.estimate: float
+        self.charge: float
         self.token: int
         self.admitted_at: float
 
@@ -154,6 +163,7 @@ class KeyQueue:
     """
 
     __slots__ = (
+        "blocked",
         "early",
         "fifo",
         "key",
@@ -177,6 +187,7 @@ class KeyQueue:
         self.ver = -1
         self.rec_arrival = 0.0
         self.rec_seq = 0
+        self.blocked = False
 
     def add(self, job: PendingJob) -> None:
         arrival = job.arrival
@@ -286,6 +297,8 @@ class KeyedQueue:
         kq.add(job)
         kq.live += 1
         self.size += 1
+        if kq.blocked:  # its key is at its cap: the queue has no entry until it is not
+            return
         if (
             kq.ver < 0
             or arrival < kq.rec_arrival
@@ -314,7 +327,13 @@ class KeyedQueue:
                 if kq.live == 0:
                     self._drop(kq)
                 continue
-            key_acc = kq.key.acc
+            key = kq.key
+            if key.running >= key.cap:  # the key is blocked: its whole queue leaves the heap
+                heappop(heap)
+                kq.ver = -1
+                block(kq)
+                continue
+            key_acc = key.acc
             if key_acc == acc and job.seq == seq:
                 return job
             kq.ver = ver = _next_id()
@@ -327,6 +346,8 @@ class KeyedQueue:
         """Rebuild the heap from the true positions; needed after costs went down. O(keys)."""
         entries = []
         for key, kq in list(self.queues.items()):
+            if kq.blocked:
+                continue
             job = kq.head(False)
             if job is None:
                 kq.ver = -1
@@ -397,6 +418,14 @@ def discard(job: PendingJob) -> None:
         kq.live -= 1
         kq.owner.size -= 1
         job.home = None
+        if kq.blocked and kq.live == 0:  # no entry will ever meet it: forget it now
+            kq.blocked = False
+            blocked = kq.key.blocked
+            assert blocked is not None
+            blocked.remove(kq)
+            if not blocked:
+                kq.key.blocked = None
+            kq.owner._drop(kq)
 
 
 def reposition(key: KeyState) -> None:
@@ -408,6 +437,8 @@ def reposition(key: KeyState) -> None:
     there records one at the new cost. O(q log n) for the q key queues of ``key``.
     """
     for kq in list(key.queues or ()):
+        if kq.blocked:
+            continue
         job = kq.head(False)
         if job is None:
             kq.ver = -1
@@ -419,6 +450,47 @@ def reposition(key: KeyState) -> None:
         heappush(owner.heap, (key.acc, job.arrival, job.seq, ver, kq))
         if owner.cl is not None:
             owner.cl.revalidate()
+
+
+def block(kq: KeyQueue) -> None:
+    """``kq``'s key is blocked: keep ``kq`` out of its heap (its entry was just dropped)."""
+    kq.blocked = True
+    key = kq.key
+    if key.blocked is None:
+        key.blocked = [kq]
+    else:
+        key.blocked.append(kq)
+
+
+def unblock(key: KeyState) -> None:
+    """``key`` is below its cap again: put its blocked key queues back, each with a fresh
+    entry, and let the conflict lanes it waits in lend again. O(q log n), q its key queues."""
+    queues = key.blocked
+    if queues is None:
+        return
+    key.blocked = None
+    for kq in queues:
+        kq.blocked = False
+        job = kq.head(False)
+        if job is None:  # emptied while blocked (discard drops it then; kept for safety)
+            kq.ver = -1
+            continue
+        owner = kq.owner
+        kq.ver = ver = _next_id()
+        kq.rec_arrival = job.arrival
+        kq.rec_seq = job.seq
+        heappush(owner.heap, (key.acc, job.arrival, job.seq, ver, kq))
+        if owner.cl is not None:
+            owner.cl.revalidate()
+
+
+def take_back_loans(key: KeyState) -> None:
+    """``key`` just became blocked: the conflict lanes that lent it a job lend another key's
+    waiter instead. Only loans registered with a bound can have another key to lend to.
+    O(loans of the key · log n)."""
+    for _, ident, cl in list(key.lent):
+        if cl.bound_id == ident and cl.lent is not None and cl.lent.key is key:
+            cl.revalidate()
 
 
 class Tier:
@@ -446,10 +518,21 @@ class Lane:
 
     ``running`` is the number of admitted, not yet released jobs of this type; ``pending``
     the number of pending ones (parked included); ``queue`` holds the pending jobs that are
-    not parked on a held conflict. ``limit``, ``elsewhere`` and ``cap`` as for ``Tier``.
+    not parked on a held conflict. ``limit``, ``elsewhere`` and ``cap`` as for ``Tier``; a
+    ``paused`` type has ``cap`` 0, so a decision skips its lane in O(1) like a full one.
     """
 
-    __slots__ = ("cap", "elsewhere", "limit", "pending", "queue", "running", "tier", "type")
+    __slots__ = (
+        "cap",
+        "elsewhere",
+        "limit",
+        "paused",
+        "pending",
+        "queue",
+        "running",
+        "tier",
+        "type",
+    )
 
     def __init__(self, jtype: JobType, tier: Tier, conflicts: dict[ConflictKey, Conflict]) -> None:
         self.type = jtype
@@ -457,9 +540,19 @@ class Lane:
         cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
         self.limit = self.cap = cap
         self.elsewhere = 0
+        self.paused = False
         self.running = 0
         self.pending = 0
         self.queue = KeyedQueue(conflicts)
+
+    def recap(self) -> None:
+        """Compute ``cap`` again: 0 while ``paused``, else ``limit - elsewhere``. O(1)."""
+        if self.paused:
+            self.cap = 0
+        elif self.limit == UNLIMITED:
+            self.cap = UNLIMITED
+        else:
+            self.cap = self.limit - self.elsewhere
 
 
 class Conflict:
@@ -541,7 +634,8 @@ class ConflictLane:
         best = parked.best(False)
         lent = self.lent
         if lent is not None:
-            if best is None or _comes_before(lent, best):
+            key = lent.key
+            if key.running < key.cap and (best is None or _comes_before(lent, best)):
                 self._register(lent)
                 return
             # A parked job now comes first: take the loan back.

@@ -26,10 +26,13 @@ def select(tiers: list[Tier], free_slots: int) -> PendingJob | None:
     """The first admissible pending job in the order (-priority, acc[key], arrival, seq).
 
     A job is admissible when a global slot is free, its tier runs fewer jobs than the tier
-    cap, its type runs fewer than ``max_concurrency``, and no running job holds its conflict.
-    A full tier or type is skipped as a whole; a job whose conflict is held is parked on the
-    way and never looked at again until that conflict is released. So a blocked job never
-    blocks the jobs behind it, and the cost of a decision does not grow with blocked jobs.
+    cap, its type runs fewer than ``max_concurrency`` and is not paused, its fairness key
+    runs fewer than its ``max_concurrency`` and is not paused, and no running job holds its
+    conflict. A full or paused tier or type is skipped as a whole; a key at its cap or paused
+    has its key queues taken out of the heaps the first time one is met, and a job whose
+    conflict is held is parked on the way; neither is looked at again until what blocks it
+    frees. So a blocked job never blocks the jobs behind it, and the cost of a decision does
+    not grow with blocked jobs.
 
     Cost: O(tiers + lanes of the chosen tier) plus amortised O(log n) heap work.
     """
@@ -59,10 +62,15 @@ def blocked_by(
     if free_slots <= 0:
         reasons.append(BlockReason.CAPACITY)
     lane = job.lane
+    key = job.key
     if lane.tier.running >= lane.tier.cap:
         reasons.append(BlockReason.TIER_CAP)
-    if lane.running >= lane.cap:
+    if lane.paused or key.paused:
+        reasons.append(BlockReason.PAUSED)
+    if not lane.paused and lane.running >= lane.cap:
         reasons.append(BlockReason.TYPE_CAP)
+    if not key.paused and key.running >= key.cap:
+        reasons.append(BlockReason.KEY_CAP)
     if conflict_held(conflicts, job):
         reasons.append(BlockReason.CONFLICT)
     return tuple(reasons)

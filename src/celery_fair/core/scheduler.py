@@ -8,10 +8,9 @@ from itertools import count
 
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
 from .clock import Clock
-from .costs import Accounts, Estimates, KeyState
+from .costs import UNLIMITED, Accounts, Estimates, KeyState
 from .fairqueue import (
     ELSEWHERE,
-    UNLIMITED,
     Conflict,
     Lane,
     PendingJob,
@@ -21,6 +20,8 @@ from .fairqueue import (
     recheck_loans,
     reposition,
     take,
+    take_back_loans,
+    unblock,
 )
 from .policy import blocked_by, select
 from .types import (
@@ -30,6 +31,7 @@ from .types import (
     JobState,
     JobType,
     JobView,
+    KeyPolicies,
     Release,
     SchedulerConfig,
     Snapshot,
@@ -83,6 +85,12 @@ class Scheduler:
         self._accounts = Accounts(config.lifecycle, now)
         # _due: no cost or estimate expires, and no reset falls, before this time.
         self._due = self._accounts.next_due()
+        self._policies = config.keys
+        # Keys and types paused by name (a key not known yet is paused when it appears), and
+        # what other workers run of each key (a shared store's count).
+        self._paused_keys: set[str] = set()
+        self._paused_types: set[str] = set()
+        self._keys_elsewhere: dict[str, int] = {}
         for jtype in types:
             self.register_type(jtype)
 
@@ -109,6 +117,9 @@ class Scheduler:
             self._tiers.append(tier)
             self._tiers.sort(key=lambda t: -t.priority)
         lane = Lane(jtype, tier, self._conflicts)
+        if jtype.name in self._paused_types:
+            lane.paused = True
+            lane.recap()
         tier.lanes.append(lane)
         self._lanes[jtype.name] = lane
 
@@ -173,6 +184,7 @@ class Scheduler:
         key = accounts.keys.get(fairness_key)
         if key is None:
             key = accounts.get(fairness_key)
+            self._apply_policy(key)
         if key.pending == 0 and key.running == 0:
             accounts.activate(key)
         group = lane.type.conflict_group
@@ -265,6 +277,8 @@ class Scheduler:
         key = job.key
         self._start(job, -1)
         job.state = JobState.PENDING
+        if key.blocked is not None and key.running < key.cap:
+            unblock(key)
         conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
         if conflict is not None and conflict.holder is job:
             conflict.holder = None
@@ -279,7 +293,7 @@ class Scheduler:
             conflict.park(job)
         else:
             lane.queue.push(job)
-        self._set_acc(key, key.acc - job.estimate)
+        self._set_acc(key, key.acc - job.charge)
 
     def set_accumulated(self, fairness_key: str, value: float) -> None:
         """Make ``fairness_key``'s accumulated cost ``value`` (the fleet's, from a store).
@@ -304,20 +318,98 @@ class Scheduler:
         self._estimates.set((type, job_id), float(value), now)
         self._expiring(self._estimates.ttl, now)
 
-    def set_running_elsewhere(self, tiers: Mapping[int, int], types: Mapping[str, int]) -> None:
-        """Count, against each cap, the jobs that other workers run (by priority, by type).
+    def set_running_elsewhere(
+        self,
+        tiers: Mapping[int, int],
+        types: Mapping[str, int],
+        keys: Mapping[str, int] | None = None,
+    ) -> None:
+        """Count, against each cap, the jobs that other workers run (by priority, by type and,
+        if given, by fairness key).
 
         A tier may then admit ``cap - elsewhere`` jobs here. Tiers and types not named run
-        nothing elsewhere. O(tiers + types).
+        nothing elsewhere; with ``keys`` given, neither do keys not named (without it, the
+        keys' counts stay as they were). O(tiers + types + keys).
         """
         for tier in self._tiers:
             n = tiers.get(tier.priority, 0)
             tier.elsewhere = n
             tier.cap = tier.limit if tier.limit == UNLIMITED else tier.limit - n
         for name, lane in self._lanes.items():
-            n = types.get(name, 0)
-            lane.elsewhere = n
-            lane.cap = lane.limit if lane.limit == UNLIMITED else lane.limit - n
+            lane.elsewhere = types.get(name, 0)
+            lane.recap()
+        if keys is None:
+            return
+        before = self._keys_elsewhere
+        self._keys_elsewhere = counts = {k: n for k, n in keys.items() if n}
+        known = self._accounts.keys
+        for name in before.keys() | counts.keys():
+            key = known.get(name)
+            if key is not None:
+                key.elsewhere = counts.get(name, 0)
+                self._key_limits_changed(key)
+
+    # -- policies: weights, caps and pauses by key, pauses by type --------------------
+
+    @property
+    def key_policies(self) -> KeyPolicies:
+        return self._policies
+
+    def set_key_policies(self, policies: KeyPolicies) -> None:
+        """Replace the policies by fairness key; every known key follows at once (a key
+        below a raised cap runs again, a key above a lowered one runs nothing more until it
+        is below it). O(keys · patterns), plus O(q log n) for each key that unblocks."""
+        if not isinstance(policies, KeyPolicies):
+            raise ConfigurationError(f"expected KeyPolicies, got {policies!r}")
+        self._policies = policies
+        for key in list(self._accounts.keys.values()):
+            self._apply_policy(key)
+
+    def pause_key(self, fairness_key: str) -> None:
+        """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,
+        in order, and cost no decision anything. Jobs already running go on. O(1), plus the
+        loans the key holds."""
+        self._paused_keys.add(fairness_key)
+        key = self._accounts.keys.get(fairness_key)
+        if key is not None and not key.paused:
+            key.paused = True
+            self._key_limits_changed(key)
+
+    def resume_key(self, fairness_key: str) -> None:
+        """Undo ``pause_key``. O(q log n), q the key queues of the key."""
+        self._paused_keys.discard(fairness_key)
+        key = self._accounts.keys.get(fairness_key)
+        if key is not None and key.paused:
+            key.paused = False
+            self._key_limits_changed(key)
+
+    def pause_type(self, type: str) -> None:
+        """Run no more jobs of ``type`` until ``resume_type``; a decision skips its lane as it
+        skips a full one. O(1).
+
+        Raises:
+            UnknownJobType: ``type`` was never registered.
+        """
+        lane = self._lanes.get(type)
+        if lane is None:
+            raise UnknownJobType(f"unknown job type {type!r}")
+        self._paused_types.add(type)
+        lane.paused = True
+        lane.recap()
+
+    def resume_type(self, type: str) -> None:
+        """Undo ``pause_type``. O(1)."""
+        lane = self._lanes.get(type)
+        if lane is None:
+            raise UnknownJobType(f"unknown job type {type!r}")
+        self._paused_types.discard(type)
+        lane.paused = False
+        lane.recap()
+
+    @property
+    def paused(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The paused fairness keys and job types."""
+        return frozenset(self._paused_keys), frozenset(self._paused_types)
 
     def hold_elsewhere(self, group: str, job_id: str) -> None:
         """Another worker holds the conflict ``(group, job_id)``: its waiters here wait. O(1)."""
@@ -409,8 +501,8 @@ class Scheduler:
         """Pending jobs by what holds each back now (``BlockReason`` values), and
         ``"admissible"`` for those only waiting for the next decision. A job blocked for
         several reasons counts once, under the one that would still hold it if the others
-        went: its conflict, then its type's cap, then its tier's cap, then every slot being
-        busy. For metrics; O(pending).
+        went: a pause, its conflict, its key's cap, its type's cap, its tier's cap, then
+        every slot being busy. For metrics; O(pending).
         """
         free = self._capacity - self._running
         conflicts = self._conflicts
@@ -453,12 +545,15 @@ class Scheduler:
         for. ``tolerance`` (in the estimates' unit) is how much admitted work ``ref`` may wait
         behind before undoing admissions is worth it; with 0, any one is enough.
 
-        Never when ``ref`` cannot be the next of its own: it waits behind an earlier job of its
-        key in its lane (which was pending when the admissions were made, or was itself such
+        Never when ``ref``'s key is at its cap or paused, or its type paused, nor when ``ref``
+        cannot be the next of its own: it waits behind an earlier job of its key in its lane
+        (which was pending when the admissions were made, or was itself such
         a newcomer), or it waits for a conflict that none of ``admitted`` holds.
         """
         job = self._jobs.get(ref)
         if job is None or job.state is not JobState.PENDING:
+            return False
+        if job.key.running >= job.key.cap or job.lane.paused:
             return False
         home = job.home
         if home is not None:
@@ -582,9 +677,14 @@ class Scheduler:
         if estimate is None:
             estimate = self._estimates.get((jtype.name, job.job_id), jtype.default_cost, now)
         job.estimate = estimate
-        key.acc += estimate
-        if key.lent and key.lent[0][0] <= key.acc:
-            recheck_loans(key)
+        weight = key.weight
+        job.charge = charge = estimate if weight == 1.0 else estimate / weight
+        key.acc += charge
+        if key.lent:
+            if key.running >= key.cap:
+                take_back_loans(key)
+            elif key.lent[0][0] <= key.acc:
+                recheck_loans(key)
         job.token = token = next(self._tokens)
         job.admitted_at = now
         return Admission(
@@ -626,6 +726,8 @@ class Scheduler:
         self._running -= 1
         key = job.key
         key.running -= 1
+        if key.blocked is not None and key.running < key.cap:
+            unblock(key)
         jtype = lane.type
         ekey = (jtype.name, job.job_id)
         if elapsed is None:
@@ -642,6 +744,25 @@ class Scheduler:
             self._accounts.deactivate(key, now)
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
         return Release(ref, jtype.name, job.job_id, key.name, elapsed, estimate)
+
+    def _apply_policy(self, key: KeyState) -> None:
+        """Give ``key`` its policy, pause and count elsewhere (new, or after a change)."""
+        policy = self._policies.for_key(key.name)
+        key.weight = float(policy.weight)
+        cap = policy.max_concurrency
+        key.limit = UNLIMITED if cap is None else cap
+        key.paused = key.name in self._paused_keys
+        key.elsewhere = self._keys_elsewhere.get(key.name, 0)
+        self._key_limits_changed(key)
+
+    def _key_limits_changed(self, key: KeyState) -> None:
+        """``key``'s cap inputs changed: block or unblock it. O(loans) or O(q log n)."""
+        key.recap()
+        if key.running >= key.cap:
+            if key.lent:
+                take_back_loans(key)
+        elif key.blocked is not None:
+            unblock(key)
 
     def _set_acc(self, key: KeyState, value: float) -> None:
         """Set a key's accumulated cost, keeping every order that uses it right."""
@@ -703,7 +824,9 @@ class Scheduler:
 
 #: The reason a blocked job counts under in ``blocked_counts``: the first that applies.
 _BLOCK_ORDER = (
+    BlockReason.PAUSED,
     BlockReason.CONFLICT,
+    BlockReason.KEY_CAP,
     BlockReason.TYPE_CAP,
     BlockReason.TIER_CAP,
     BlockReason.CAPACITY,

@@ -6,6 +6,7 @@ import enum
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import NamedTuple, NewType
 
@@ -22,6 +23,8 @@ __all__ = [
     "JobState",
     "JobType",
     "JobView",
+    "KeyPolicies",
+    "KeyPolicy",
     "Release",
     "SchedulerConfig",
     "Snapshot",
@@ -141,6 +144,113 @@ class CostLifecycle:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyPolicy:
+    """What one fairness key is entitled to.
+
+    Args:
+        weight: The key's share against other keys with work in the same rank: an admission
+            charges the key ``estimate / weight``, so with backlog on both, a key of weight 3
+            gets three times the slot-time of a key of weight 1. A positive number.
+        max_concurrency: Jobs of this key that may run at once (fleet-wide with a shared
+            store); ``None`` for no limit. A key at its cap is a blocker: its queued jobs wait
+            and cost no decision anything until one of its jobs ends.
+
+    Example:
+        >>> KeyPolicy(weight=3).weight
+        3
+    """
+
+    weight: float = 1.0
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.weight) or self.weight <= 0:
+            raise ConfigurationError(f"weight must be a positive number, got {self.weight!r}")
+        cap = self.max_concurrency
+        if cap is not None and (not _is_int(cap) or cap < 0):
+            raise ConfigurationError(f"max_concurrency must be an int >= 0 or None, got {cap!r}")
+
+
+DEFAULT_KEY_POLICY = KeyPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPolicies:
+    """Policies by fairness key: exact names first, then glob patterns (``tenant:*``, as
+    ``fnmatch`` without case folding) in the order given, then ``default``.
+
+    Example:
+        >>> p = KeyPolicies.from_mapping({"tenant:*": {"weight": 2}, "ci": {"weight": 0.5}})
+        >>> p.for_key("tenant:acme").weight, p.for_key("ci").weight, p.for_key("bob").weight
+        (2, 0.5, 1.0)
+    """
+
+    exact: Mapping[str, KeyPolicy] = field(default_factory=dict)
+    patterns: tuple[tuple[str, KeyPolicy], ...] = ()
+    default: KeyPolicy = DEFAULT_KEY_POLICY
+
+    def __post_init__(self) -> None:
+        for name, policy in dict(self.exact).items():
+            if not isinstance(name, str) or not isinstance(policy, KeyPolicy):
+                raise ConfigurationError(f"key policy {name!r}: expected str -> KeyPolicy")
+        for entry in self.patterns:
+            if (
+                not isinstance(entry, tuple)
+                or len(entry) != 2
+                or not isinstance(entry[0], str)
+                or not isinstance(entry[1], KeyPolicy)
+            ):
+                raise ConfigurationError(f"key pattern {entry!r}: expected (str, KeyPolicy)")
+        if not isinstance(self.default, KeyPolicy):
+            raise ConfigurationError(f"default key policy must be a KeyPolicy: {self.default!r}")
+        object.__setattr__(self, "exact", MappingProxyType(dict(self.exact)))
+        object.__setattr__(self, "patterns", tuple(self.patterns))
+
+    @classmethod
+    def from_mapping(cls, spec: Mapping[str, Mapping[str, object] | KeyPolicy]) -> KeyPolicies:
+        """From ``{name or pattern: {"weight": .., "max_concurrency": ..}}``.
+        A name with ``*``, ``?`` or ``[`` is a pattern; ``"*"`` alone is the default."""
+        exact: dict[str, KeyPolicy] = {}
+        patterns: list[tuple[str, KeyPolicy]] = []
+        default = DEFAULT_KEY_POLICY
+        for name, value in dict(spec).items():
+            if isinstance(value, KeyPolicy):
+                policy = value
+            elif isinstance(value, Mapping):
+                unknown = set(value) - {"weight", "max_concurrency"}
+                if unknown:
+                    raise ConfigurationError(
+                        f"key policy {name!r}: unknown option(s) {sorted(unknown)}; "
+                        "expected weight, max_concurrency"
+                    )
+                policy = KeyPolicy(**value)  # type: ignore[arg-type]
+            else:
+                raise ConfigurationError(f"key policy {name!r} must be a mapping, got {value!r}")
+            if name == "*":
+                default = policy
+            elif isinstance(name, str) and any(c in name for c in "*?["):
+                patterns.append((name, policy))
+            else:
+                exact[name] = policy
+        return cls(exact, tuple(patterns), default)
+
+    def for_key(self, name: str) -> KeyPolicy:
+        """The policy of key ``name``. O(1) for an exact name, O(patterns) otherwise."""
+        policy = self.exact.get(name)
+        if policy is not None:
+            return policy
+        for pattern, policy in self.patterns:
+            if fnmatchcase(name, pattern):
+                return policy
+        return self.default
+
+    @property
+    def trivial(self) -> bool:
+        """Every key has the default policy: weight 1 and no cap."""
+        return not self.exact and not self.patterns and self.default == DEFAULT_KEY_POLICY
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Scheduler-wide settings.
 
@@ -150,12 +260,14 @@ class SchedulerConfig:
             not listed is capped at its own priority value.
         alpha: Smoothing factor of the estimate's moving average, ``0 < alpha <= 1``.
         lifecycle: How accumulated costs and estimates are forgotten.
+        keys: Weights and caps by fairness key (none by default: every key weighs 1).
     """
 
     capacity: int
     tier_caps: Mapping[int, int | None] = field(default_factory=dict)
     alpha: float = 0.3
     lifecycle: CostLifecycle = field(default_factory=CostLifecycle)
+    keys: KeyPolicies = field(default_factory=KeyPolicies)
 
     def __post_init__(self) -> None:
         if not _is_int(self.capacity) or self.capacity < 0:
@@ -174,6 +286,8 @@ class SchedulerConfig:
         object.__setattr__(self, "tier_caps", MappingProxyType(caps))
         if not isinstance(self.lifecycle, CostLifecycle):
             raise ConfigurationError(f"lifecycle must be a CostLifecycle, got {self.lifecycle!r}")
+        if not isinstance(self.keys, KeyPolicies):
+            raise ConfigurationError(f"keys must be KeyPolicies, got {self.keys!r}")
 
     def tier_cap(self, priority: int) -> int | None:
         """The concurrency cap of the tier ``priority`` (``None`` = unlimited)."""
@@ -198,6 +312,10 @@ class BlockReason(enum.Enum):
     """Its job type runs ``max_concurrency`` jobs."""
     CONFLICT = "conflict"
     """A job of the same conflict group on the same ``job_id`` is running."""
+    KEY_CAP = "key_cap"
+    """Its fairness key runs its ``max_concurrency`` jobs."""
+    PAUSED = "paused"
+    """Its fairness key or its job type is paused."""
 
 
 class CancelOutcome(enum.Enum):
