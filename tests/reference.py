@@ -45,7 +45,8 @@ class RefScheduler:
     reset_interval: float | None = None
     advance_idle: bool = False
     start: float = 0.0
-    # Policies by key: {name or glob pattern or "*": {"weight": w, "max_concurrency": n}};
+    # Policies by key: {name or glob pattern or "*": {"weight": w, "min_slots": m,
+    # "max_concurrency": n}};
     # exact names first, then patterns in the order given, then "*".
     keys: dict[str, dict] = field(default_factory=dict)
 
@@ -157,8 +158,19 @@ class RefScheduler:
                     return False
         return True
 
+    def rank(self, key: str) -> int:
+        """0 while the key runs fewer jobs (here and elsewhere) than its min_slots, else 1."""
+        running = sum(1 for r in self.running if r.key == key) + self.elsewhere_keys.get(key, 0)
+        return 0 if running < self.policy(key).get("min_slots", 0) else 1
+
     def order(self, job: RefJob) -> tuple:
-        return (-self.types[job.type].priority, self.acc[job.key], job.arrival, job.seq)
+        return (
+            -self.types[job.type].priority,
+            self.rank(job.key),
+            self.acc[job.key],
+            job.arrival,
+            job.seq,
+        )
 
     def next_admission(self, now) -> RefJob | None:
         self.maintain(now)

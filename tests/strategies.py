@@ -47,6 +47,8 @@ def key_policies(draw, *, runnable=False):
             policy["weight"] = draw(st.sampled_from(WEIGHTS))
         if draw(st.booleans()):
             policy["max_concurrency"] = draw(st.integers(1 if runnable else 0, 3))
+        if draw(st.booleans()):
+            policy["min_slots"] = draw(st.integers(0, 3))
         out[name] = policy
     return out
 

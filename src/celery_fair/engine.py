@@ -80,6 +80,7 @@ class Mode(str, enum.Enum):
 _BLOCKED = {
     Verdict.TIER_CAP: "tier_cap",
     Verdict.TYPE_CAP: "type_cap",
+    Verdict.KEY_CAP: "key_cap",
     Verdict.CONFLICT: "conflict",
     Verdict.RECOVERING: "recovering",
 }
@@ -152,6 +153,12 @@ class _Job:
     stalled: bool = False  # its uid was found running elsewhere at least once
 
 
+def _charged(job: _Job) -> float:
+    """What ``job``'s key was charged at its admission: its estimate over the key's weight."""
+    weight = job.ask.weight
+    return job.estimate if weight == 1.0 else job.estimate / weight
+
+
 class Engine:
     """A worker's core and the fleet's store, composed (see the module docstring).
 
@@ -208,6 +215,10 @@ class Engine:
         # and in the call in flight (the store has not heard of their end yet).
         self._mine_tiers: dict[int, int] = {}
         self._mine_types: dict[str, int] = {}
+        self._mine_keys: dict[str, int] = {}
+        # _fleet_keys: running jobs per fairness key, fleet-wide, as the store last said, for
+        # the keys with a cap or a minimum (what the core needs to know of other workers).
+        self._fleet_keys: dict[str, int] = {}
         # _local_holds: conflicts held "elsewhere" only because local mode cannot check them.
         self._local_holds: set[tuple[str, str]] = set()
         self._inflight: Call | None = None
@@ -216,6 +227,7 @@ class Engine:
         # registration lists all it has, and the store releases the rest.
         self._reconcile = False
         self._elsewhere_any = False
+        self._keys_elsewhere = False
         now = self.clock.now()
         self._beat_due = now
         self._poll_due = now
@@ -363,6 +375,11 @@ class Engine:
             self._retry_stalled(now)
         admissions = self._schedule() if now >= self._pause_until else []
         poll = now >= self._poll_due and self._waits_on_others()
+        if poll and not admissions and not self._done and self._keys_elsewhere:
+            # What waits may wait for a key's jobs on other workers: a beat reads their
+            # counts (an admit call without asks does not).
+            self._poll_due = now + self.poll_interval
+            return Decision([], [], self._send(self._beat_call()))
         if admissions or self._done or poll:
             call = Call("admit", self.worker)
             call.done = [d for d, _ in self._done]
@@ -500,6 +517,7 @@ class Engine:
         fairness_key: str,
         cost: float | None,
     ) -> Ask:
+        key_cap, weight = self.core.key_terms(fairness_key)
         return Ask(
             str(ref),
             jtype.name,
@@ -511,6 +529,8 @@ class Engine:
             fairness_key,
             cost,
             jtype.default_cost,
+            key_cap,
+            weight,
         )
 
     def _apply_admit(self, call: Call, reply: Reply) -> Decision:
@@ -576,6 +596,7 @@ class Engine:
                 del jobs[ref]
         for key, value in costs.items():
             core.set_accumulated(key, value)
+        self._fleet_keys.update(reply.keys)
         self._see_fleet(reply.tiers, reply.types, reply.workers)
         self._see_conflicts(call.watch, [reply.held[conflict_field(*c)] for c in call.watch])
         return Decision(start, drop, None)
@@ -585,6 +606,10 @@ class Engine:
         self._see_epoch(view.epoch)
         for key, value in view.accumulated.items():
             self.core.set_accumulated(key, value)
+        # The beat asked about every key with jobs pending here: the others matter to no
+        # decision here until they have some, and an admission's reply reports them again.
+        counted = self.core.counted_keys()
+        self._fleet_keys = {k: view.keys.get(k, 0) for k in call.keys if k in counted}
         self._see_fleet(view.tiers, view.types, view.workers)
         self._see_conflicts(call.watch, [view.held[conflict_field(*c)] for c in call.watch])
         expected = sum(self._mine_types.values())
@@ -626,7 +651,7 @@ class Engine:
                         ask.conflict,
                         ask.estimate_key,
                         ask.fairness_key,
-                        job.estimate,
+                        _charged(job),
                         ask.default_cost,
                     )
                 )
@@ -643,6 +668,12 @@ class Engine:
         types = self._mine_types
         tiers[ask.priority] = tiers.get(ask.priority, 0) + n
         types[ask.type] = types.get(ask.type, 0) + n
+        keys = self._mine_keys
+        left = keys.get(ask.fairness_key, 0) + n
+        if left > 0:
+            keys[ask.fairness_key] = left
+        else:
+            keys.pop(ask.fairness_key, None)
 
     def _see_epoch(self, epoch: str) -> None:
         if self.epoch and epoch != self.epoch:
@@ -665,10 +696,14 @@ class Engine:
         mine_types = self._mine_types
         tiers_else = {p: max(0, n - mine_tiers.get(p, 0)) for p, n in tiers.items()}
         types_else = {t: max(0, n - mine_types.get(t, 0)) for t, n in types.items()}
-        core.set_running_elsewhere(tiers_else, types_else)
+        mine_keys = self._mine_keys
+        keys_else = {k: max(0, n - mine_keys.get(k, 0)) for k, n in self._fleet_keys.items()}
+        core.set_running_elsewhere(tiers_else, types_else, keys_else)
         self._elsewhere_any = any(n > 0 for n in tiers_else.values()) or any(
             n > 0 for n in types_else.values()
         )
+        # A key held back by what other workers run of it learns of their ends from a beat.
+        self._keys_elsewhere = any(n > 0 for n in keys_else.values())
 
     def _see_conflicts(self, watched: list[tuple[str, str]], held: list[bool]) -> None:
         for ckey, is_held in zip(watched, held, strict=True):
@@ -682,7 +717,7 @@ class Engine:
             return True
         if core.pending == 0 or core.running >= core.capacity:
             return False
-        return self._elsewhere_any or bool(core.held_elsewhere())
+        return self._elsewhere_any or self._keys_elsewhere or bool(core.held_elsewhere())
 
     def _retry_stalled(self, now: float) -> None:
         for ref, due in list(self._stalled.items()):
@@ -750,7 +785,8 @@ class Engine:
                 tiers[jtype.priority] = cap - math.ceil(cap / n)
             if jtype.max_concurrency is not None:
                 types[jtype.name] = jtype.max_concurrency - math.ceil(jtype.max_concurrency / n)
-        core.set_running_elsewhere(tiers, types)
+        keys = {k: cap - math.ceil(cap / n) for k, cap in core.key_limits().items()}
+        core.set_running_elsewhere(tiers, types, keys)
         for job in self._jobs.values():
             self._hold_locally(job)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .core import CostLifecycle, JobType, SchedulerConfig
+from .core import CostLifecycle, JobType, KeyPolicies, SchedulerConfig
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
 from .routing import DEFAULT_SHARDS, shard_count
@@ -23,6 +23,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {
         "fair_types": {},  # {name: {"priority": int, "max_concurrency": ..., ...}}
         "fair_tier_caps": {},  # {priority: cap or None}
+        # policies by fairness key: {name, glob pattern or "*": {"weight": w,
+        # "max_concurrency": n}}; exact names first, then patterns in order, then "*"
+        "fair_keys": {},
         "fair_pool": "prefork",  # the real pool that runs tasks
         "fair_capacity": None,  # slots; None = the pool's size, following autoscale
         # jobs admitted ahead of a free slot; None = sized by fair_reserve_seconds (1 to 8)
@@ -83,6 +86,7 @@ class FairSettings:
 
     types: Mapping[str, JobType] = field(default_factory=dict)
     tier_caps: Mapping[int, int | None] = field(default_factory=dict)
+    keys: KeyPolicies = field(default_factory=KeyPolicies)
     pool: str = "prefork"
     capacity: int | None = None
     lookahead: int | None = None
@@ -146,6 +150,7 @@ class FairSettings:
         settings = cls(
             types=_parse_types(v["fair_types"]),
             tier_caps=_parse_tier_caps(v["fair_tier_caps"]),
+            keys=_parse_keys(v["fair_keys"]),
             pool=_text("fair_pool", v["fair_pool"]),
             capacity=_optional_int("fair_capacity", v["fair_capacity"], minimum=1),
             lookahead=_optional_int("fair_lookahead", v["fair_lookahead"], minimum=0),
@@ -184,7 +189,11 @@ class FairSettings:
 
     def scheduler_config(self, capacity: int) -> SchedulerConfig:
         return SchedulerConfig(
-            capacity=capacity, tier_caps=self.tier_caps, alpha=self.alpha, lifecycle=self.lifecycle
+            capacity=capacity,
+            tier_caps=self.tier_caps,
+            alpha=self.alpha,
+            lifecycle=self.lifecycle,
+            keys=self.keys,
         )
 
     def describe(self) -> dict[str, object]:
@@ -192,6 +201,7 @@ class FairSettings:
         return {
             "types": {name: _type_options(t) for name, t in self.types.items()},
             "tier_caps": dict(self.tier_caps),
+            "keys": _describe_keys(self.keys),
             "pool": self.pool,
             "capacity": self.capacity or "pool size",
             "lookahead": self.lookahead if self.lookahead is not None else "adaptive",
@@ -253,6 +263,32 @@ def _parse_tier_caps(value: object) -> Mapping[int, int | None]:
     caps = {int(k) if isinstance(k, str) and k.isdigit() else k: c for k, c in value.items()}
     _setting("fair_tier_caps", lambda: SchedulerConfig(1, tier_caps=caps))
     return MappingProxyType(caps)
+
+
+def _parse_keys(value: object) -> KeyPolicies:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"fair_keys: must be a mapping, got {value!r}")
+    for name in value:
+        if not isinstance(name, str):
+            raise ConfigurationError(f"fair_keys: a key name or pattern is a string, got {name!r}")
+    policies: KeyPolicies = _setting("fair_keys", lambda: KeyPolicies.from_mapping(value))
+    return policies
+
+
+def _describe_keys(keys: KeyPolicies) -> dict[str, dict[str, object]]:
+    def options(policy: Any) -> dict[str, object]:
+        out: dict[str, object] = {}
+        if policy.weight != 1:
+            out["weight"] = policy.weight
+        if policy.max_concurrency is not None:
+            out["max_concurrency"] = policy.max_concurrency
+        return out
+
+    described = {name: options(p) for name, p in keys.exact.items()}
+    described.update((pattern, options(p)) for pattern, p in keys.patterns)
+    if not keys.trivial and options(keys.default):
+        described["*"] = options(keys.default)
+    return described
 
 
 def _setting(name: str, build: Any) -> Any:

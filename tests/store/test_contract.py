@@ -24,6 +24,8 @@ def ask(
     job_id: str | None = None,
     cost: float | None = None,
     default_cost: float = 1.0,
+    key_cap: int | None = None,
+    weight: float = 1.0,
 ) -> Ask:
     return Ask(
         uid,
@@ -36,6 +38,8 @@ def ask(
         key,
         cost,
         default_cost,
+        key_cap,
+        weight,
     )
 
 
@@ -369,3 +373,31 @@ def test_a_copy_of_a_running_job_is_answered_running_whoever_asks(make_store):
     store = make_store(lifecycle=NEVER)
     store.admit("w1", [ask("a")])
     assert verdicts(store.admit("w2", [ask("a")])) == [Verdict.RUNNING]
+
+
+def test_a_key_cap_counts_every_worker_and_the_reply_says_how_many_run(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    reply = one.admit("w1", [ask("a", "alice", key_cap=2), ask("b", "alice", key_cap=2)])
+    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.ADMITTED]
+    assert reply.keys == {"alice": 2}
+    reply = two.admit("w2", [ask("c", "alice", key_cap=2), ask("d", "bob", key_cap=2)])
+    assert verdicts(reply) == [Verdict.KEY_CAP, Verdict.ADMITTED]
+    assert reply.keys == {"alice": 2, "bob": 1}
+    assert two.admit("w2", [ask("e", "carol")]).keys == {}  # asked without a cap
+    view = two.heartbeat("w2", [], ["alice", "bob", "carol"])
+    assert view.keys == {"alice": 2, "bob": 1, "carol": 1}
+    one.finish("w1", [Done("a", 1, None)])
+    assert verdicts(two.admit("w2", [ask("c", "alice", key_cap=2)])) == [Verdict.ADMITTED]
+
+
+def test_a_weight_divides_the_charge_and_a_refund_gives_back_that_charge(make_store):
+    store = make_store(lifecycle=NEVER)
+    [a] = store.admit("w1", [ask("a", "alice", cost=3.0, weight=4.0)]).grants
+    assert (a.estimate, a.accumulated) == (3.0, 0.75)
+    [b] = store.admit("w1", [ask("b", "alice", weight=4.0)]).grants
+    assert (b.estimate, b.accumulated) == (1.0, 1.0)
+    store.finish("w1", [Done("b", b.token, None, unstarted=True)])
+    assert store.accumulated_cost("alice") == 0.75
+    # the same estimate at weight 1 charges it whole, bit for bit as the core does
+    [c] = store.admit("w1", [ask("c", "bob", cost=0.1)]).grants
+    assert c.accumulated == 0.1

@@ -10,7 +10,15 @@ import pytest
 from harness import wait_until
 from test_contract import ask
 
-from celery_fair.core import CostLifecycle, JobType, Scheduler, SchedulerConfig, SimClock
+from celery_fair.core import (
+    BlockReason,
+    CostLifecycle,
+    JobType,
+    KeyPolicies,
+    Scheduler,
+    SchedulerConfig,
+    SimClock,
+)
 from celery_fair.engine import Engine, Mode
 from celery_fair.errors import StoreUnavailable
 from celery_fair.observe import Observer
@@ -54,14 +62,17 @@ def clock():
 def fleet(make_store, clock, kind):
     """``fleet(n, **engine_options)``: n engines (workers) on one shared store."""
 
-    def factory(n=2, capacity=4, lease=30.0, store_options=None, **options):
+    def factory(n=2, capacity=4, lease=30.0, store_options=None, keys=None, **options):
         store_options = dict(lifecycle=NEVER, lease=lease, **(store_options or {}))
         if kind == "memory":
             store_options["clock"] = clock
         engines = []
         for i in range(n):
             store = make_store(**store_options)
-            core = Scheduler(SchedulerConfig(capacity, lifecycle=NEVER), clock, TYPES)
+            policies = KeyPolicies.from_mapping(keys or {})
+            core = Scheduler(
+                SchedulerConfig(capacity, lifecycle=NEVER, keys=policies), clock, TYPES
+            )
             options.setdefault("poll_interval", 1.0)
             engines.append(Engine(core, store, worker=f"w{i}", clock=clock, **options))
         return engines
@@ -105,6 +116,41 @@ def test_a_type_cap_counts_every_worker(fleet, clock):
     one.run_inline()
     clock.advance(1.0)
     assert started(two.run_inline()) == ["b0"]
+
+
+def test_a_key_cap_counts_every_worker_and_a_held_back_key_learns_when_it_frees(fleet, clock):
+    one, two = fleet(2, keys={"tenant": {"max_concurrency": 2}})
+    for i in range(3):
+        one.submit(f"a{i}", "fetch", f"r{i}", "tenant", arrival=clock.now())
+    two.submit("b0", "fetch", "x", "tenant", arrival=clock.now())
+    two.submit("c0", "fetch", "y", "other", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0", "a1"]  # the key's cap is 2
+    # The second worker proposes b0 first (tenant is cheaper here), the store refuses it,
+    # and its core learns that tenant runs 2 elsewhere: c0 goes in the same call.
+    assert started(two.run_inline()) == ["c0"]
+    assert two.observer.counts["refused"] == 1
+    assert two.core.status("b0").blocked_by == (BlockReason.KEY_CAP,)
+    assert started(two.run_inline()) == []  # held back: not proposed again
+    one.finish("a0", 1.0, final=True)
+    assert started(one.run_inline()) == ["a2"]  # the first worker's next takes the place
+    one.finish("a1", 1.0, final=True)
+    one.run_inline()
+    clock.advance(1.0)  # the second worker's next look at the store (a beat) sees 1 run
+    assert started(two.run_inline()) == ["b0"]
+
+
+def test_a_weight_is_charged_fleet_wide(fleet, clock):
+    one, two = fleet(2, capacity=1, keys={"big": {"weight": 4}})
+    one.submit("b0", "fetch", "x", "big", arrival=clock.now(), cost=8.0)
+    assert started(one.run_inline()) == ["b0"]
+    assert one.core.accumulated_cost("big") == 2.0
+    assert one.store.accumulated_cost("big") == 2.0
+    one.finish("b0", 8.0, final=True)
+    one.run_inline()
+    two.submit("b1", "fetch", "y", "big", arrival=clock.now())
+    two.core.set_capacity(0)
+    two.run_inline()  # a beat reads the fleet's cost of the held key
+    assert two.core.accumulated_cost("big") == 2.0
 
 
 def test_a_conflict_held_by_another_worker_parks_the_job_until_it_is_released(fleet, clock):

@@ -200,3 +200,32 @@ def test_a_job_of_a_capped_or_paused_key_outranks_nothing():
     assert s.outranks("c0", admitted)
     s.pause_key("c")
     assert not s.outranks("c0", admitted)
+
+
+# -- minimum slots -------------------------------------------------------------------------
+
+
+def test_a_key_below_its_minimum_goes_first_until_it_runs_that_many():
+    s, _ = make(4, [CLONE], keys=keys({"ops": {"min_slots": 2}}))
+    s.submit("a0", "clone", None, "a")
+    for i in range(4):
+        s.submit(f"ops{i}", "clone", None, "ops")
+    s.set_accumulated("ops", 50.0)  # ops has used far more than a
+    s.submit("a1", "clone", None, "a")
+    # ops runs nothing: below its minimum, its jobs go first though its cost is the higher,
+    assert refs(s.schedule()) == ["ops0", "ops1", "a0", "a1"]
+    s.complete("a0", 1.0)
+    assert refs(s.schedule()) == ["ops2"]  # a has no more work: the slot is not kept idle
+    s.complete("ops0", 1.0)
+    s.complete("ops1", 1.0)  # ops runs 1 now: below its minimum again
+    s.submit("a2", "clone", None, "a")
+    assert refs(s.schedule()) == ["ops3", "a2"]
+
+
+def test_what_other_workers_run_of_a_key_counts_toward_its_minimum():
+    s, _ = make(2, [CLONE], keys=keys({"ops": {"min_slots": 1}}))
+    s.submit("a0", "clone", None, "a")
+    s.submit("ops0", "clone", None, "ops")
+    s.set_accumulated("ops", 50.0)
+    s.set_running_elsewhere({}, {}, {"ops": 1})  # ops has its one elsewhere
+    assert refs(s.schedule()) == ["a0", "ops0"]

@@ -44,6 +44,10 @@ def test_job_types_from_settings():
         ({"fair_types": {"clone": {"priority": 0}}}, r"fair_types\['clone'\]"),
         ({"fair_types": {"clone": {"priority": 8, "colour": 1}}}, "unknown option"),
         ({"fair_typo": 1}, "fair_typo"),
+        ({"fair_keys": [("a", 1)]}, "fair_keys: must be a mapping"),
+        ({"fair_keys": {"a": {"weight": -1}}}, "fair_keys: weight must be a positive"),
+        ({"fair_keys": {"a": {"max_concurrency": 1.5}}}, "fair_keys: max_concurrency"),
+        ({"fair_keys": {"a": {"share": 2}}}, "fair_keys: key policy 'a': unknown option"),
     ],
 )
 def test_a_bad_value_is_an_error_that_names_the_setting(values, named):
@@ -94,3 +98,13 @@ def test_store_urls_are_shown_without_their_passwords():
     shown = FairSettings.from_mapping({"fair_store_url": url}).describe()["store"]
     assert shown == "sentinel://:***@a:1/0;sentinel://u:***@b:2?master_name=m&sentinel_password=***"
     assert "pw" not in shown.replace("sentinel_password", "")
+
+
+def test_policies_by_key_reach_the_core_and_the_startup_description():
+    s = FairSettings.from_mapping(
+        {"fair_keys": {"tenant:*": {"max_concurrency": 2}, "ci": {"weight": 0.5}, "*": {}}}
+    )
+    config = s.scheduler_config(4)
+    assert config.keys.for_key("tenant:acme").max_concurrency == 2
+    assert config.keys.for_key("ci").weight == 0.5
+    assert s.describe()["keys"] == {"ci": {"weight": 0.5}, "tenant:*": {"max_concurrency": 2}}

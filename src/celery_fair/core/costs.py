@@ -126,8 +126,11 @@ class KeyState:
         it was created, last reset, or advanced;
       - ``pending`` / ``running`` count this key's jobs in each state;
       - ``lent`` is a heap of ``(bound, id, conflict_lane)``: the conflict lanes that lent one
-        of this key's jobs (see ``fairqueue.ConflictLane``), each with the accumulated cost at
+        of this key's jobs (see ``fairqueue.ConflictLane``), each with the ``(rank, acc)`` at
         or above which the loan must be checked again;
+      - ``rank`` is 0 while the key runs fewer than ``min_slots`` jobs (here and, as a store
+        says, elsewhere), else 1: the order's first component within a tier, so a key below
+        its minimum goes before the keys at or above theirs;
       - ``queues`` lists every key queue (``fairqueue.KeyQueue``) of this key that its keyed
         queue still holds, or is ``None`` when there is none;
       - ``cap`` is what this scheduler may run of the key: its ``limit`` (the policy's
@@ -144,10 +147,12 @@ class KeyState:
         "elsewhere",
         "lent",
         "limit",
+        "min_slots",
         "name",
         "paused",
         "pending",
         "queues",
+        "rank",
         "running",
         "weight",
     )
@@ -157,13 +162,15 @@ class KeyState:
         self.acc = acc
         self.pending = 0
         self.running = 0
-        self.lent: list[tuple[float, int, Any]] = []
+        self.lent: list[tuple[tuple[int, float], int, Any]] = []
         self.queues: list[Any] | None = None
         self.weight = 1.0
         self.limit = self.cap = UNLIMITED
         self.elsewhere = 0
         self.paused = False
         self.blocked: list[Any] | None = None
+        self.min_slots = 0
+        self.rank = 1
 
     def recap(self) -> None:
         """Compute ``cap`` again from ``limit``, ``elsewhere`` and ``paused``. O(1)."""

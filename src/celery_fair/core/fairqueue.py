@@ -130,9 +130,10 @@ class PendingJob:
         self.token: int
         self.admitted_at: float
 
-    def order(self) -> tuple[int, float, float, int]:
+    def order(self) -> tuple[int, int, float, float, int]:
         """The job's place in the dispatch order, smallest first."""
-        return (-self.lane.tier.priority, self.key.acc, self.arrival, self.seq)
+        key = self.key
+        return (-self.lane.tier.priority, key.rank, key.acc, self.arrival, self.seq)
 
     def __repr__(self) -> str:
         return (
@@ -258,9 +259,10 @@ class KeyQueue:
 
 
 class KeyedQueue:
-    """Jobs grouped by fairness key, best first by ``(acc, arrival, seq)``.
+    """Jobs grouped by fairness key, best first by ``(rank, acc, arrival, seq)``.
 
-    ``heap`` holds entries ``(acc, arrival, seq, id, key_queue)``; an entry is current when its
+    ``heap`` holds entries ``(rank, acc, arrival, seq, id, key_queue)``, ``rank`` being the
+    key's (0 below its minimum of slots, else 1); an entry is current when its
     id equals ``key_queue.ver``, and a current entry is never later than the queue's true
     position. ``queues`` maps each key to its queue; ``size`` counts live jobs. ``conflicts``
     is the scheduler's registry, where a lane looks up whether a head's conflict is held.
@@ -275,7 +277,7 @@ class KeyedQueue:
         conflicts: dict[ConflictKey, Conflict] | None = None,
         cl: ConflictLane | None = None,
     ) -> None:
-        self.heap: list[tuple[float, float, int, int, KeyQueue]] = []
+        self.heap: list[tuple[int, float, float, int, int, KeyQueue]] = []
         self.queues: dict[KeyState, KeyQueue] = {}
         self.size = 0
         self.conflicts: dict[ConflictKey, Conflict] = {} if conflicts is None else conflicts
@@ -307,7 +309,7 @@ class KeyedQueue:
             kq.ver = ver = _next_id()
             kq.rec_arrival = arrival
             kq.rec_seq = seq
-            heappush(self.heap, (key.acc, arrival, seq, ver, kq))
+            heappush(self.heap, (key.rank, key.acc, arrival, seq, ver, kq))
 
     def best(self, park: bool) -> PendingJob | None:
         """The first job in order, fixing stale entries on the way; amortised O(log n).
@@ -316,7 +318,7 @@ class KeyedQueue:
         """
         heap = self.heap
         while heap:
-            acc, _, seq, ver, kq = heap[0]
+            rank, acc, _, seq, ver, kq = heap[0]
             if ver != kq.ver:
                 heappop(heap)
                 continue
@@ -334,12 +336,12 @@ class KeyedQueue:
                 block(kq)
                 continue
             key_acc = key.acc
-            if key_acc == acc and job.seq == seq:
+            if key_acc == acc and job.seq == seq and key.rank == rank:
                 return job
             kq.ver = ver = _next_id()
             kq.rec_arrival = job.arrival
             kq.rec_seq = job.seq
-            heapreplace(heap, (key_acc, job.arrival, job.seq, ver, kq))
+            heapreplace(heap, (key.rank, key_acc, job.arrival, job.seq, ver, kq))
         return None
 
     def refresh(self) -> None:
@@ -356,7 +358,7 @@ class KeyedQueue:
             kq.ver = ver = _next_id()
             kq.rec_arrival = job.arrival
             kq.rec_seq = job.seq
-            entries.append((key.acc, job.arrival, job.seq, ver, kq))
+            entries.append((key.rank, key.acc, job.arrival, job.seq, ver, kq))
         heapify(entries)
         self.heap = entries
 
@@ -370,29 +372,31 @@ class KeyedQueue:
             if not queues:
                 key.queues = None
 
-    def min_acc_excluding(self, key: KeyState) -> float | None:
-        """A lower bound of the accumulated cost of every key but ``key`` with jobs here.
+    def min_place_excluding(self, key: KeyState) -> tuple[int, float] | None:
+        """A lower bound of the ``(rank, acc)`` of every key but ``key`` with jobs here.
 
-        Every entry's recorded cost is at most its key's current cost, so the least entry of
+        Every entry's recorded place is at most its key's current one, so the least entry of
         another key with live jobs is such a bound. Walks only past ``key``'s own and empty
         entries: O(1 + those entries).
         """
         heap = self.heap
         size = len(heap)
-        best: float | None = None
+        best: tuple[int, float] | None = None
         stack = [0] if heap else []
         while stack:
             i = stack.pop()
             if i >= size:
                 continue
-            acc, _, _, _, kq = heap[i]
-            if best is not None and acc >= best:
+            entry = heap[i]
+            place = (entry[0], entry[1])
+            if best is not None and place >= best:
                 continue
+            kq = entry[5]
             if kq.key is key or kq.live == 0:
                 stack.append(2 * i + 1)
                 stack.append(2 * i + 2)
             else:
-                best = acc
+                best = place
         return best
 
     def jobs(self) -> Iterator[PendingJob]:
@@ -447,7 +451,7 @@ def reposition(key: KeyState) -> None:
         kq.ver = ver = _next_id()
         kq.rec_arrival = job.arrival
         kq.rec_seq = job.seq
-        heappush(owner.heap, (key.acc, job.arrival, job.seq, ver, kq))
+        heappush(owner.heap, (key.rank, key.acc, job.arrival, job.seq, ver, kq))
         if owner.cl is not None:
             owner.cl.revalidate()
 
@@ -479,7 +483,7 @@ def unblock(key: KeyState) -> None:
         kq.ver = ver = _next_id()
         kq.rec_arrival = job.arrival
         kq.rec_seq = job.seq
-        heappush(owner.heap, (key.acc, job.arrival, job.seq, ver, kq))
+        heappush(owner.heap, (key.rank, key.acc, job.arrival, job.seq, ver, kq))
         if owner.cl is not None:
             owner.cl.revalidate()
 
@@ -657,7 +661,7 @@ class ConflictLane:
         # Parked jobs of the borrower's own key come after the loan by (arrival, seq) for
         # good, so only the other keys' costs can ever overtake it.
         self.bound_id = ident = _next_id()
-        bound = self.parked.min_acc_excluding(lent.key)
+        bound = self.parked.min_place_excluding(lent.key)
         if bound is not None:
             heappush(lent.key.lent, (bound, ident, self))
 
@@ -685,8 +689,12 @@ def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: PendingJob) ->
 
 
 def _comes_before(a: PendingJob, b: PendingJob) -> bool:
-    a_acc = a.key.acc
-    b_acc = b.key.acc
+    a_key = a.key
+    b_key = b.key
+    if a_key.rank != b_key.rank:
+        return a_key.rank < b_key.rank
+    a_acc = a_key.acc
+    b_acc = b_key.acc
     if a_acc != b_acc:
         return a_acc < b_acc
     if a.arrival != b.arrival:
@@ -702,7 +710,8 @@ def recheck_loans(key: KeyState) -> None:
     """
     lent = key.lent
     due = []
-    while lent and lent[0][0] <= key.acc:
+    place = (key.rank, key.acc)
+    while lent and lent[0][0] <= place:
         due.append(heappop(lent))
     # Each loan is examined once per charge: a loan still right after a tie on cost is
     # registered again with a bound the key already reached, and must wait for the next charge.

@@ -279,6 +279,8 @@ class Scheduler:
         job.state = JobState.PENDING
         if key.blocked is not None and key.running < key.cap:
             unblock(key)
+        if key.min_slots:
+            self._rerank(key)
         conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
         if conflict is not None and conflict.holder is job:
             conflict.holder = None
@@ -364,6 +366,30 @@ class Scheduler:
         self._policies = policies
         for key in list(self._accounts.keys.values()):
             self._apply_policy(key)
+
+    def key_terms(self, fairness_key: str) -> tuple[int | None, float]:
+        """``fairness_key``'s cap (``None``: none) and weight, as its policy gives them.
+        O(1) for a known key, O(patterns) otherwise."""
+        key = self._accounts.keys.get(fairness_key)
+        if key is not None:
+            return (None if key.limit == UNLIMITED else key.limit), key.weight
+        policy = self._policies.for_key(fairness_key)
+        return policy.max_concurrency, float(policy.weight)
+
+    def key_limits(self) -> dict[str, int]:
+        """The cap of every known key that has one. O(keys)."""
+        return {
+            name: key.limit for name, key in self._accounts.keys.items() if key.limit != UNLIMITED
+        }
+
+    def counted_keys(self) -> set[str]:
+        """The known keys whose jobs on other workers matter here: those with a cap or a
+        minimum of slots. O(keys)."""
+        return {
+            name
+            for name, key in self._accounts.keys.items()
+            if key.limit != UNLIMITED or key.min_slots
+        }
 
     def pause_key(self, fairness_key: str) -> None:
         """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,
@@ -662,6 +688,8 @@ class Scheduler:
         tier = lane.tier
         key = job.key
         self._start(job, 1)
+        if key.min_slots and key.rank == 0 and key.running + key.elsewhere >= key.min_slots:
+            key.rank = 1  # later in the order: entries catch up lazily, loans below
         ckey = job.ckey
         if ckey is not None:
             conflict = self._conflicts.get(ckey)
@@ -683,7 +711,7 @@ class Scheduler:
         if key.lent:
             if key.running >= key.cap:
                 take_back_loans(key)
-            elif key.lent[0][0] <= key.acc:
+            elif key.lent[0][0] <= (key.rank, key.acc):
                 recheck_loans(key)
         job.token = token = next(self._tokens)
         job.admitted_at = now
@@ -728,6 +756,8 @@ class Scheduler:
         key.running -= 1
         if key.blocked is not None and key.running < key.cap:
             unblock(key)
+        if key.min_slots:
+            self._rerank(key)
         jtype = lane.type
         ekey = (jtype.name, job.job_id)
         if elapsed is None:
@@ -749,14 +779,28 @@ class Scheduler:
         """Give ``key`` its policy, pause and count elsewhere (new, or after a change)."""
         policy = self._policies.for_key(key.name)
         key.weight = float(policy.weight)
+        key.min_slots = policy.min_slots
         cap = policy.max_concurrency
         key.limit = UNLIMITED if cap is None else cap
         key.paused = key.name in self._paused_keys
         key.elsewhere = self._keys_elsewhere.get(key.name, 0)
         self._key_limits_changed(key)
 
+    def _rerank(self, key: KeyState) -> None:
+        """Make ``key.rank`` follow its running jobs (here and elsewhere) against its minimum.
+        O(1) while it stays; O(q log n) when it changes."""
+        rank = 0 if key.running + key.elsewhere < key.min_slots else 1
+        if rank == key.rank:
+            return
+        key.rank = rank
+        if rank == 0:  # earlier in the order: fresh entries, and the lanes it waits in lend
+            reposition(key)
+        elif key.lent:  # later: loans it holds may have to move
+            recheck_loans(key)
+
     def _key_limits_changed(self, key: KeyState) -> None:
         """``key``'s cap inputs changed: block or unblock it. O(loans) or O(q log n)."""
+        self._rerank(key)
         key.recap()
         if key.running >= key.cap:
             if key.lent:
@@ -769,7 +813,7 @@ class Scheduler:
         old = key.acc
         key.acc = value
         if value > old:
-            if key.lent and key.lent[0][0] <= value:
+            if key.lent and key.lent[0][0] <= (key.rank, value):
                 recheck_loans(key)
         elif value < old:
             reposition(key)

@@ -151,6 +151,9 @@ class KeyPolicy:
         weight: The key's share against other keys with work in the same rank: an admission
             charges the key ``estimate / weight``, so with backlog on both, a key of weight 3
             gets three times the slot-time of a key of weight 1. A positive number.
+        min_slots: While the key runs fewer jobs than this (fleet-wide with a shared store),
+            its jobs go before those of keys at or above their minimum, within their tier. Not
+            a reservation: no slot waits idle for it. An int >= 0.
         max_concurrency: Jobs of this key that may run at once (fleet-wide with a shared
             store); ``None`` for no limit. A key at its cap is a blocker: its queued jobs wait
             and cost no decision anything until one of its jobs ends.
@@ -161,11 +164,14 @@ class KeyPolicy:
     """
 
     weight: float = 1.0
+    min_slots: int = 0
     max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if not _is_number(self.weight) or self.weight <= 0:
             raise ConfigurationError(f"weight must be a positive number, got {self.weight!r}")
+        if not _is_int(self.min_slots) or self.min_slots < 0:
+            raise ConfigurationError(f"min_slots must be an int >= 0, got {self.min_slots!r}")
         cap = self.max_concurrency
         if cap is not None and (not _is_int(cap) or cap < 0):
             raise ConfigurationError(f"max_concurrency must be an int >= 0 or None, got {cap!r}")
@@ -208,7 +214,7 @@ class KeyPolicies:
 
     @classmethod
     def from_mapping(cls, spec: Mapping[str, Mapping[str, object] | KeyPolicy]) -> KeyPolicies:
-        """From ``{name or pattern: {"weight": .., "max_concurrency": ..}}``.
+        """From ``{name or pattern: {"weight": .., "min_slots": .., "max_concurrency": ..}}``.
         A name with ``*``, ``?`` or ``[`` is a pattern; ``"*"`` alone is the default."""
         exact: dict[str, KeyPolicy] = {}
         patterns: list[tuple[str, KeyPolicy]] = []
@@ -217,11 +223,11 @@ class KeyPolicies:
             if isinstance(value, KeyPolicy):
                 policy = value
             elif isinstance(value, Mapping):
-                unknown = set(value) - {"weight", "max_concurrency"}
+                unknown = set(value) - {"weight", "min_slots", "max_concurrency"}
                 if unknown:
                     raise ConfigurationError(
                         f"key policy {name!r}: unknown option(s) {sorted(unknown)}; "
-                        "expected weight, max_concurrency"
+                        "expected weight, min_slots, max_concurrency"
                     )
                 policy = KeyPolicy(**value)  # type: ignore[arg-type]
             else:
@@ -246,7 +252,7 @@ class KeyPolicies:
 
     @property
     def trivial(self) -> bool:
-        """Every key has the default policy: weight 1 and no cap."""
+        """Every key has the default policy: weight 1, no minimum and no cap."""
         return not self.exact and not self.patterns and self.default == DEFAULT_KEY_POLICY
 
 

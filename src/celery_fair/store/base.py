@@ -31,7 +31,7 @@ __all__ = [
     "estimate_field",
 ]
 
-SCHEMA = "2"
+SCHEMA = "3"
 """The version of the shared layout. A store holding another version refuses to work."""
 
 
@@ -74,6 +74,7 @@ class Verdict(str, enum.Enum):
     ADMITTED = "ok"
     TIER_CAP = "tier"  # its tier runs as many jobs as its cap, fleet-wide
     TYPE_CAP = "type"  # its type runs max_concurrency jobs, fleet-wide
+    KEY_CAP = "key"  # its fairness key runs its max_concurrency jobs, fleet-wide
     CONFLICT = "conflict"  # another job, on any worker, holds its conflict
     RUNNING = "running"  # a job with this uid runs now, on a live lease (a copy of its message)
     DONE = "done"  # a job with this uid finished for good recently (a late copy of its message)
@@ -93,6 +94,8 @@ class Ask(NamedTuple):
     fairness_key: str
     cost: float | None  # charge this instead of the learned estimate
     default_cost: float
+    key_cap: int | None = None  # the fairness key's max_concurrency (None: no cap)
+    weight: float = 1.0  # the key is charged estimate / weight
 
 
 class Grant(NamedTuple):
@@ -101,7 +104,7 @@ class Grant(NamedTuple):
     uid: str
     verdict: Verdict
     token: int  # the fencing token when admitted, else 0
-    estimate: float | None  # what was charged when admitted
+    estimate: float | None  # the estimate when admitted (the key was charged estimate / weight)
     accumulated: float  # the key's accumulated cost, fleet-wide, after this decision
 
 
@@ -138,6 +141,7 @@ class Reply(NamedTuple):
         tiers, types: Running jobs per priority and per type, fleet-wide, this worker's included.
         held: For each watched conflict field, whether some job holds it now.
         workers: Workers holding a live lease (this one included).
+        keys: Running jobs, fleet-wide, of each fairness key asked for with a ``key_cap``.
     """
 
     epoch: str
@@ -147,6 +151,7 @@ class Reply(NamedTuple):
     types: dict[str, int]
     held: dict[str, bool]
     workers: int
+    keys: dict[str, int]
 
 
 class Running(NamedTuple):
@@ -159,7 +164,7 @@ class Running(NamedTuple):
     conflict: str
     estimate_key: str
     fairness_key: str
-    estimate: float
+    estimate: float  # what its key was charged (refunded if it is given back unstarted)
     default_cost: float
 
 
@@ -183,6 +188,7 @@ class View(NamedTuple):
     held: dict[str, bool]  # per asked conflict field
     accumulated: dict[str, float]  # per asked fairness key
     workers: int  # workers holding a live lease (this one included)
+    keys: dict[str, int]  # running jobs, fleet-wide, per asked fairness key that runs any
 
 
 class Store(Protocol):

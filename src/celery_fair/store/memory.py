@@ -113,7 +113,8 @@ class MemoryStore:
                 low = self._min_active()
                 if low is not None and low > acc:
                     acc = low
-            acc = acc + est
+            charge = est if a.weight == 1.0 else est / a.weight
+            acc = acc + charge
             self.acc[k] = acc
             self._key_active(k, acc)
             self._token += 1
@@ -123,7 +124,7 @@ class MemoryStore:
                 self.conflicts[a.conflict] = a.uid
             self.jobs[a.uid] = _Job(
                 worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
-                a.default_cost, est,
+                a.default_cost, charge,
             )  # fmt: skip
             grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc))
         return Reply(
@@ -134,6 +135,11 @@ class MemoryStore:
             dict(self.types),
             {c: c in self.conflicts for c in watch or ()},
             len(self.workers),
+            {
+                a.fairness_key: self.active.get(a.fairness_key, 0)
+                for a in asks
+                if a.key_cap is not None
+            },
         )
 
     def finish(self, worker: str, done: list[Done]) -> list[Finished]:
@@ -180,6 +186,7 @@ class MemoryStore:
             {c: c in self.conflicts for c in conflicts},
             {k: self.acc.get(k, 0.0) for k in keys},
             len(self.workers),
+            {k: self.active[k] for k in keys if k in self.active},
         )
 
     def register(
@@ -233,6 +240,8 @@ class MemoryStore:
             return Verdict.TIER_CAP
         if a.type_cap is not None and self.types.get(a.type, 0) >= a.type_cap:
             return Verdict.TYPE_CAP
+        if a.key_cap is not None and self.active.get(a.fairness_key, 0) >= a.key_cap:
+            return Verdict.KEY_CAP
         if a.conflict and a.conflict in self.conflicts:
             return Verdict.CONFLICT
         return Verdict.ADMITTED

@@ -292,11 +292,13 @@ class RedisStore:
                 a.fairness_key,
                 _opt(a.cost),
                 repr(float(a.default_cost)),
+                "" if a.key_cap is None else str(a.key_cap),
+                repr(float(a.weight)),
             )
         args += watch
 
         def parse(raw: Any) -> Reply:
-            _, _, finished, results, tiers, types, held, workers = raw
+            _, _, finished, results, tiers, types, held, workers, keys = raw
             grants = []
             for a, (status, token, estimate, acc) in zip(asks, results, strict=True):
                 verdict = _VERDICTS.get(status) or Verdict(status.decode())
@@ -313,6 +315,7 @@ class RedisStore:
                 _pairs(types, str),
                 {c: bool(h) for c, h in zip(watch, held, strict=True)},
                 int(workers),
+                _pairs(keys, str),
             )
 
         return Request("admit", args, parse)
@@ -329,7 +332,7 @@ class RedisStore:
         args += keys
 
         def parse(raw: Any) -> View:
-            _, now, mine, reclaimed, tiers, types, held, accs, workers = raw
+            _, now, mine, reclaimed, tiers, types, held, accs, workers, runs = raw
             return View(
                 self.epoch,
                 float(now),
@@ -340,6 +343,7 @@ class RedisStore:
                 {c: bool(h) for c, h in zip(conflicts, held, strict=True)},
                 {k: float(v) for k, v in zip(keys, accs, strict=True)},
                 int(workers),
+                {k: int(n) for k, n in zip(keys, runs, strict=True) if int(n)},
             )
 
         return Request("heartbeat", args, parse)

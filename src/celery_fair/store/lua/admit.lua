@@ -3,16 +3,19 @@
 -- ARGV: the common head (see common.lua), then
 --       d, and d times: uid, token, elapsed ('' = none), how ('1'/'u'/'0')   (as complete.lua);
 --       n, and n times: uid, type, priority, tier cap, type cap ('' = none), conflict field
---          ('' = none), estimate field, fairness key, cost ('' = learned), default cost;
+--          ('' = none), estimate field, fairness key, cost ('' = learned), default cost,
+--          key cap ('' = none), weight (as Ask's fields, store/wire.py);
 --       then any number of conflict fields to watch.
--- Each job is admitted when its tier and its type run fewer than their caps and nobody holds
--- its conflict; a blocked job does not stop the ones after it. An admitted job gets the next
--- fencing token, is charged its estimate, and is held under this worker's lease, which the
--- call renews when a quarter of it has passed since the last renewal.
+-- Each job is admitted when its tier, its type and its fairness key run fewer than their caps
+-- and nobody holds its conflict; a blocked job does not stop the ones after it. An admitted
+-- job gets the next fencing token, its key is charged its estimate / weight, and it is held
+-- under this worker's lease, which the call renews when a quarter of it has passed since the
+-- last renewal.
 -- Returns {epoch, now, {status, estimate} per finished job, {status, token, estimate,
---          accumulated} per job, tiers, types, {1/0 held per watched conflict}, live workers};
--- a job's status is ok, tier, type, conflict, running (its uid runs now on a live lease),
--- done (its uid finished for good within the dedupe window) or recovering.
+--          accumulated} per job, tiers, types, {1/0 held per watched conflict}, live workers,
+--          {key, running} flat for each key asked with a cap};
+-- a job's status is ok, tier, type, key, conflict, running (its uid runs now on a live
+-- lease), done (its uid finished for good within the dedupe window) or recovering.
 -- Cost: O(d + n + watched), plus housekeeping bounded at 64 per kind at most every
 -- MAINTAIN_EVERY seconds across the fleet, with which it also reclaims the jobs of up to 8
 -- dead workers (O(running jobs) when some died).
@@ -31,6 +34,7 @@ local d = tonumber(ARGV[HEAD + 1])
 local finished = finish_jobs(HEAD + 2, d, now, snow)
 
 local results = {}
+local capped = {}  -- the fairness keys asked for with a cap: their running counts go back
 local at = HEAD + 2 + d * FIN_N
 local n = tonumber(ARGV[at])
 for i = 0, n - 1 do
@@ -39,6 +43,8 @@ for i = 0, n - 1 do
   local tier_cap, type_cap = optnum(ARGV[b + ASK_TIER_CAP]), optnum(ARGV[b + ASK_TYPE_CAP])
   local cf, ef = ARGV[b + ASK_CONFLICT], ARGV[b + ASK_ESTIMATE_KEY]
   local k = ARGV[b + ASK_FAIRNESS_KEY]
+  local key_cap = optnum(ARGV[b + ASK_KEY_CAP])
+  if key_cap then capped[k] = true end
   local status = 'ok'
   if recovering then
     status = 'recovering'
@@ -50,6 +56,8 @@ for i = 0, n - 1 do
     status = 'tier'
   elseif type_cap and (types[jtype] or 0) >= type_cap then
     status = 'type'
+  elseif key_cap and tonumber(redis.call('HGET', ACTIVE, k) or '0') >= key_cap then
+    status = 'key'
   elseif cf ~= '' and redis.call('HEXISTS', CONFLICTS, cf) == 1 then
     status = 'conflict'
   end
@@ -70,7 +78,10 @@ for i = 0, n - 1 do
       local low = redis.call('ZRANGE', MINACC, 0, 0, 'WITHSCORES')
       if low[2] and tonumber(low[2]) > acc then acc = tonumber(low[2]) end
     end
-    local sacc = fmt(acc + tonumber(est))
+    local weight = tonumber(ARGV[b + ASK_WEIGHT])
+    local charge = tonumber(est)
+    if weight ~= 1 then charge = charge / weight end
+    local sacc = fmt(acc + charge)
     redis.call('HSET', ACC, k, sacc)
     if advance then redis.call('ZADD', MINACC, sacc, k) end
     local tok = next_token()
@@ -78,7 +89,7 @@ for i = 0, n - 1 do
     if cf ~= '' then redis.call('HSET', CONFLICTS, cf, uid) end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
       w = worker, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
-      est = est, d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted}))
+      est = fmt(charge), d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted}))
     mine = mine + 1
     results[#results + 1] = {'ok', tok, est, sacc}
   else
@@ -88,5 +99,11 @@ end
 
 local held = {}
 for i = at + 1 + n * ASK_N, #ARGV do held[#held + 1] = redis.call('HEXISTS', CONFLICTS, ARGV[i]) end
+local keys_out = {}
+for k in pairs(capped) do
+  keys_out[#keys_out + 1] = k
+  keys_out[#keys_out + 1] = tonumber(redis.call('HGET', ACTIVE, k) or '0')
+end
 local tiers_out, types_out = close_store()
-return {epoch, snow, finished, results, tiers_out, types_out, held, redis.call('ZCARD', WORKERS)}
+return {epoch, snow, finished, results, tiers_out, types_out, held, redis.call('ZCARD', WORKERS),
+  keys_out}

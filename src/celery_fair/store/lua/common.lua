@@ -9,7 +9,8 @@
 --   3 types     hash  job type -> running jobs of that type
 --   4 conflicts hash  conflict field -> uid of the job that holds it
 --   5 jobs      hash  uid -> cmsgpack record {w, tok, t, p, c, e, k, est, d, at, u}; c is the
---                     conflict field the job holds ('' when it holds none); u is 1 when its
+--                     conflict field the job holds ('' when it holds none); est is what its
+--                     key was charged (its estimate / the key's weight); u is 1 when its
 --                     admission noted its estimate as used
 --   6 workers   zset  worker -> lease expiry (Redis server time, seconds)
 --   7 acc       hash  fairness key -> accumulated cost

@@ -4,7 +4,7 @@
 --       then fairness keys.
 -- Returns {epoch, now, mine (this worker's running jobs in the store), reclaimed,
 --          tiers, types, {1/0 held per conflict field}, {accumulated cost per key},
---          live workers}.
+--          live workers, {running jobs per key}}.
 -- Cost: O(conflicts + keys + housekeeping bounded at 2,048 per kind), plus O(running jobs)
 -- when up to 64 workers died.
 local now = now_s()
@@ -14,9 +14,12 @@ renew(now, tonumber(ARGV[H_LEASE]), true)
 local reclaimed = reclaim(now, 64)
 maintain(now, optnum(ARGV[H_COST_TTL]), optnum(ARGV[H_ESTIMATE_TTL]), optnum(ARGV[H_RESET_INTERVAL]), 2048)
 local c = tonumber(ARGV[HEAD + 1])
-local held, accs = {}, {}
+local held, accs, runs = {}, {}, {}
 for i = 1, c do held[i] = redis.call('HEXISTS', CONFLICTS, ARGV[HEAD + 1 + i]) end
-for i = HEAD + 2 + c, #ARGV do accs[#accs + 1] = redis.call('HGET', ACC, ARGV[i]) or '0' end
+for i = HEAD + 2 + c, #ARGV do
+  accs[#accs + 1] = redis.call('HGET', ACC, ARGV[i]) or '0'
+  runs[#runs + 1] = tonumber(redis.call('HGET', ACTIVE, ARGV[i]) or '0')
+end
 local tiers_out, types_out = close_store()
 return {epoch, fmt(now), mine, reclaimed, tiers_out, types_out, held, accs,
-  redis.call('ZCARD', WORKERS)}
+  redis.call('ZCARD', WORKERS), runs}

@@ -6,8 +6,8 @@
 -- all this worker has: every other job recorded under it is released (a release that a
 -- failover to a replica lost).
 -- ARGV: the common head (see common.lua), n, then n times:
---       uid, token, type, priority, conflict field, estimate field, fairness key, estimate,
---       default cost;
+--       uid, token, type, priority, conflict field, estimate field, fairness key, what its key
+--       was charged, default cost;
 --       then, optionally, k and k uids to keep.
 -- Returns {epoch, registered, released}.
 -- Cost: O(n); with a keep list, O(n + k + running jobs of the fleet) (rare: the worker asks

@@ -1,0 +1,56 @@
+"""Policies by fairness key (``fair_keys``) over a fleet of real ``celery worker -P fair``
+processes sharing one Redis store: a key's cap counts every worker's jobs, and a key's weight
+is its share of the slots."""
+
+from __future__ import annotations
+
+from harness import intervals, max_overlap, wait_until
+from test_fleet import fleet_conf, start_fleet, store_of
+
+
+def test_a_key_capped_at_2_never_runs_more_than_2_across_the_fleet(make_run, start_worker, broker):
+    # Given three workers with 6 slots between them, and tenant "acme" capped at 2,
+    run = make_run(conf=fleet_conf(broker, fair_keys={"acme": {"max_concurrency": 2}}))
+    start_fleet(run, start_worker)
+    clone = run.app.tasks["fairapp.clone"]
+    # when acme publishes 12 jobs and two other tenants 8 each, all at once,
+    for i in range(12):
+        clone.apply_async([f"acme{i}", 0.2], fairness_key="acme", job_id=f"a{i}")
+    for i in range(8):
+        clone.apply_async([f"bob{i}", 0.2], fairness_key="bob", job_id=f"b{i}")
+        clone.apply_async([f"cid{i}", 0.2], fairness_key="cid", job_id=f"c{i}")
+    wait_until(lambda: len(run.recorder.done_counts()) == 28, 90, "all 28 jobs")
+    # then acme ran 2 at a time at most, and reached 2, on more than one worker,
+    events = run.recorder.events()
+    spans = intervals(events)
+    assert max_overlap([s for tag, s in spans.items() if tag.startswith("acme")]) == 2
+    acme_workers = {e["ppid"] for e in events if e["event"] == "start" and "acme" in e["tag"]}
+    assert len(acme_workers) >= 2
+    # while the others used the rest of the slots,
+    assert max_overlap(list(spans.values())) >= 5
+    # and nothing is left counted in the store.
+    store = store_of(run)
+    assert store.heartbeat("probe", [], ["acme"]).keys == {}
+    store.close()
+
+
+def test_weights_3_and_1_share_the_slots_3_to_1_across_the_fleet(make_run, start_worker, broker):
+    # Given two workers with 4 slots between them, "big" of weight 3 and "small" of weight 1,
+    run = make_run(conf=fleet_conf(broker, fair_keys={"big": {"weight": 3}}))
+    start_fleet(run, start_worker, n=2)
+    clone = run.app.tasks["fairapp.clone"]
+    # when both publish more than the slots can run (big 300, small 100, 50 ms each),
+    for i in range(300):
+        clone.apply_async([f"big{i}", 0.05], fairness_key="big")
+    for i in range(100):
+        clone.apply_async([f"small{i}", 0.05], fairness_key="small")
+    wait_until(lambda: len(run.recorder.done_counts()) == 400, 120, "all 400 jobs")
+    # then while both had work waiting (the first 200 starts), big got 3 slot-times for each
+    # of small's, within 10%.
+    spans = intervals(run.recorder.events())
+    first = sorted(spans.items(), key=lambda item: item[1][0])[:200]
+    used = {"big": 0.0, "small": 0.0}
+    for tag, (start, end) in first:
+        used["big" if tag.startswith("big") else "small"] += end - start
+    ratio = used["big"] / used["small"]
+    assert 2.7 <= ratio <= 3.3, (ratio, used)
