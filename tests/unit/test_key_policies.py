@@ -229,3 +229,20 @@ def test_what_other_workers_run_of_a_key_counts_toward_its_minimum():
     s.set_accumulated("ops", 50.0)
     s.set_running_elsewhere({}, {}, {"ops": 1})  # ops has its one elsewhere
     assert refs(s.schedule()) == ["a0", "ops0"]
+
+
+def test_the_allocation_view_follows_the_keys_with_work_and_their_policies():
+    s, _ = make(
+        16,
+        [CLONE],
+        keys=keys(
+            {"A": {"weight": 3, "max_concurrency": 12}, "B": {"min_slots": 2, "max_concurrency": 6}}
+        ),
+    )
+    for i in range(40):
+        s.submit(f"a{i}", "clone", None, "A")
+    for i in range(3):
+        s.submit(f"b{i}", "clone", None, "B")
+    assert s.allocation() == ({"A": 12, "B": 3}, 1)
+    s.pause_key("B")
+    assert s.allocation() == ({"A": 12, "B": 0}, 4)

@@ -7,6 +7,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import count
 
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
+from .allocation import Allocation, KeyDemand, allocate
 from .clock import Clock
 from .costs import UNLIMITED, Accounts, Estimates, KeyState
 from .fairqueue import (
@@ -390,6 +391,23 @@ class Scheduler:
             for name, key in self._accounts.keys.items()
             if key.limit != UNLIMITED or key.min_slots
         }
+
+    def allocation(self) -> Allocation:
+        """How many of this scheduler's slots each key with work would get by its policy
+        (core/allocation.py): minimums, then weights, clamped by caps and demand (running
+        plus pending jobs; none while paused). A view for metrics and inspection, computed
+        when asked: O(k log k) for the k keys with work, never part of a decision."""
+        keys = {
+            name: KeyDemand(
+                key.weight,
+                key.min_slots,
+                None if key.limit == UNLIMITED else key.limit,
+                0 if key.paused else key.running + key.pending,
+            )
+            for name, key in self._accounts.keys.items()
+            if key.running + key.pending
+        }
+        return allocate(self._capacity, keys)
 
     def pause_key(self, fairness_key: str) -> None:
         """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,

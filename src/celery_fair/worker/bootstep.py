@@ -21,7 +21,7 @@ from ..settings import FairSettings
 from ..store.redis import RedisStore
 from .consumer_prefetch import ShardWindows
 from .gate import Gate
-from .internals import redis_broker_client, redis_queue_lists
+from .internals import order_redis_reads, redis_broker_client, redis_queue_lists
 
 __all__ = ["FairGateStep", "open_store", "store_url"]
 
@@ -188,6 +188,8 @@ class FairGateStep(bootsteps.StartStopStep):
         settings = gate.settings
         if Shards.of(c.app).enabled:
             gate.shard_windows = ShardWindows.install(c, gate.shard_window, settings.max_held + 1)
+            if gate.turns is not None and c.task_consumer is not None:
+                order_redis_reads(c.task_consumer.channel, gate.turns.order)
         self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if self.intake is None:
             self.intake = start_intake(c, settings, gate.observer)

@@ -73,6 +73,7 @@ from .internals import (
 from .link import StoreLink
 from .returns import dead_letter, return_to_queue
 from .runs import Run, Runs, wrap_callbacks
+from .shard_turns import ShardTurns
 from .window import PrefetchWindow
 
 __all__ = ["Gate"]
@@ -100,6 +101,7 @@ class Held:
     headers: FairHeaders
     arrival: float
     events: dict[str, Any] | None = None  # the fields its task events carry (events.py)
+    shard: int = -1  # the shard of its fairness key, counted by ShardTurns (-1: not counted)
 
 
 class Gate:
@@ -189,6 +191,11 @@ class Gate:
         # installed by the bootstep on each connection.
         self.shard_windows: ShardWindows | None = None
         self._driver = self.app.connection_for_read().transport.driver_type
+        # turns: held messages per shard, which order the Redis transport's reads
+        # (shard_turns.py); the bootstep installs it on each connection's channel.
+        self.turns: ShardTurns | None = None
+        if self._driver == "redis" and settings.shards > 1:
+            self.turns = ShardTurns(settings.shards, lambda: self.shard_window)
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self._lock = threading.RLock()
         self.intake_running = False  # an intake moves this worker's queues' fair messages
@@ -269,6 +276,9 @@ class Gate:
             uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
         held = self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        if self.turns is not None:
+            held.shard = shard_of(parsed.fairness_key, self.settings.shards)
+            self.turns.add(held.shard)
         if len(self.held) > self.held_peak:
             self.held_peak = len(self.held)
         if sends_events(req):
@@ -392,7 +402,7 @@ class Gate:
                 self._reserve[uid] = admission
         for ref in decision.drop:
             uid = str(ref)
-            held = self.held.pop(uid, None)
+            held = self._unhold(uid)
             if held is None:
                 continue
             self.observer.duplicate()
@@ -406,7 +416,9 @@ class Gate:
 
     def _start(self, uid: str, admission: Admission) -> None:
         """Hand an admitted job to the pool."""
-        req = self.held.pop(uid).req
+        held = self._unhold(uid)
+        assert held is not None
+        req = held.req
         run = self.runs.add(req, uid)
         req.request_dict[TOKEN] = admission.token
         logger.debug(
@@ -594,11 +606,18 @@ class Gate:
 
     def _drop_held(self, uid: str) -> None:
         """Stop holding ``uid``: withdraw it, or give its admission back if it was reserved."""
-        self.held.pop(uid, None)
+        self._unhold(uid)
         if self._reserve.pop(uid, None) is not None:
             self.engine.finish(uid, None, unstarted=True)
         else:
             self.engine.cancel(uid)
+
+    def _unhold(self, uid: str) -> Held | None:
+        """Take ``uid`` out of ``held`` (and out of its shard's count). O(1)."""
+        held = self.held.pop(uid, None)
+        if held is not None and held.shard >= 0 and self.turns is not None:
+            self.turns.remove(held.shard)
+        return held
 
     def _adjust_qos(self) -> None:
         self.window.follow(len(self.held), self._fair_inside(), self._window_limit())

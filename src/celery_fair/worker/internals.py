@@ -27,6 +27,7 @@ __all__ = [
     "ends_on_loop",
     "hit_time_limit",
     "message_of",
+    "order_redis_reads",
     "pool_size",
     "reconsume",
     "redis_broker_client",
@@ -135,6 +136,38 @@ def redis_broker_client(channel: Any) -> Any:
     import redis
 
     return redis.Redis(connection_pool=channel._get_pool(asynchronous=False))
+
+
+class _OrderedCycle:
+    """Kombu's Redis queue cycle (``round_robin_cycle``: ``update``, ``consume``, ``rotate``),
+    with ``consume``'s turn order passed through ``order``."""
+
+    def __init__(self, inner: Any, order: Callable[[list[str]], list[str]]) -> None:
+        self.inner = inner
+        self.order = order
+
+    def update(self, queues: Iterable[str]) -> None:
+        self.inner.update(queues)
+
+    def consume(self, n: int) -> list[str]:
+        return self.order(list(self.inner.consume(n)))
+
+    def rotate(self, last_used: str) -> Any:
+        return self.inner.rotate(last_used)
+
+
+def order_redis_reads(channel: Any, order: Callable[[list[str]], list[str]]) -> bool:
+    """Make the Redis transport's ``BRPOP`` list ``channel``'s queues in ``order(turns)``.
+    Kombu's ``Channel._queue_cycle`` (kombu.transport.redis), which ``_brpop_start`` consumes
+    and ``_brpop_read`` rotates. False if the channel has none (another transport)."""
+    cycle = getattr(channel, "_queue_cycle", None)
+    if cycle is None or not all(hasattr(cycle, m) for m in ("update", "consume", "rotate")):
+        return False
+    if isinstance(cycle, _OrderedCycle):
+        cycle.order = order
+    else:
+        channel._queue_cycle = _OrderedCycle(cycle, order)
+    return True
 
 
 def consume_with_windows(

@@ -1,0 +1,109 @@
+"""How many slots each fairness key would get: the slot-allocation view of weights.
+
+The dispatch rule itself never allocates slots: it orders jobs (by rank, then by cost charged
+``estimate / weight``), and that order gives each backlogged key its weighted share over time
+while no slot ever idles for a key that has no work. This module answers the question an
+operator asks of it instead: with these keys waiting, who gets how many of the slots? It is
+computed when the set of keys with work or their policies change, never per decision, and it
+feeds metrics and ``inspect`` (and may serve as per-key caps, issue 21).
+
+The allocation, in the order seed 001 gives it:
+
+1. every key gets its ``min_slots`` (no more than it can use);
+2. the slots left are shared by weight among the keys that can use more, each share clamped
+   to what the key can use: its cap (``max_concurrency``) and its demand (running plus
+   pending jobs); what a clamped key cannot use goes to the others, by weight, until nobody
+   can use more (water-filling);
+3. the shares are made whole: each key gets the whole part of its share, and the slots left
+   over go one each to the largest fractional parts, ties to the key with fewer slots so far,
+   then to the earlier name.
+
+Slots nobody can use stay idle (``Allocation.idle``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+__all__ = ["Allocation", "KeyDemand", "allocate"]
+
+
+class KeyDemand(NamedTuple):
+    """One key's part in the allocation."""
+
+    weight: float = 1.0
+    min_slots: int = 0
+    cap: int | None = None  # max_concurrency; None: no cap
+    demand: int = 0  # running plus pending jobs
+
+
+class Allocation(NamedTuple):
+    slots: dict[str, int]
+    idle: int
+
+
+def allocate(capacity: int, keys: Mapping[str, KeyDemand]) -> Allocation:
+    """Share ``capacity`` slots among ``keys`` (see the module docstring).
+
+    O(k log k) per round of the water-filling, at most k rounds for k keys.
+
+    >>> a = allocate(16, {"A": KeyDemand(3, 0, 12, 50_000), "B": KeyDemand(1, 2, 6, 200)})
+    >>> a.slots, a.idle
+    ({'A': 10, 'B': 6}, 0)
+    """
+    room = {name: _usable(k) for name, k in keys.items()}
+    got: dict[str, float] = {}
+    left = capacity
+    for name in sorted(keys):
+        first = min(keys[name].min_slots, room[name], left)
+        got[name] = float(first)
+        left -= first
+    share = _water_fill(float(left), keys, room, got)
+    whole = {name: math.floor(share[name] + 1e-9) for name in keys}
+    spare = capacity - sum(whole.values())
+    # The fractional parts, largest first; only keys that can still take one.
+    order = sorted(
+        (name for name in keys if whole[name] < room[name]),
+        key=lambda name: (-(share[name] - whole[name]), whole[name], name),
+    )
+    for name in order:
+        if spare <= 0 or share[name] - whole[name] <= 1e-9:
+            break
+        whole[name] += 1
+        spare -= 1
+    return Allocation(whole, max(0, spare))
+
+
+def _usable(key: KeyDemand) -> int:
+    cap = key.demand if key.cap is None else min(key.cap, key.demand)
+    return max(0, cap)
+
+
+def _water_fill(
+    left: float,
+    keys: Mapping[str, KeyDemand],
+    room: Mapping[str, int],
+    got: dict[str, float],
+) -> dict[str, float]:
+    """Share ``left`` by weight among the keys below their room, clamping and sharing again
+    what the clamped ones cannot take."""
+    share = dict(got)
+    open_keys = {name for name in keys if share[name] < room[name]}
+    while left > 1e-9 and open_keys:
+        total = sum(keys[name].weight for name in open_keys)
+        clamped = set()
+        for name in open_keys:
+            offer = left * keys[name].weight / total
+            if share[name] + offer >= room[name] - 1e-9:
+                clamped.add(name)
+        if not clamped:  # everyone takes their offer: done
+            for name in open_keys:
+                share[name] += left * keys[name].weight / total
+            return share
+        for name in clamped:  # fill these to their room and share the rest again
+            left -= room[name] - share[name]
+            share[name] = float(room[name])
+        open_keys -= clamped
+    return share

@@ -1,0 +1,68 @@
+"""Which shard the Redis transport reads next: first the ones the gate holds too few of.
+
+Kombu's Redis transport fetches one message per ``BRPOP`` over every consumed queue, in turns
+(it moves the queue it last read from to the end of the list). The gate's window on Redis is
+small (what it can start plus one per shard, window.py), so what it holds follows those turns,
+not its own decisions: with two clients backlogged, it holds about as many of each, and when
+it starts three of one key's jobs for each of the other's (a weight of 3, or cheaper jobs), the
+next fetches still alternate, the faster key's held jobs run out, and its share falls to the
+turns' one in two.
+
+So each ``BRPOP`` lists first the shards the gate holds fewer than a window of (what it can
+start plus one, as RabbitMQ's per-consumer windows, consumer_prefetch.py) and last those it
+holds enough of. ``BRPOP`` pops the first non-empty list, so a shard the gate needs is read
+first, a newcomer's included, and when none of them has a message the others are read as
+before: the order never makes the worker wait. The counts are kept as the gate holds and lets
+go of messages, by the shard of their fairness key (``routing.shard_of``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..routing import shard_index
+
+__all__ = ["ShardTurns"]
+
+
+class ShardTurns:
+    """Held messages per shard, and the order of queues they call for. Pure.
+
+    >>> turns = ShardTurns(shards=4, window=lambda: 2)
+    >>> turns.add(1); turns.add(1)
+    >>> turns.order(["q.fair.1", "q.fair.3", "q"])
+    ['q.fair.3', 'q', 'q.fair.1']
+    >>> turns.remove(1)
+    >>> turns.order(["q.fair.1", "q.fair.3"])
+    ['q.fair.1', 'q.fair.3']
+    """
+
+    def __init__(self, shards: int, window: Callable[[], int]) -> None:
+        self.held = [0] * shards
+        self._window = window
+        self._index: dict[str, int | None] = {}  # queue name -> shard number, as parsed
+
+    def add(self, shard: int) -> None:
+        self.held[shard] += 1
+
+    def remove(self, shard: int) -> None:
+        if self.held[shard] > 0:
+            self.held[shard] -= 1
+
+    def order(self, queues: list[str]) -> list[str]:
+        """``queues`` (the transport's turn order) with the shards held enough of moved to the
+        end, each group in its turn order. O(queues)."""
+        window = self._window()
+        held = self.held
+        index = self._index
+        later = None
+        for name in queues:
+            i = index.get(name, -1)
+            if i == -1:
+                i = index[name] = shard_index(name)
+            if i is not None and i < len(held) and held[i] >= window:
+                later = [] if later is None else later
+                later.append(name)
+        if not later:
+            return queues
+        return [q for q in queues if q not in later] + later

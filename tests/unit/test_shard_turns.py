@@ -1,0 +1,51 @@
+"""The order of the Redis transport's reads: the shards the gate holds too few of first."""
+
+from __future__ import annotations
+
+from kombu.utils.scheduling import cycle_by_name
+
+from celery_fair.worker.internals import order_redis_reads
+from celery_fair.worker.shard_turns import ShardTurns
+
+
+class Channel:
+    """What kombu.transport.redis.Channel has of its turns: Kombu's own cycle object."""
+
+    def __init__(self, queues):
+        self._queue_cycle = cycle_by_name("round_robin")()
+        self._queue_cycle.update(queues)
+
+
+def test_a_shard_held_a_window_of_goes_last_and_comes_back_when_one_starts():
+    turns = ShardTurns(shards=8, window=lambda: 3)
+    queues = ["q.fair.0", "q.fair.5", "q", "q.fair.7"]
+    for _ in range(3):
+        turns.add(5)
+    assert turns.order(queues) == ["q.fair.0", "q", "q.fair.7", "q.fair.5"]
+    turns.remove(5)
+    assert turns.order(queues) == queues
+    turns.remove(0)  # never below zero
+    assert turns.held[0] == 0
+
+
+def test_the_window_is_read_at_each_fetch():
+    window = [3]
+    turns = ShardTurns(shards=2, window=lambda: window[0])
+    turns.add(1)
+    assert turns.order(["a.fair.1", "a.fair.0"]) == ["a.fair.1", "a.fair.0"]
+    window[0] = 1
+    assert turns.order(["a.fair.1", "a.fair.0"]) == ["a.fair.0", "a.fair.1"]
+
+
+def test_kombus_turns_go_through_the_order_and_still_rotate():
+    channel = Channel(["q.fair.0", "q.fair.1", "q.fair.2"])
+    turns = ShardTurns(shards=3, window=lambda: 1)
+    assert order_redis_reads(channel, turns.order)
+    turns.add(0)
+    assert channel._queue_cycle.consume(3) == ["q.fair.1", "q.fair.2", "q.fair.0"]
+    channel._queue_cycle.rotate("q.fair.1")  # what _brpop_read does after a read
+    assert channel._queue_cycle.consume(3) == ["q.fair.2", "q.fair.1", "q.fair.0"]
+    # installed again (a new connection reuses the channel object): one wrapper, new order
+    assert order_redis_reads(channel, lambda queues: list(reversed(queues)))
+    assert channel._queue_cycle.consume(3) == ["q.fair.1", "q.fair.2", "q.fair.0"]
+    assert not order_redis_reads(object(), turns.order)  # not a Redis channel
