@@ -55,6 +55,8 @@ class GateLook:
     mode: str = "alone"
     # fairness key: seconds its oldest held job has waited since it was published
     heads: dict[str, float] = field(default_factory=dict)
+    # fairness key: the slots its policy gives it of this worker's (core/allocation.py)
+    allocation: dict[str, int] = field(default_factory=dict)
 
 
 MODES = ("alone", "shared", "hold", "local")
@@ -283,8 +285,9 @@ class _GateCollector:
         yield held
         blocked = GaugeMetricFamily(
             "celery_fair_blocked_jobs",
-            "Held jobs by what holds each back now (each counted once): conflict, type_cap, "
-            "tier_cap, capacity (every slot busy), admissible (waiting for the next decision).",
+            "Held jobs by what holds each back now (each counted once): paused, conflict, "
+            "key_cap, type_cap, tier_cap, capacity (every slot busy), admissible (waiting for "
+            "the next decision).",
             labels=["reason"],
         )
         for reason, n in sorted(look.blocked.items()):
@@ -332,6 +335,28 @@ class _GateCollector:
         for key, wait in head_waits(look.heads, self.top_keys):
             heads.add_metric([key], wait)
         yield heads
+        shares = GaugeMetricFamily(
+            "celery_fair_key_allocation_slots",
+            "The slots of this worker each fairness key with work would get by its policy "
+            "(minimums, then weights, within caps and demand), for the fair_metrics_top_keys "
+            'keys with the most; the rest summed as key="other".',
+            labels=["key"],
+        )
+        for key, slots in top_allocations(look.allocation, self.top_keys):
+            shares.add_metric([key], slots)
+        yield shares
+
+
+def top_allocations(slots: dict[str, int], top: int) -> list[tuple[str, int]]:
+    """The ``top`` largest allocations by key, then the rest summed as ``other``.
+
+    >>> top_allocations({"a": 1, "b": 9, "c": 4}, 1)
+    [('b', 9), ('other', 5)]
+    """
+    ranked = sorted(slots.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = [(k, n) for k, n in ranked[:top] if k != OTHER]
+    rest = sum(n for k, n in ranked if (k, n) not in named)
+    return named + ([(OTHER, rest)] if len(named) < len(ranked) else [])
 
 
 def head_waits(heads: dict[str, float], top: int) -> list[tuple[str, float]]:

@@ -9,6 +9,7 @@ from harness import gate_stats, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from celery_fair import fair_headers
+from celery_fair.core.allocation import KeyDemand, allocate
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -174,3 +175,35 @@ def test_a_port_in_use_is_logged_and_the_worker_runs_without_metrics(make_run, s
     run.send("fairapp.clone", "runs", 0.01, headers=fair_headers("clone", "k"))
     wait_until(lambda: run.recorder.done_counts().get("runs"), 20, "the job")
     assert "fair-metrics-port" not in gate_stats(run, second)
+
+
+def test_each_keys_slots_by_its_policy_show_in_the_metrics_and_inspect_stats(
+    make_run, start_worker
+):
+    # Given a worker whose key "w" weighs 8,
+    run = make_run(conf={"fair_metrics_port": 0, "fair_keys": {"w": {"weight": 8}}})
+    worker = start_worker(run, concurrency=1)
+    port = gate_stats(run, worker)["fair-metrics-port"]
+    # when its one process runs a long job of z and w and b hold three jobs each behind it,
+    run.send("fairapp.clone", "busy", 2.0, headers=fair_headers("clone", "z", "r0"))
+    wait_until(lambda: run.recorder.events(), 20, "the busy job to start")
+    for key in "wb":
+        for i in range(3):
+            run.send("fairapp.clone", f"{key}{i}", 0.01, headers=fair_headers("clone", key, None))
+    wait_until(
+        lambda: sample(scrape(port), "celery_fair_held_jobs", **CLONE) == 6, 20, "6 held jobs"
+    )
+    # then both show the slots seed 001's allocation gives each key of this worker's.
+    stats = gate_stats(run, worker)
+    want = allocate(
+        stats["fair-capacity"],
+        {
+            "z": KeyDemand(1, 0, None, 1),
+            "w": KeyDemand(8, 0, None, 3),
+            "b": KeyDemand(1, 0, None, 3),
+        },
+    ).slots
+    assert stats["fair-key-allocation"] == want
+    scraped = scrape(port)
+    assert {k: sample(scraped, "celery_fair_key_allocation_slots", key=k) for k in want} == want
+    assert want["w"] > want["b"]  # with weight 1, b would win the tie (by name)

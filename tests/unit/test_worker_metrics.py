@@ -118,3 +118,12 @@ def test_a_key_named_other_among_the_top_counts_with_the_rest():
     from celery_fair.metrics import head_waits
 
     assert head_waits({"other": 9.0, "a": 5.0, "b": 1.0}, 2) == [("a", 5.0), ("other", 9.0)]
+
+
+def test_the_keys_with_the_most_slots_are_named_and_the_rest_summed_as_other():
+    look = GateLook(allocation={"a": 1, "b": 9, "c": 4, "d": 2})
+    m = WorkerMetrics(look=lambda: look, registry=CollectorRegistry(), top_keys=2)
+    assert value(m, "celery_fair_key_allocation_slots", key="b") == 9
+    assert value(m, "celery_fair_key_allocation_slots", key="c") == 4
+    assert value(m, "celery_fair_key_allocation_slots", key="other") == 3
+    assert value(m, "celery_fair_key_allocation_slots", key="a") is None

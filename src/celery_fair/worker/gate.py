@@ -53,7 +53,7 @@ from celery.worker import state as worker_state
 
 from ..core import Admission, JobType, ReserveDepth, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
-from ..metrics import GateLook
+from ..metrics import GateLook, top_allocations
 from ..observe import Counters, Fanout, Observer
 from ..routing import shard_of
 from ..store.base import Store
@@ -775,6 +775,11 @@ class Gate:
                     if self.shard_windows is not None
                     else {}
                 ),
+                "fair-key-allocation": dict(
+                    top_allocations(
+                        self.scheduler.allocation().slots, self.settings.metrics_top_keys
+                    )
+                ),
                 "fair-reserved": len(self._reserve),
                 "fair-lookahead": self.lookahead,
                 "fair-running": self.scheduler.running,
@@ -810,6 +815,7 @@ class Gate:
                 capacity=self.scheduler.capacity,
                 mode=self.engine.mode.value,
                 heads={key: max(0.0, now - t) for key, t in oldest.items()},
+                allocation=self.scheduler.allocation().slots,
             )
 
     def _default_max_hold(self) -> float:
