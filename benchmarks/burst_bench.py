@@ -8,7 +8,9 @@ Run by hand; results go to docs/benchmarks.md with the command:
 
 Each run starts fresh ``celery worker`` processes on a fresh queue (``1x4``: one worker with
 ``-c 4``; ``3x2``: three with ``-c 2``), publishes client A's burst of N jobs of 20 ms with
-``fairness_key="A"`` and, right after the last one, client B's two with ``"B"``, and reads
+``fairness_key="A"`` and, right after the last one, client B's two with ``"B"`` (B publishes on
+a connection of its own, opened before A's burst, as another client would: on one connection
+RabbitMQ routes B's messages only once it has routed the rest of A's), and reads
 what the jobs recorded in Redis: B's wait (from just before B's first publish to the start of
 its last job), how many of A's jobs started in between, and, for bursts up to
 ``--complete-up-to``, A's completion time (from its first publish to its last job's end).
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from kombu import Producer
 
 HERE = Path(__file__).resolve().parent
 BROKERS = {
@@ -102,6 +105,7 @@ def run_once(
     record = redis.Redis.from_url(RECORD)
     env = {**os.environ, "PYTHONPATH": str(HERE), "BURST_SHARDS": str(shards)}
     procs = start_workers(variant, topology, env, queue)
+    b_connection = None
     try:
         workers = len(procs)
         deadline = time.time() + 60
@@ -109,16 +113,23 @@ def run_once(
             if time.time() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"{variant} workers did not start")
         unaware = variant.startswith("intake")
+        b_connection = module.app.connection_for_write()
+        b_connection.ensure_connection()
+        b_producer = Producer(b_connection)
 
         def publish(client: str) -> None:
+            producer = b_producer if client == "B" else None
             if unaware:
                 from celery_fair import fair_headers
 
                 module.app.send_task(
-                    "burst.job", [client, SECONDS], headers=fair_headers("burst", client)
+                    "burst.job",
+                    [client, SECONDS],
+                    headers=fair_headers("burst", client),
+                    producer=producer,
                 )
             else:
-                module.job.apply_async([client, SECONDS], fairness_key=client)
+                module.job.apply_async([client, SECONDS], fairness_key=client, producer=producer)
 
         a_published = time.time()
         for _ in range(size):
@@ -145,6 +156,8 @@ def run_once(
             a_complete = last - a_published
         return Result(b_started - b_published, a_between, a_complete)
     finally:
+        if b_connection is not None:
+            b_connection.release()
         for proc in procs:
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGTERM)
