@@ -381,23 +381,25 @@ class KeyedQueue:
         """
         heap = self.heap
         size = len(heap)
-        best: tuple[int, float] | None = None
+        found = False
+        best_rank = 0
+        best_acc = 0.0
         stack = [0] if heap else []
         while stack:
             i = stack.pop()
             if i >= size:
                 continue
-            entry = heap[i]
-            place = (entry[0], entry[1])
-            if best is not None and place >= best:
+            rank, acc, _, _, _, kq = heap[i]
+            if found and (rank > best_rank or (rank == best_rank and acc >= best_acc)):
                 continue
-            kq = entry[5]
             if kq.key is key or kq.live == 0:
                 stack.append(2 * i + 1)
                 stack.append(2 * i + 2)
             else:
-                best = place
-        return best
+                found = True
+                best_rank = rank
+                best_acc = acc
+        return (best_rank, best_acc) if found else None
 
     def jobs(self) -> Iterator[PendingJob]:
         """Every live job, in no particular order. O(n)."""
