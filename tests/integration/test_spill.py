@@ -11,20 +11,34 @@ from celery_fair import fair_headers
 
 
 def test_held_work_that_blocks_a_free_slot_is_spilled_so_a_job_behind_it_runs(
-    make_run, start_worker
+    make_run, start_worker, broker
 ):
     # Given a worker that may hold 4 messages, with one long job on linux running
     run = make_run(conf={"fair_max_held": 4, "fair_spill_interval": 0.3})
     worker = start_worker(run, concurrency=2)
-    run.send("fairapp.clone", "L0", 8.0, headers=fair_headers("clone", "k", "linux"))
+    clone = run.app.tasks["fairapp.clone"]
+
+    def send(tag, seconds, job_id):
+        # On Redis through the fair task, straight into the key's shard: there the worker
+        # reads first the queues it holds too few of, and the queue itself (where the intake
+        # takes a plain publish from) could hand it the free job before any spill. On
+        # RabbitMQ to the queue itself, as before: published into the shard, the free job 12
+        # deep took 7 s in a trial (the shard's own window lets in one more message per
+        # spill, and spills come at most once per sweep), a limit noted on issue 21.
+        if broker == "redis":
+            clone.apply_async([tag, seconds], fairness_key="k", job_id=job_id)
+        else:
+            run.send("fairapp.clone", tag, seconds, headers=fair_headers("clone", "k", job_id))
+
+    send("L0", 8.0, "linux")
     wait_until(lambda: any(e["tag"] == "L0" for e in run.recorder.events()), 20, "L0 to start")
     # and twelve more on linux queued behind it (the window, Celery's prefetch plus what the
     # gate may hold, takes some; the rest wait in the broker), then a job on another repository
     # behind them all,
     for i in range(1, 13):
-        run.send("fairapp.clone", f"L{i}", 0.05, headers=fair_headers("clone", "k", "linux"))
+        send(f"L{i}", 0.05, "linux")
     published = time.time()
-    run.send("fairapp.clone", "free", 0.05, headers=fair_headers("clone", "k", "other"))
+    send("free", 0.05, "other")
     # when the second slot stays free because every held job waits for linux,
     # then the gate returns held messages to the broker until it sees the free job, which runs
     # while L0 still runs, and afterwards every job runs exactly once.
