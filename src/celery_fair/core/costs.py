@@ -25,10 +25,21 @@ _INF = float("inf")
 UNLIMITED = 1 << 62
 """A cap that is never reached; kept as an int so the hot path compares ints only."""
 
+
+def cap_left(limit: int, elsewhere: int, paused: bool = False) -> int:
+    """What one scheduler may run under a cap of ``limit`` (``UNLIMITED`` stays so) when
+    ``elsewhere`` run on other workers: never below 0, and 0 while ``paused``."""
+    if paused:
+        return 0
+    if limit == UNLIMITED:
+        return UNLIMITED
+    return max(0, limit - elsewhere)
+
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["Accounts", "Estimates", "KeyState"]
+__all__ = ["UNLIMITED", "Accounts", "Estimates", "KeyState", "cap_left"]
 
 EstimateKey = tuple[str, "str | None"]
 
@@ -174,12 +185,11 @@ class KeyState:
 
     def recap(self) -> None:
         """Compute ``cap`` again from ``limit``, ``elsewhere`` and ``paused``. O(1)."""
-        if self.paused:
-            self.cap = 0
-        elif self.limit == UNLIMITED:
-            self.cap = UNLIMITED
-        else:
-            self.cap = max(0, self.limit - self.elsewhere)
+        self.cap = cap_left(self.limit, self.elsewhere, self.paused)
+
+    def rank_now(self) -> int:
+        """0 while the key runs fewer than ``min_slots`` jobs here and elsewhere, else 1."""
+        return 0 if self.running + self.elsewhere < self.min_slots else 1
 
     @property
     def is_active(self) -> bool:

@@ -43,7 +43,7 @@ from itertools import count
 from math import inf as _INF
 from typing import TYPE_CHECKING
 
-from .costs import UNLIMITED
+from .costs import UNLIMITED, cap_left
 from .types import JobState
 
 if TYPE_CHECKING:
@@ -443,19 +443,25 @@ def reposition(key: KeyState) -> None:
     there records one at the new cost. O(q log n) for the q key queues of ``key``.
     """
     for kq in list(key.queues or ()):
-        if kq.blocked:
-            continue
-        job = kq.head(False)
-        if job is None:
-            kq.ver = -1
-            continue
-        owner = kq.owner
-        kq.ver = ver = _next_id()
-        kq.rec_arrival = job.arrival
-        kq.rec_seq = job.seq
-        heappush(owner.heap, (key.rank, key.acc, job.arrival, job.seq, ver, kq))
-        if owner.cl is not None:
-            owner.cl.revalidate()
+        if not kq.blocked:
+            _push_fresh(kq)
+
+
+def _push_fresh(kq: KeyQueue) -> None:
+    """Give ``kq`` a fresh entry at its key's true place (older ones die by their id), and
+    let the conflict lane it waits in, if any, check its loan again. O(log n)."""
+    job = kq.head(False)
+    if job is None:
+        kq.ver = -1
+        return
+    key = kq.key
+    owner = kq.owner
+    kq.ver = ver = _next_id()
+    kq.rec_arrival = job.arrival
+    kq.rec_seq = job.seq
+    heappush(owner.heap, (key.rank, key.acc, job.arrival, job.seq, ver, kq))
+    if owner.cl is not None:
+        owner.cl.revalidate()
 
 
 def block(kq: KeyQueue) -> None:
@@ -477,17 +483,7 @@ def unblock(key: KeyState) -> None:
     key.blocked = None
     for kq in queues:
         kq.blocked = False
-        job = kq.head(False)
-        if job is None:  # emptied while blocked (discard drops it then; kept for safety)
-            kq.ver = -1
-            continue
-        owner = kq.owner
-        kq.ver = ver = _next_id()
-        kq.rec_arrival = job.arrival
-        kq.rec_seq = job.seq
-        heappush(owner.heap, (key.rank, key.acc, job.arrival, job.seq, ver, kq))
-        if owner.cl is not None:
-            owner.cl.revalidate()
+        _push_fresh(kq)
 
 
 def take_back_loans(key: KeyState) -> None:
@@ -553,12 +549,7 @@ class Lane:
 
     def recap(self) -> None:
         """Compute ``cap`` again: 0 while ``paused``, else ``limit - elsewhere``. O(1)."""
-        if self.paused:
-            self.cap = 0
-        elif self.limit == UNLIMITED:
-            self.cap = UNLIMITED
-        else:
-            self.cap = self.limit - self.elsewhere
+        self.cap = cap_left(self.limit, self.elsewhere, self.paused)
 
 
 class Conflict:

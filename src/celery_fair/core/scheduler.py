@@ -9,7 +9,7 @@ from itertools import count
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
 from .allocation import Allocation, KeyDemand, allocate
 from .clock import Clock
-from .costs import UNLIMITED, Accounts, Estimates, KeyState
+from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
 from .fairqueue import (
     ELSEWHERE,
     Conflict,
@@ -335,9 +335,8 @@ class Scheduler:
         keys' counts stay as they were). O(tiers + types + keys).
         """
         for tier in self._tiers:
-            n = tiers.get(tier.priority, 0)
-            tier.elsewhere = n
-            tier.cap = tier.limit if tier.limit == UNLIMITED else tier.limit - n
+            tier.elsewhere = n = tiers.get(tier.priority, 0)
+            tier.cap = cap_left(tier.limit, n)
         for name, lane in self._lanes.items():
             lane.elsewhere = types.get(name, 0)
             lane.recap()
@@ -413,19 +412,11 @@ class Scheduler:
         """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,
         in order, and cost no decision anything. Jobs already running go on. O(1), plus the
         loans the key holds."""
-        self._paused_keys.add(fairness_key)
-        key = self._accounts.keys.get(fairness_key)
-        if key is not None and not key.paused:
-            key.paused = True
-            self._key_limits_changed(key)
+        self._pause_key(fairness_key, True)
 
     def resume_key(self, fairness_key: str) -> None:
         """Undo ``pause_key``. O(q log n), q the key queues of the key."""
-        self._paused_keys.discard(fairness_key)
-        key = self._accounts.keys.get(fairness_key)
-        if key is not None and key.paused:
-            key.paused = False
-            self._key_limits_changed(key)
+        self._pause_key(fairness_key, False)
 
     def pause_type(self, type: str) -> None:
         """Run no more jobs of ``type`` until ``resume_type``; a decision skips its lane as it
@@ -434,20 +425,25 @@ class Scheduler:
         Raises:
             UnknownJobType: ``type`` was never registered.
         """
-        lane = self._lanes.get(type)
-        if lane is None:
-            raise UnknownJobType(f"unknown job type {type!r}")
-        self._paused_types.add(type)
-        lane.paused = True
-        lane.recap()
+        self._pause_type(type, True)
 
     def resume_type(self, type: str) -> None:
         """Undo ``pause_type``. O(1)."""
+        self._pause_type(type, False)
+
+    def _pause_key(self, fairness_key: str, paused: bool) -> None:
+        (self._paused_keys.add if paused else self._paused_keys.discard)(fairness_key)
+        key = self._accounts.keys.get(fairness_key)
+        if key is not None and key.paused != paused:
+            key.paused = paused
+            self._key_limits_changed(key)
+
+    def _pause_type(self, type: str, paused: bool) -> None:
         lane = self._lanes.get(type)
         if lane is None:
             raise UnknownJobType(f"unknown job type {type!r}")
-        self._paused_types.discard(type)
-        lane.paused = False
+        (self._paused_types.add if paused else self._paused_types.discard)(type)
+        lane.paused = paused
         lane.recap()
 
     @property
@@ -706,8 +702,8 @@ class Scheduler:
         tier = lane.tier
         key = job.key
         self._start(job, 1)
-        if key.min_slots and key.rank == 0 and key.running + key.elsewhere >= key.min_slots:
-            key.rank = 1  # later in the order: entries catch up lazily, loans below
+        if key.min_slots and key.rank == 0:
+            key.rank = key.rank_now()  # later, if so: entries catch up lazily, loans below
         ckey = job.ckey
         if ckey is not None:
             conflict = self._conflicts.get(ckey)
@@ -807,7 +803,7 @@ class Scheduler:
     def _rerank(self, key: KeyState) -> None:
         """Make ``key.rank`` follow its running jobs (here and elsewhere) against its minimum.
         O(1) while it stays; O(q log n) when it changes."""
-        rank = 0 if key.running + key.elsewhere < key.min_slots else 1
+        rank = key.rank_now()
         if rank == key.rank:
             return
         key.rank = rank

@@ -276,19 +276,22 @@ class Gate:
             uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
         held = self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        shards = self.settings.shards
+        shard = None
         if self.turns is not None:
-            held.shard = shard_of(parsed.fairness_key, self.settings.shards)
-            self.turns.add(held.shard)
+            held.shard = shard = shard_of(parsed.fairness_key, shards)
+            self.turns.add(shard)
         if len(self.held) > self.held_peak:
             self.held_peak = len(self.held)
         if sends_events(req):
-            shards = self.settings.shards
+            if shard is None and shards > 1:
+                shard = shard_of(parsed.fairness_key, shards)
             key_pending = self.scheduler.pending_of(parsed.fairness_key)
             held.events = {
                 "fairness_key": parsed.fairness_key,
                 "job_type": parsed.job_type,
                 "job_id": parsed.job_id,
-                "shard": shard_of(parsed.fairness_key, shards) if shards > 1 else None,
+                "shard": shard,
                 "place_in_key": key_pending,
                 "held_at_receipt": len(self.held),
             }
