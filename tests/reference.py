@@ -19,6 +19,9 @@ class RefType:
     max_concurrency: int | None = None
     conflict_group: str = ""
     default_cost: float = 1.0
+    # {"interval": i, "grace": g, "ceiling": c or None, "urgent": u or None}; None: the
+    # scheduler's.
+    aging: dict | None = None
 
 
 @dataclass
@@ -32,6 +35,7 @@ class RefJob:
     cost: float | None
     estimate: float = 0.0
     charge: float = 0.0
+    effective: tuple[int, bool] = (0, False)
 
 
 @dataclass
@@ -49,6 +53,8 @@ class RefScheduler:
     # "max_concurrency": n}};
     # exact names first, then patterns in the order given, then "*".
     keys: dict[str, dict] = field(default_factory=dict)
+    # Aging for every type that has none of its own, as RefType.aging.
+    aging: dict | None = None
 
     def __post_init__(self) -> None:
         self.pending: list[RefJob] = []
@@ -65,6 +71,8 @@ class RefScheduler:
         self.elsewhere_keys: dict[str, int] = {}
         self.paused_keys: set[str] = set()
         self.paused_types: set[str] = set()
+        # Every pause so far: (kind, name) -> [[start, end or None], ...].
+        self.pause_log: dict[tuple[str, str], list[list]] = {}
         self.next_reset = (
             math.inf if self.reset_interval is None else self.start + self.reset_interval
         )
@@ -129,7 +137,7 @@ class RefScheduler:
         cap = self.tier_caps.get(priority, priority)
         return math.inf if cap is None else cap
 
-    def admissible(self, job: RefJob) -> bool:
+    def admissible(self, job: RefJob, now: float) -> bool:
         jt = self.types[job.type]
         if len(self.running) >= self.capacity:
             return False
@@ -145,7 +153,11 @@ class RefScheduler:
             return False
         key_cap = self.policy(job.key).get("max_concurrency")
         same_key = [r for r in self.running if r.key == job.key]
-        if key_cap is not None and len(same_key) + self.elsewhere_keys.get(job.key, 0) >= key_cap:
+        if (
+            key_cap is not None
+            and len(same_key) + self.elsewhere_keys.get(job.key, 0) >= key_cap
+            and not self.effective(job, now)[1]  # urgent jobs pass their key's cap
+        ):
             return False
         if jt.conflict_group and job.job_id is not None:
             if (jt.conflict_group, job.job_id) in self.elsewhere_conflicts:
@@ -158,24 +170,90 @@ class RefScheduler:
                     return False
         return True
 
+    # -- pauses and aging --
+
+    def pause(self, kind: str, name: str, paused: bool, now: float) -> None:
+        names = self.paused_keys if kind == "key" else self.paused_types
+        log = self.pause_log.setdefault((kind, name), [])
+        if paused and name not in names:
+            names.add(name)
+            log.append([now, None])
+        elif not paused and name in names:
+            names.discard(name)
+            log[-1][1] = now
+
+    def wait(self, job: RefJob, now: float) -> float:
+        """Time since arrival, less the time its key or its type was paused in between."""
+        spans = []
+        for kind, name in (("key", job.key), ("type", job.type)):
+            for start, end in self.pause_log.get((kind, name), []):
+                end = now if end is None else end
+                lo, hi = max(start, job.arrival), min(end, now)
+                if hi > lo:
+                    spans.append((lo, hi))
+        paused = 0.0
+        reach = -math.inf
+        for lo, hi in sorted(spans):
+            lo = max(lo, reach)
+            if hi > lo:
+                paused += hi - lo
+            reach = max(reach, hi)
+        return (now - job.arrival) - paused
+
+    def aging_of(self, type: str) -> dict | None:
+        own = self.types[type].aging
+        return own if own is not None else self.aging
+
+    def effective(self, job: RefJob, now: float) -> tuple[int, bool]:
+        """(effective priority, urgent): base + floor((wait - grace) / interval) once the
+        wait passes grace, capped by the ceiling (never below base); urgent once it has risen
+        above base to the urgent threshold or beyond."""
+        base = self.types[job.type].priority
+        aging = self.aging_of(job.type)
+        if aging is None:
+            return base, False
+        wait = self.wait(job, now)
+        grace = aging.get("grace", 0)
+        level = base
+        if wait > grace:
+            level = base + math.floor((wait - grace) / aging["interval"])
+            if aging.get("ceiling") is not None:
+                level = max(base, min(level, aging["ceiling"]))
+        urgent = aging.get("urgent") is not None and level > base and level >= aging["urgent"]
+        return level, urgent
+
+    def next_rise(self, now: float) -> float | None:
+        """The next time any pending job's effective priority or urgency changes (frozen
+        while paused)."""
+        times = []
+        for job in self.pending:
+            aging = self.aging_of(job.type)
+            if aging is None or job.key in self.paused_keys or job.type in self.paused_types:
+                continue
+            base = self.types[job.type].priority
+            level, urgent = self.effective(job, now)
+            ceiling = aging.get("ceiling")
+            if urgent or (ceiling is not None and level + 1 > ceiling):
+                continue
+            target = aging.get("grace", 0) + (level + 1 - base) * aging["interval"]
+            times.append(now + (target - self.wait(job, now)))
+        return min(times, default=None)
+
     def rank(self, key: str) -> int:
         """0 while the key runs fewer jobs (here and elsewhere) than its min_slots, else 1."""
         running = sum(1 for r in self.running if r.key == key) + self.elsewhere_keys.get(key, 0)
         return 0 if running < self.policy(key).get("min_slots", 0) else 1
 
-    def order(self, job: RefJob) -> tuple:
-        return (
-            -self.types[job.type].priority,
-            self.rank(job.key),
-            self.acc[job.key],
-            job.arrival,
-            job.seq,
-        )
+    def order(self, job: RefJob, now: float = 0.0) -> tuple:
+        level, urgent = self.effective(job, now)
+        if urgent:  # before everything that is not, oldest first
+            return (-math.inf, 0, 0.0, job.arrival, job.seq)
+        return (-level, self.rank(job.key), self.acc[job.key], job.arrival, job.seq)
 
     def next_admission(self, now) -> RefJob | None:
         self.maintain(now)
-        for job in sorted(self.pending, key=self.order):
-            if self.admissible(job):
+        for job in sorted(self.pending, key=lambda j: self.order(j, now)):
+            if self.admissible(job, now):
                 self.pending.remove(job)
                 self.running.append(job)
                 jt = self.types[job.type]
@@ -188,6 +266,7 @@ class RefScheduler:
                         self.estimate_used[ekey] = now
                 weight = self.policy(job.key).get("weight", 1)
                 job.charge = job.estimate if weight == 1 else job.estimate / weight
+                job.effective = self.effective(job, now)
                 self.acc[job.key] += job.charge
                 return job
         return None
@@ -237,6 +316,7 @@ def reference_simulate(trace: dict) -> list[dict]:
             spec.get("max_concurrency"),
             spec.get("conflict_group") or "",
             spec.get("default_cost", 1),
+            spec.get("aging"),
         )
         for name, spec in trace["types"].items()
     }
@@ -251,9 +331,11 @@ def reference_simulate(trace: dict) -> list[dict]:
         reset_interval=life.get("reset_interval"),
         advance_idle=life.get("advance_idle", False),
         keys=dict(trace.get("keys", {})),
+        aging=trace.get("aging"),
     )
     jobs = trace["jobs"]
     start: dict[int, float] = {}
+    effective: dict[int, int] = {}
     finish: dict[int, float] = {}
     arrived: set[int] = set()
     admitted_order: list[int] = []
@@ -267,6 +349,9 @@ def reference_simulate(trace: dict) -> list[dict]:
         if p.get("until") is not None:
             changes.append(((p["until"], n, 1), False, kind, p[kind]))
     applied: set[int] = set()
+    aged = trace.get("aging") is not None or any(
+        spec.get("aging") for spec in trace["types"].values()
+    )
     t = 0.0
     while True:
         times = [j["arrival"] for i, j in enumerate(jobs) if i not in arrived]
@@ -275,7 +360,9 @@ def reference_simulate(trace: dict) -> list[dict]:
             times += [c[0][0] for i, c in enumerate(changes) if i not in applied]
         if not times:
             break
-        t = min(times)
+        # A capped job may turn urgent and pass its key's cap, while anything else goes on.
+        rise = ref.next_rise(t) if aged and ref.pending else None
+        t = min(times) if rise is None else min(min(times), rise)
         for i in admitted_order:
             if i not in finish and start[i] + jobs[i]["duration"] <= t:
                 finish[i] = start[i] + jobs[i]["duration"]
@@ -283,11 +370,7 @@ def reference_simulate(trace: dict) -> list[dict]:
         due = [(c, i) for i, c in enumerate(changes) if i not in applied and c[0][0] <= t]
         for (_, pause, kind, name), i in sorted(due):
             applied.add(i)
-            names = ref.paused_keys if kind == "key" else ref.paused_types
-            if pause:
-                names.add(name)
-            else:
-                names.discard(name)
+            ref.pause(kind, name, pause, t)
         for i, j in enumerate(jobs):
             if i not in arrived and j["arrival"] <= t:
                 arrived.add(i)
@@ -302,8 +385,10 @@ def reference_simulate(trace: dict) -> list[dict]:
                 )
         for job in ref.schedule(t):
             start[job.ref] = t
+            effective[job.ref] = job.effective[0]
             admitted_order.append(job.ref)
     return [
         {"name": j["name"], "start": start.get(i), "finish": finish.get(i)}
+        | ({"effective_priority": effective[i]} if i in effective and aged else {})
         for i, j in enumerate(jobs)
     ]

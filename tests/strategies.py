@@ -13,6 +13,9 @@ times = st.one_of(
     st.integers(min_value=0, max_value=12),
     st.sampled_from([0.1, 0.2, 0.3, 0.7, 1.5, 2.25, 3.1]),
 )
+# Multiples of 1/4: with them every sum and difference of times is exact, as aging's
+# comparisons of waits with levels need for the core and the oracle to agree to the tick.
+quarter_times = st.integers(min_value=0, max_value=48).map(lambda n: n / 4)
 costs = st.one_of(st.none(), st.integers(0, 20), st.sampled_from([0.1, 0.3, 2.5, 7.7]))
 
 
@@ -54,25 +57,45 @@ def key_policies(draw, *, runnable=False):
 
 
 @st.composite
-def pauses(draw, types):
+def agings(draw):
+    """An aging configuration, as a trace's or a type's ``aging``."""
+    aging = {"interval": draw(st.sampled_from([0.5, 1, 2, 4]))}
+    if draw(st.booleans()):
+        aging["grace"] = draw(st.sampled_from([0, 0.5, 1, 3]))
+    if draw(st.booleans()):
+        aging["ceiling"] = draw(st.sampled_from([*PRIORITIES, 5, 9]))
+    if draw(st.booleans()):
+        aging["urgent"] = draw(st.sampled_from([2, 4, 5, 8, 9]))
+    return aging
+
+
+@st.composite
+def pauses(draw, types, when=None):
     out = []
     for _ in range(draw(st.integers(0, 3))):
         if draw(st.booleans()):
             pause = {"key": draw(st.sampled_from(KEYS))}
         else:
             pause = {"type": draw(st.sampled_from(sorted(types)))}
-        pause["at"] = draw(times)
+        pause["at"] = draw(times if when is None else when)
         if draw(st.booleans()):
-            pause["until"] = pause["at"] + draw(times)
+            pause["until"] = pause["at"] + draw(times if when is None else when)
         out.append(pause)
     return out
 
 
 @st.composite
-def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False, policies=False):
+def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False, policies=False, aging=False):
     """A random trace; ``runnable`` makes every type able to run (caps >= 1); ``policies``
-    adds weights and caps by key, and pauses (only ones that end, with ``runnable``)."""
+    adds weights and caps by key, and pauses (only ones that end, with ``runnable``);
+    ``aging`` adds aging for the trace and some types, and draws every time from
+    ``quarter_times``."""
+    when = quarter_times if aging else times
     types = draw(job_types())
+    if aging:
+        for spec in types.values():
+            if draw(st.integers(0, 3)) == 0:
+                spec["aging"] = draw(agings())
     if runnable:
         for spec in types.values():
             if spec.get("max_concurrency") == 0:
@@ -85,8 +108,8 @@ def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False, policies=False
             "type": draw(st.sampled_from(sorted(types))),
             "job_id": draw(st.sampled_from(JOB_IDS)),
             "fairness_key": draw(st.sampled_from(KEYS)),
-            "arrival": draw(times),
-            "duration": draw(times),
+            "arrival": draw(when),
+            "duration": draw(when),
         }
         cost = draw(costs)
         if cost is not None:
@@ -114,6 +137,8 @@ def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False, policies=False
     if policies:
         trace["keys"] = draw(key_policies(runnable=runnable))
         trace["pauses"] = [
-            p for p in draw(pauses(types)) if not runnable or p.get("until") is not None
+            p for p in draw(pauses(types, when)) if not runnable or p.get("until") is not None
         ]
+    if aging and draw(st.integers(0, 3)):
+        trace["aging"] = draw(agings())
     return trace

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TextIO
 
-from .core import CostLifecycle, JobType, KeyPolicies, Scheduler, SchedulerConfig, SimClock
+from .core import Aging, CostLifecycle, JobType, KeyPolicies, Scheduler, SchedulerConfig, SimClock
 from .errors import ConfigurationError, TraceError
 
 __all__ = [
@@ -35,9 +35,19 @@ __all__ = [
     "simulate",
 ]
 
-_TYPE_FIELDS = {"priority", "max_concurrency", "conflict_group", "default_cost"}
+_TYPE_FIELDS = {"priority", "max_concurrency", "conflict_group", "default_cost", "aging"}
 _JOB_FIELDS = {"name", "type", "job_id", "fairness_key", "arrival", "duration", "cost"}
-_TOP_FIELDS = {"capacity", "types", "jobs", "alpha", "tier_caps", "lifecycle", "keys", "pauses"}
+_TOP_FIELDS = {
+    "capacity",
+    "types",
+    "jobs",
+    "alpha",
+    "tier_caps",
+    "lifecycle",
+    "keys",
+    "pauses",
+    "aging",
+}
 _PAUSE_FIELDS = {"key", "type", "at", "until"}
 _LIFECYCLE_FIELDS = {"cost_ttl", "estimate_ttl", "reset_interval", "advance_idle"}
 
@@ -75,9 +85,18 @@ class Trace:
 
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
+    """When a job started and finished; with aging, its effective priority when it started."""
+
     name: str
     start: float | None
     finish: float | None
+    effective_priority: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "start": self.start, "finish": self.finish}
+        if self.effective_priority is not None:
+            out["effective_priority"] = self.effective_priority
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +106,7 @@ class SimResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "jobs": [{"name": j.name, "start": j.start, "finish": j.finish} for j in self.jobs],
+            "jobs": [j.to_json() for j in self.jobs],
             "summary": self.summary,
         }
 
@@ -99,7 +118,7 @@ class SimResult:
         out.write('{\n "jobs": [\n')
         last = len(self.jobs) - 1
         for i, j in enumerate(self.jobs):
-            line = dumps({"name": j.name, "start": j.start, "finish": j.finish})
+            line = dumps(j.to_json())
             out.write(f"  {line}{',' if i < last else ''}\n")
         summary = dumps(self.summary, indent=1).replace("\n", "\n ")
         out.write(f' ],\n "summary": {summary}\n}}\n')
@@ -137,6 +156,7 @@ def parse_trace(data: object, *, warn: Any = None) -> Trace:
                     max_concurrency=spec.get("max_concurrency"),
                     conflict_group=spec.get("conflict_group") or "",
                     default_cost=spec.get("default_cost", 1),
+                    aging=None if spec.get("aging") is None else Aging.from_mapping(spec["aging"]),
                 )
             )
         except ConfigurationError as exc:
@@ -226,12 +246,17 @@ def _parse_config(top: dict[str, Any], capacity: int, warn: Any) -> SchedulerCon
     except ConfigurationError as exc:
         raise TraceError(f"keys: {exc}") from None
     try:
+        aging = None if top.get("aging") is None else Aging.from_mapping(top["aging"])
+    except ConfigurationError as exc:
+        raise TraceError(f"aging: {exc}") from None
+    try:
         return SchedulerConfig(
             capacity=capacity,
             tier_caps=tier_caps,
             alpha=top.get("alpha", 0.3),
             lifecycle=lifecycle,
             keys=keys,
+            aging=aging,
         )
     except ConfigurationError as exc:
         raise TraceError(str(exc)) from None
@@ -278,6 +303,8 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
     order = sorted(range(n), key=lambda i: (jobs[i].arrival, i))
     start: list[float | None] = [None] * n
     finish: list[float | None] = [None] * n
+    aged = trace.config.aging is not None or any(t.aging is not None for t in trace.types)
+    effective: list[int | None] = [None] * n
     running: list[tuple[float, int, int]] = []  # (finish, token, index)
     # Pauses and resumes as (time, pause's trace order, 0 pause / 1 resume, kind, name).
     pauses = trace.pauses
@@ -293,6 +320,10 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
             running[0][0] if running else math.inf,
             changes[change][0] if change < len(changes) else math.inf,
         )
+        # Aging can let a job pass its key's cap (once urgent) with no job coming or going.
+        rise = scheduler.next_rise() if aged and scheduler.pending else None
+        if rise is not None and rise < t:
+            t = rise
         clock.set(t)
         while running and running[0][0] <= t:
             done_at, _, index = heapq.heappop(running)
@@ -321,20 +352,25 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
         for admission in scheduler.schedule():
             index = admission.ref  # type: ignore[assignment]
             start[index] = t
+            if aged:
+                effective[index] = admission.effective_priority
             heapq.heappush(running, (t + jobs[index].duration, admission.token, index))
     if progress is not None:
         progress(n, n)
-    outcomes = tuple(JobOutcome(j.name, start[i], finish[i]) for i, j in enumerate(jobs))
+    outcomes = tuple(
+        JobOutcome(j.name, start[i], finish[i], effective[i]) for i, j in enumerate(jobs)
+    )
     return SimResult(outcomes, summarise(jobs, outcomes))
 
 
 #: What an alternative configuration (``simulate --config``) may change in a trace.
-OVERRIDABLE = ("capacity", "types", "tier_caps", "alpha", "lifecycle", "keys", "pauses")
+OVERRIDABLE = ("capacity", "types", "tier_caps", "alpha", "lifecycle", "keys", "pauses", "aging")
 
 
 def with_overrides(data: object, overrides: object) -> object:
     """``data`` (a decoded trace) with an alternative configuration on top: ``capacity``,
-    ``alpha``, ``tier_caps``, ``lifecycle``, ``keys`` and ``pauses`` replace the trace's;
+    ``alpha``, ``tier_caps``, ``lifecycle``, ``keys``, ``pauses`` and ``aging`` replace the
+    trace's;
     ``types`` are merged type by type, option by option (``{"repack": {"max_concurrency": 1}}``
     changes one cap). The jobs stay. The result is checked by ``parse_trace`` like any trace.
 

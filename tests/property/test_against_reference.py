@@ -46,3 +46,18 @@ def test_policies_with_the_cost_lifecycle_equal_the_reference(trace):
 @given(traces(runnable=True, policies=True))
 def test_every_job_runs_when_its_key_and_type_can_run_and_every_pause_ends(trace):
     assert all(job["start"] is not None for job in run(trace))
+
+
+@given(traces(aging=True))
+def test_aging_equals_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(aging=True, policies=True, max_jobs=40))
+def test_aging_with_weights_caps_and_pauses_equals_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(aging=True, policies=True, lifecycle=True, max_jobs=40))
+def test_aging_with_policies_and_the_cost_lifecycle_equals_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)

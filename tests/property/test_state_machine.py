@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from celery_fair.core import (
+    Aging,
     CancelOutcome,
     CostLifecycle,
     JobState,
@@ -20,7 +21,16 @@ from celery_fair.core import (
     SimClock,
 )
 from reference import RefScheduler, RefType
-from strategies import GROUPS, JOB_IDS, KEYS, PRIORITIES, costs, job_types, key_policies
+from strategies import (
+    GROUPS,
+    JOB_IDS,
+    KEYS,
+    PRIORITIES,
+    agings,
+    costs,
+    job_types,
+    key_policies,
+)
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -33,9 +43,21 @@ class SchedulerMachine(RuleBasedStateMachine):
         reset_interval=st.sampled_from([None, 3.0]),
         advance_idle=st.booleans(),
         keys=st.one_of(st.just({}), key_policies()),
+        aging=st.one_of(st.none(), agings()),
+        type_aging=st.lists(st.one_of(st.none(), agings()), min_size=4, max_size=4),
     )
     def setup(
-        self, types, capacity, alpha, cost_ttl, estimate_ttl, reset_interval, advance_idle, keys
+        self,
+        types,
+        capacity,
+        alpha,
+        cost_ttl,
+        estimate_ttl,
+        reset_interval,
+        advance_idle,
+        keys,
+        aging,
+        type_aging,
     ):
         self.clock = SimClock()
         life = CostLifecycle(cost_ttl, estimate_ttl, reset_interval, advance_idle)
@@ -46,12 +68,17 @@ class SchedulerMachine(RuleBasedStateMachine):
                 spec.get("max_concurrency"),
                 spec.get("conflict_group", ""),
                 spec.get("default_cost", 1),
+                None if own is None else Aging.from_mapping(own),
             )
-            for name, spec in types.items()
+            for (name, spec), own in zip(types.items(), type_aging, strict=False)
         ]
         self.core = Scheduler(
             SchedulerConfig(
-                capacity, alpha=alpha, lifecycle=life, keys=KeyPolicies.from_mapping(keys)
+                capacity,
+                alpha=alpha,
+                lifecycle=life,
+                keys=KeyPolicies.from_mapping(keys),
+                aging=None if aging is None else Aging.from_mapping(aging),
             ),
             self.clock,
             jtypes,
@@ -60,9 +87,14 @@ class SchedulerMachine(RuleBasedStateMachine):
             capacity,
             {
                 t.name: RefType(
-                    t.name, t.priority, t.max_concurrency, t.conflict_group, t.default_cost
+                    t.name,
+                    t.priority,
+                    t.max_concurrency,
+                    t.conflict_group,
+                    t.default_cost,
+                    own,
                 )
-                for t in jtypes
+                for t, own in zip(jtypes, type_aging, strict=False)
             },
             alpha=alpha,
             cost_ttl=cost_ttl,
@@ -70,6 +102,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             reset_interval=reset_interval,
             advance_idle=advance_idle,
             keys=keys,
+            aging=aging,
         )
         self.types = sorted(types)
         self.policies_changed = False  # a cap lowered under running jobs may be exceeded
@@ -110,7 +143,9 @@ class SchedulerMachine(RuleBasedStateMachine):
     def schedule(self):
         got = self.core.schedule()
         want = self.ref.schedule(self.now)
-        assert [(a.ref, a.estimate) for a in got] == [(j.ref, j.estimate) for j in want]
+        assert [(a.ref, a.estimate, a.effective_priority, a.urgent) for a in got] == [
+            (j.ref, j.estimate, *j.effective) for j in want
+        ]
         for a in got:
             self.pending.remove(a.ref)
             self.running.append(a.ref)
@@ -195,13 +230,13 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(key=st.sampled_from(KEYS), pause=st.booleans())
     def pause_or_resume_key(self, key, pause):
         (self.core.pause_key if pause else self.core.resume_key)(key)
-        (self.ref.paused_keys.add if pause else self.ref.paused_keys.discard)(key)
+        self.ref.pause("key", key, pause, self.now)
 
     @rule(data=st.data(), pause=st.booleans())
     def pause_or_resume_type(self, data, pause):
         jtype = data.draw(st.sampled_from(self.types))
         (self.core.pause_type if pause else self.core.resume_type)(jtype)
-        (self.ref.paused_types.add if pause else self.ref.paused_types.discard)(jtype)
+        self.ref.pause("type", jtype, pause, self.now)
 
     @rule(group=st.sampled_from(GROUPS[1:]), job_id=st.sampled_from(JOB_IDS[1:]))
     def hold_elsewhere(self, group, job_id):
@@ -257,8 +292,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         snap = self.core.snapshot()
         pending = [v for v in snap.jobs if v.state is JobState.PENDING]
         assert [v.place for v in pending] == list(range(1, len(pending) + 1))
-        expected = sorted(self.ref.pending, key=self.ref.order)
+        expected = sorted(self.ref.pending, key=lambda j: self.ref.order(j, self.now))
         assert [v.ref for v in pending] == [j.ref for j in expected]
+        assert [(v.effective_priority, v.urgent) for v in pending] == [
+            self.ref.effective(j, self.now) for j in expected
+        ]
         seen: dict[str, int] = {}
         for v in pending:
             seen[v.fairness_key] = seen.get(v.fairness_key, 0) + 1

@@ -104,8 +104,8 @@ def test_patterns_then_the_default_and_a_pause_holds_a_key_or_a_type():
     assert ref.policy("team:x") == {"weight": 4}
     assert ref.policy("other") == {"max_concurrency": 0}
     ref.keys = {}
-    ref.paused_keys.add("a")
-    ref.paused_types.add("u")
+    ref.pause("key", "a", True, 0)
+    ref.pause("type", "u", True, 0)
     ref.submit("a1", "t", None, "a", 0, None, now=0)
     ref.submit("b1", "u", None, "b", 0, None, now=0)
     ref.submit("b2", "t", None, "b", 0, None, now=0)
@@ -126,3 +126,32 @@ def test_reference_simulation_of_a_pause_that_ends():
         {"name": "a", "start": 5, "finish": 6},
         {"name": "b", "start": 1, "finish": 2},
     ]
+
+
+def test_reference_aging_by_hand():
+    # bg (priority 1) rises one level every 2 s after a 1 s grace, to 4, urgent at 4.
+    ref = make(capacity=1, bg=(1,), fg=(4,))
+    ref.tier_caps = {1: None, 4: None}
+    ref.aging = {"interval": 2, "grace": 1, "ceiling": 4, "urgent": 4}
+    ref.submit("b", "bg", None, "k", 0, None, now=0)
+    job = ref.pending[0]
+    assert [ref.effective(job, t) for t in (1, 2.9, 3, 5, 7, 50)] == [
+        (1, False),
+        (1, False),
+        (2, False),
+        (3, False),
+        (4, True),
+        (4, True),
+    ]
+    assert ref.next_rise(0) == 3
+    ref.pause("key", "k", True, 3)
+    ref.pause("key", "k", False, 13)
+    assert ref.wait(job, 14) == 4  # 3 s before the pause, 1 s after
+    ref.submit("f", "fg", None, "w", 14, None, now=14)
+    assert ref.order(job, 14)[0] == -2  # 1 + floor((4 - 1) / 2)
+    assert [j.ref for j in ref.schedule(14)] == ["f"]  # 4 goes before 2
+    ref.complete("f", 1, 15)
+    ref.submit("f2", "fg", None, "w", 15, None, now=15)
+    ref.acc["k"] = 100.0
+    assert ref.next_rise(15) == 17
+    assert [j.ref for j in ref.schedule(17)] == ["b"]  # urgent: before f2, whatever it used

@@ -66,6 +66,7 @@ from .reserve import ReserveDepth
 from .scheduler import Scheduler
 from .types import (
     Admission,
+    Aging,
     BlockReason,
     CancelOutcome,
     CostLifecycle,
@@ -81,6 +82,7 @@ from .types import (
 
 __all__ = [
     "Admission",
+    "Aging",
     "BlockReason",
     "CancelOutcome",
     "Clock",

@@ -161,6 +161,7 @@ class KeyState:
         "min_slots",
         "name",
         "paused",
+        "pauses",
         "pending",
         "queues",
         "rank",
@@ -179,6 +180,7 @@ class KeyState:
         self.limit = self.cap = UNLIMITED
         self.elsewhere = 0
         self.paused = False
+        self.pauses: Any = None  # aging.PauseLog, from its first pause on
         self.blocked: list[Any] | None = None
         self.min_slots = 0
         self.rank = 1

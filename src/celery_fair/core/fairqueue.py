@@ -41,8 +41,10 @@ from collections import deque
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import count
 from math import inf as _INF
+from math import nextafter
 from typing import TYPE_CHECKING
 
+from .aging import URGENT, Agenda, PauseLog, paused_within
 from .costs import UNLIMITED, cap_left
 from .types import JobState
 
@@ -50,7 +52,16 @@ if TYPE_CHECKING:
     from collections.abc import Hashable, Iterator, Mapping
 
     from .costs import KeyState
-    from .types import JobType
+    from .types import Aging, JobType
+
+Place = tuple[float, int, float]
+"""The part of a job's place in the order that its key queue shares: ``(-level, rank, acc)``.
+``level`` is its effective priority (``URGENT`` once it has aged into urgency, when ``rank``
+and ``acc`` no longer count and are 0)."""
+
+_NEG_URGENT = -URGENT
+_NO_BOUND = (2, 0.0)
+"""A loan's bound that no charge reaches (a key's rank is 0 or 1)."""
 
 __all__ = [
     "ELSEWHERE",
@@ -62,7 +73,10 @@ __all__ = [
     "PendingJob",
     "Tier",
     "conflict_held",
+    "key_blocks",
     "reposition",
+    "resume_aging",
+    "rise",
     "take_back_loans",
     "unblock",
 ]
@@ -90,6 +104,7 @@ class PendingJob:
         "charge",
         "ckey",
         "cost",
+        "effective",
         "estimate",
         "home",
         "job_id",
@@ -124,16 +139,18 @@ class PendingJob:
         self.home: KeyQueue | None = None
         self.lent_from: ConflictLane | None = None
         self.state = JobState.PENDING
-        # estimate, charge, token and admitted_at are set at admission and read only after it.
+        # estimate, charge, token, admitted_at and effective (its effective priority and
+        # urgency then) are set at admission and read only after it.
+        self.effective: tuple[int, bool]
         self.estimate: float
         self.charge: float
         self.token: int
         self.admitted_at: float
 
-    def order(self) -> tuple[int, int, float, float, int]:
-        """The job's place in the dispatch order, smallest first."""
-        key = self.key
-        return (-self.lane.tier.priority, key.rank, key.acc, self.arrival, self.seq)
+    def order(self) -> tuple[float, int, float, float, int]:
+        """The job's place in the dispatch order at the lane agenda's ``now``, smallest first."""
+        level, rank, acc = self.lane.place(self)
+        return (level, rank, acc, self.arrival, self.seq)
 
     def __repr__(self) -> str:
         return (
@@ -165,6 +182,7 @@ class KeyQueue:
 
     __slots__ = (
         "blocked",
+        "due",
         "early",
         "fifo",
         "key",
@@ -189,6 +207,7 @@ class KeyQueue:
         self.rec_arrival = 0.0
         self.rec_seq = 0
         self.blocked = False
+        self.due = 0  # the id of its booking on the agenda (aging lanes only)
 
     def add(self, job: PendingJob) -> None:
         arrival = job.arrival
@@ -259,28 +278,33 @@ class KeyQueue:
 
 
 class KeyedQueue:
-    """Jobs grouped by fairness key, best first by ``(rank, acc, arrival, seq)``.
+    """Jobs grouped by fairness key, best first by ``(-level, rank, acc, arrival, seq)``.
 
-    ``heap`` holds entries ``(rank, acc, arrival, seq, id, key_queue)``, ``rank`` being the
-    key's (0 below its minimum of slots, else 1); an entry is current when its
-    id equals ``key_queue.ver``, and a current entry is never later than the queue's true
-    position. ``queues`` maps each key to its queue; ``size`` counts live jobs. ``conflicts``
-    is the scheduler's registry, where a lane looks up whether a head's conflict is held.
-    ``cl`` is the conflict lane whose waiters this queue holds, ``None`` for a lane's queue.
-    Every key queue in ``queues`` is also listed in its key's ``KeyState.queues``.
+    ``heap`` holds entries ``(-level, rank, acc, arrival, seq, id, key_queue)``: ``level`` is
+    the effective priority of the queue's head (its lane's priority unless the lane ages),
+    ``rank`` the key's (0 below its minimum of slots, else 1). An entry is current when its id
+    equals ``key_queue.ver``, and a current entry is never later than the queue's true
+    position: costs that go down and heads that rise push fresh entries at once (the latter
+    from the agenda, see ``aging.py``). ``queues`` maps each key to its queue; ``size`` counts
+    live jobs. ``conflicts`` is the scheduler's registry, where a lane looks up whether a
+    head's conflict is held. ``lane`` is the lane whose jobs these are; ``cl`` the conflict
+    lane whose waiters this queue holds, ``None`` for a lane's queue. Every key queue in
+    ``queues`` is also listed in its key's ``KeyState.queues``.
     """
 
-    __slots__ = ("cl", "conflicts", "heap", "queues", "size")
+    __slots__ = ("cl", "conflicts", "heap", "lane", "queues", "size")
 
     def __init__(
         self,
+        lane: Lane,
         conflicts: dict[ConflictKey, Conflict] | None = None,
         cl: ConflictLane | None = None,
     ) -> None:
-        self.heap: list[tuple[int, float, float, int, int, KeyQueue]] = []
+        self.heap: list[tuple[float, int, float, float, int, int, KeyQueue]] = []
         self.queues: dict[KeyState, KeyQueue] = {}
         self.size = 0
         self.conflicts: dict[ConflictKey, Conflict] = {} if conflicts is None else conflicts
+        self.lane = lane
         self.cl = cl
 
     def push(self, job: PendingJob) -> None:
@@ -299,17 +323,41 @@ class KeyedQueue:
         kq.add(job)
         kq.live += 1
         self.size += 1
-        if kq.blocked:  # its key is at its cap: the queue has no entry until it is not
-            return
         if (
             kq.ver < 0
             or arrival < kq.rec_arrival
             or (arrival == kq.rec_arrival and seq < kq.rec_seq)
         ):
-            kq.ver = ver = _next_id()
-            kq.rec_arrival = arrival
-            kq.rec_seq = seq
-            heappush(self.heap, (key.rank, key.acc, arrival, seq, ver, kq))
+            lane = self.lane
+            if lane.aging is None:
+                if kq.blocked:  # its key is blocked: the queue has no entry until it is not
+                    return
+                kq.ver = ver = _next_id()
+                kq.rec_arrival = arrival
+                kq.rec_seq = seq
+                heappush(self.heap, (lane.neg_base, key.rank, key.acc, arrival, seq, ver, kq))
+            else:  # a blocked queue's head may be an older job than this one
+                self.enter(kq, kq.head(False) if kq.blocked else job)  # type: ignore[arg-type]
+
+    def enter(self, kq: KeyQueue, job: PendingJob) -> bool:
+        """Give ``kq``, whose head is ``job``, an entry at its true place and book its next
+        rise, or, if its key blocks it, no entry (it is booked for when it turns urgent).
+        Whether it got an entry. O(log n)."""
+        lane = self.lane
+        place = lane.place(job)
+        key = kq.key
+        if kq.blocked and (place[0] != _NEG_URGENT or key.paused):
+            kq.ver = -1
+            if lane.aging is not None:
+                lane.book(kq, job, True)
+            return False
+        kq.ver = ver = _next_id()
+        kq.rec_arrival = job.arrival
+        kq.rec_seq = job.seq
+        heappush(self.heap, (place[0], place[1], place[2], job.arrival, job.seq, ver, kq))
+        if lane.aging is not None:
+            lane.book(kq, job, False)
+        return True
 
     def best(self, park: bool) -> PendingJob | None:
         """The first job in order, fixing stale entries on the way; amortised O(log n).
@@ -317,8 +365,10 @@ class KeyedQueue:
         With ``park``, heads whose conflict is held are parked instead of returned.
         """
         heap = self.heap
+        lane = self.lane
+        ages = lane.aging is not None
         while heap:
-            rank, acc, _, seq, ver, kq = heap[0]
+            level, rank, acc, _, seq, ver, kq = heap[0]
             if ver != kq.ver:
                 heappop(heap)
                 continue
@@ -330,37 +380,42 @@ class KeyedQueue:
                     self._drop(kq)
                 continue
             key = kq.key
-            if key.running >= key.cap:  # the key is blocked: its whole queue leaves the heap
+            if ages:
+                true_level, true_rank, true_acc = lane.place(job)
+                held = key.running >= key.cap and (true_level != _NEG_URGENT or key.paused)
+            else:
+                true_level = level
+                true_rank = key.rank
+                true_acc = key.acc
+                held = key.running >= key.cap
+            if held:  # the key is blocked: its whole queue leaves the heap
                 heappop(heap)
                 kq.ver = -1
-                block(kq)
+                if not kq.blocked:
+                    block(kq)
+                if ages:
+                    lane.book(kq, job, True)
                 continue
-            key_acc = key.acc
-            if key_acc == acc and job.seq == seq and key.rank == rank:
+            if true_acc == acc and job.seq == seq and true_rank == rank and true_level == level:
                 return job
             kq.ver = ver = _next_id()
             kq.rec_arrival = job.arrival
             kq.rec_seq = job.seq
-            heapreplace(heap, (key.rank, key_acc, job.arrival, job.seq, ver, kq))
+            heapreplace(heap, (true_level, true_rank, true_acc, job.arrival, job.seq, ver, kq))
+            if ages:
+                lane.book(kq, job, False)
         return None
 
     def refresh(self) -> None:
         """Rebuild the heap from the true positions; needed after costs went down. O(keys)."""
-        entries = []
-        for key, kq in list(self.queues.items()):
-            if kq.blocked:
-                continue
+        self.heap = []
+        for kq in list(self.queues.values()):
             job = kq.head(False)
             if job is None:
                 kq.ver = -1
                 self._drop(kq)
                 continue
-            kq.ver = ver = _next_id()
-            kq.rec_arrival = job.arrival
-            kq.rec_seq = job.seq
-            entries.append((key.rank, key.acc, job.arrival, job.seq, ver, kq))
-        heapify(entries)
-        self.heap = entries
+            self.enter(kq, job)
 
     def _drop(self, kq: KeyQueue) -> None:
         """Forget the empty key queue ``kq``. O(queues of its key)."""
@@ -372,8 +427,9 @@ class KeyedQueue:
             if not queues:
                 key.queues = None
 
-    def min_place_excluding(self, key: KeyState) -> tuple[int, float] | None:
-        """A lower bound of the ``(rank, acc)`` of every key but ``key`` with jobs here.
+    def min_place_excluding(self, key: KeyState) -> Place | None:
+        """A lower bound of the place ``(-level, rank, acc)`` of every key but ``key`` with
+        jobs here.
 
         Every entry's recorded place is at most its key's current one, so the least entry of
         another key with live jobs is such a bound. Walks only past ``key``'s own and empty
@@ -381,25 +437,23 @@ class KeyedQueue:
         """
         heap = self.heap
         size = len(heap)
-        found = False
-        best_rank = 0
-        best_acc = 0.0
+        best: Place | None = None
         stack = [0] if heap else []
         while stack:
             i = stack.pop()
             if i >= size:
                 continue
-            rank, acc, _, _, _, kq = heap[i]
-            if found and (rank > best_rank or (rank == best_rank and acc >= best_acc)):
+            entry = heap[i]
+            place = (entry[0], entry[1], entry[2])
+            if best is not None and place >= best:
                 continue
+            kq = entry[6]
             if kq.key is key or kq.live == 0:
                 stack.append(2 * i + 1)
                 stack.append(2 * i + 2)
             else:
-                found = True
-                best_rank = rank
-                best_acc = acc
-        return (best_rank, best_acc) if found else None
+                best = place
+        return best
 
     def jobs(self) -> Iterator[PendingJob]:
         """Every live job, in no particular order. O(n)."""
@@ -447,21 +501,33 @@ def reposition(key: KeyState) -> None:
             _push_fresh(kq)
 
 
+def resume_aging(key: KeyState) -> None:
+    """``key`` resumed: its jobs wait, and rise, again. Each of its key queues gets a fresh
+    entry and booking (a blocked one, the booking for when it turns urgent). O(q log n)."""
+    for kq in list(key.queues or ()):
+        _push_fresh(kq)
+
+
 def _push_fresh(kq: KeyQueue) -> None:
-    """Give ``kq`` a fresh entry at its key's true place (older ones die by their id), and
-    let the conflict lane it waits in, if any, check its loan again. O(log n)."""
+    """Give ``kq`` a fresh entry at its true place (older ones die by their id), unless its
+    key blocks it, and let the conflict lane it waits in, if any, check its loan again.
+    O(log n)."""
     job = kq.head(False)
     if job is None:
         kq.ver = -1
         return
-    key = kq.key
     owner = kq.owner
-    kq.ver = ver = _next_id()
-    kq.rec_arrival = job.arrival
-    kq.rec_seq = job.seq
-    heappush(owner.heap, (key.rank, key.acc, job.arrival, job.seq, ver, kq))
-    if owner.cl is not None:
+    if owner.enter(kq, job) and owner.cl is not None:
         owner.cl.revalidate()
+
+
+def rise(kq: KeyQueue) -> None:
+    """The agenda says ``kq``'s head has risen a level (or turned urgent): move it up. An
+    empty queue's entry dies, so the next job pushed there records (and books) its own."""
+    if kq.live:
+        _push_fresh(kq)
+    else:
+        kq.ver = -1
 
 
 def block(kq: KeyQueue) -> None:
@@ -522,13 +588,19 @@ class Lane:
     the number of pending ones (parked included); ``queue`` holds the pending jobs that are
     not parked on a held conflict. ``limit``, ``elsewhere`` and ``cap`` as for ``Tier``; a
     ``paused`` type has ``cap`` 0, so a decision skips its lane in O(1) like a full one.
+    ``aging`` is how its jobs rise (``None``: they do not), ``agenda`` the scheduler's, and
+    ``pauses`` the log of the type's pauses (``None`` until it is first paused).
     """
 
     __slots__ = (
+        "agenda",
+        "aging",
         "cap",
         "elsewhere",
         "limit",
+        "neg_base",
         "paused",
+        "pauses",
         "pending",
         "queue",
         "running",
@@ -536,20 +608,92 @@ class Lane:
         "type",
     )
 
-    def __init__(self, jtype: JobType, tier: Tier, conflicts: dict[ConflictKey, Conflict]) -> None:
+    def __init__(
+        self,
+        jtype: JobType,
+        tier: Tier,
+        conflicts: dict[ConflictKey, Conflict],
+        agenda: Agenda,
+        aging: Aging | None = None,
+    ) -> None:
         self.type = jtype
         self.tier = tier
         cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
         self.limit = self.cap = cap
         self.elsewhere = 0
         self.paused = False
+        self.pauses: PauseLog | None = None
         self.running = 0
         self.pending = 0
-        self.queue = KeyedQueue(conflicts)
+        self.neg_base = -tier.priority
+        self.agenda = agenda
+        self.aging = aging if aging is not None and aging.ages(tier.priority) else None
+        self.queue = KeyedQueue(self, conflicts)
 
     def recap(self) -> None:
         """Compute ``cap`` again: 0 while ``paused``, else ``limit - elsewhere``. O(1)."""
         self.cap = cap_left(self.limit, self.elsewhere, self.paused)
+
+    def wait(self, job: PendingJob) -> float:
+        """How long ``job`` has waited at the agenda's ``now``, less the time its key or its
+        type was paused since it arrived. O(1) unless one of them was ever paused."""
+        now = self.agenda.now
+        wait = now - job.arrival
+        kp = job.key.pauses
+        if kp is not None or self.pauses is not None:
+            wait -= paused_within((kp, self.pauses), job.arrival, now)
+        return wait
+
+    def effective(self, job: PendingJob) -> tuple[int, bool]:
+        """``job``'s effective priority now, and whether it has aged into urgency."""
+        aging = self.aging
+        base = self.tier.priority
+        if aging is None:
+            return base, False
+        level = aging.effective(base, self.wait(job))
+        return level, aging.is_urgent(base, level)
+
+    def place(self, job: PendingJob) -> Place:
+        """``(-level, rank, acc)`` of ``job`` now: what its key queue's entry records."""
+        key = job.key
+        aging = self.aging
+        if aging is None:
+            return (self.neg_base, key.rank, key.acc)
+        base = self.tier.priority
+        level = aging.effective(base, self.wait(job))
+        if aging.is_urgent(base, level):
+            return (_NEG_URGENT, 0, 0.0)
+        return (-level, key.rank, key.acc)
+
+    def book(self, kq: KeyQueue, job: PendingJob, urgent_only: bool) -> None:
+        """Book ``kq``, whose head is ``job``, on the agenda for when that head next rises a
+        level (with ``urgent_only``, when it turns urgent). Nothing while the key or the type
+        is paused (waiting stands still; resuming books again) or when it will not rise."""
+        aging = self.aging
+        if aging is None or self.paused or job.key.paused:
+            kq.due = 0
+            return
+        base = self.tier.priority
+        wait = self.wait(job)
+        level = aging.effective(base, wait)
+        if aging.is_urgent(base, level):
+            kq.due = 0
+            return
+        ceiling = aging.max_effective_priority
+        if urgent_only:
+            threshold = aging.urgent_threshold
+            target_level = None if threshold is None else max(threshold, base + 1)
+        else:
+            target_level = level + 1
+        if target_level is None or (ceiling is not None and target_level > ceiling):
+            kq.due = 0
+            return
+        target = aging.grace + (target_level - base) * aging.interval
+        now = self.agenda.now
+        at = now + (target - wait)
+        if at <= now:  # rounding: never book the present, or a decision could loop on it
+            at = nextafter(now, URGENT)
+        self.agenda.book(kq, at)
 
 
 class Conflict:
@@ -619,7 +763,7 @@ class ConflictLane:
     def __init__(self, conflict: Conflict, lane: Lane) -> None:
         self.conflict = conflict
         self.lane = lane
-        self.parked = KeyedQueue(cl=self)
+        self.parked = KeyedQueue(lane, cl=self)
         self.lent: PendingJob | None = None
         self.bound_id = 0
 
@@ -631,8 +775,7 @@ class ConflictLane:
         best = parked.best(False)
         lent = self.lent
         if lent is not None:
-            key = lent.key
-            if key.running < key.cap and (best is None or _comes_before(lent, best)):
+            if not key_blocks(lent) and (best is None or _comes_before(lent, best)):
                 self._register(lent)
                 return
             # A parked job now comes first: take the loan back.
@@ -652,11 +795,27 @@ class ConflictLane:
 
     def _register(self, lent: PendingJob) -> None:
         # Parked jobs of the borrower's own key come after the loan by (arrival, seq) for
-        # good, so only the other keys' costs can ever overtake it.
+        # good (the older a job of a lane and key, the higher it has risen), so only the
+        # other keys' places can ever overtake it: by the borrower's key being charged past
+        # them within one level (registered here), or by rising (the agenda revalidates).
         self.bound_id = ident = _next_id()
         bound = self.parked.min_place_excluding(lent.key)
-        if bound is not None:
-            heappush(lent.key.lent, (bound, ident, self))
+        if bound is None:
+            return
+        key = lent.key
+        loans = key.lent
+        if len(loans) > 64:  # drop loans long moved on, which no charge may ever reach
+            key.lent = loans = [e for e in loans if e[2].bound_id == e[1]]
+            heapify(loans)
+        level = bound[0] if self.lane.aging is None else self.lane.place(lent)[0]
+        if bound[0] == level and level != _NEG_URGENT:
+            heappush(loans, ((bound[1], bound[2]), ident, self))
+        elif bound[0] > level:
+            # They are a level below, or it is urgent and goes by age: no charge can move the
+            # loan (rising can: the agenda revalidates), but a block must find it.
+            heappush(loans, (_NO_BOUND, ident, self))
+        else:  # a stale entry of a higher level: check again at the next charge
+            heappush(loans, ((-1, 0.0), ident, self))
 
     def on_lent_gone(self) -> None:
         """The lent job left (admitted or cancelled); lend the next one if still free."""
@@ -681,7 +840,17 @@ def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: PendingJob) ->
     return conflict is not None and conflict.holder is not None
 
 
+def key_blocks(job: PendingJob) -> bool:
+    """Whether ``job``'s key holds it back: paused, or at its cap while the job is not urgent."""
+    key = job.key
+    if key.running < key.cap:
+        return False
+    return key.paused or job.lane.place(job)[0] != _NEG_URGENT
+
+
 def _comes_before(a: PendingJob, b: PendingJob) -> bool:
+    if a.lane.aging is not None or b.lane.aging is not None:
+        return (*a.lane.place(a), a.arrival, a.seq) < (*b.lane.place(b), b.arrival, b.seq)
     a_key = a.key
     b_key = b.key
     if a_key.rank != b_key.rank:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fairqueue import _comes_before, conflict_held
+from .fairqueue import _comes_before, conflict_held, key_blocks
 from .types import BlockReason
 
 if TYPE_CHECKING:
@@ -22,8 +22,9 @@ comes_before = _comes_before
 """``comes_before(a, b)``: within a tier, ``a`` precedes ``b`` by (cost, arrival, seq)."""
 
 
-def select(tiers: list[Tier], free_slots: int) -> PendingJob | None:
-    """The first admissible pending job in the order (-priority, acc[key], arrival, seq).
+def select(tiers: list[Tier], free_slots: int, aging: bool = False) -> PendingJob | None:
+    """The first admissible pending job in the order
+    ``(-effective priority, rank[key], acc[key], arrival, seq)``, urgent jobs first by age.
 
     A job is admissible when a global slot is free, its tier runs fewer jobs than the tier
     cap, its type runs fewer than ``max_concurrency`` and is not paused, its fairness key
@@ -34,10 +35,16 @@ def select(tiers: list[Tier], free_slots: int) -> PendingJob | None:
     frees. So a blocked job never blocks the jobs behind it, and the cost of a decision does
     not grow with blocked jobs.
 
-    Cost: O(tiers + lanes of the chosen tier) plus amortised O(log n) heap work.
+    With ``aging`` (some lane ages), a lane's best job may have risen above its tier, so every
+    tier with room is looked at and the lanes' best jobs compared by their places.
+
+    Cost: O(tiers + lanes of the chosen tier) plus amortised O(log n) heap work; with
+    ``aging``, O(lanes) plus the same heap work.
     """
     if free_slots <= 0:
         return None
+    if aging:
+        return _select_aged(tiers)
     for tier in tiers:
         if tier.pending == 0 or tier.running >= tier.cap:
             continue
@@ -52,6 +59,26 @@ def select(tiers: list[Tier], free_slots: int) -> PendingJob | None:
         if best is not None:
             return best
     return None
+
+
+def _select_aged(tiers: list[Tier]) -> PendingJob | None:
+    best: PendingJob | None = None
+    best_place: tuple[float, int, float, float, int] | None = None
+    for tier in tiers:
+        if tier.pending == 0 or tier.running >= tier.cap:
+            continue
+        for lane in tier.lanes:
+            queue = lane.queue
+            if queue.size == 0 or lane.running >= lane.cap:
+                continue
+            job = queue.best(True)
+            if job is not None:
+                level, rank, acc = lane.place(job)
+                place = (level, rank, acc, job.arrival, job.seq)
+                if best_place is None or place < best_place:
+                    best = job
+                    best_place = place
+    return best
 
 
 def blocked_by(
@@ -69,7 +96,7 @@ def blocked_by(
         reasons.append(BlockReason.PAUSED)
     if not lane.paused and lane.running >= lane.cap:
         reasons.append(BlockReason.TYPE_CAP)
-    if not key.paused and key.running >= key.cap:
+    if not key.paused and key_blocks(job):
         reasons.append(BlockReason.KEY_CAP)
     if conflict_held(conflicts, job):
         reasons.append(BlockReason.CONFLICT)

@@ -7,6 +7,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import count
 
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
+from .aging import Agenda, PauseLog
 from .allocation import Allocation, KeyDemand, allocate
 from .clock import Clock
 from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
@@ -18,8 +19,11 @@ from .fairqueue import (
     Tier,
     conflict_held,
     discard,
+    key_blocks,
     recheck_loans,
     reposition,
+    resume_aging,
+    rise,
     take,
     take_back_loans,
     unblock,
@@ -92,6 +96,10 @@ class Scheduler:
         self._paused_keys: set[str] = set()
         self._paused_types: set[str] = set()
         self._keys_elsewhere: dict[str, int] = {}
+        # When each key ever paused was paused, by name (aging does not count that time).
+        self._key_pauses: dict[str, PauseLog] = {}
+        # The time of the operation in progress, and when aging next moves a key queue up.
+        self._agenda = Agenda(now)
         for jtype in types:
             self.register_type(jtype)
 
@@ -117,9 +125,14 @@ class Scheduler:
             tier = Tier(jtype.priority, UNLIMITED if cap is None else cap)
             self._tiers.append(tier)
             self._tiers.sort(key=lambda t: -t.priority)
-        lane = Lane(jtype, tier, self._conflicts)
+        aging = jtype.aging if jtype.aging is not None else self.config.aging
+        lane = Lane(jtype, tier, self._conflicts, self._agenda, aging)
+        if lane.aging is not None:
+            self._agenda.active = True
         if jtype.name in self._paused_types:
             lane.paused = True
+            lane.pauses = PauseLog()
+            lane.pauses.pause(self._clock.now())
             lane.recap()
         tier.lanes.append(lane)
         self._lanes[jtype.name] = lane
@@ -432,19 +445,43 @@ class Scheduler:
         self._pause_type(type, False)
 
     def _pause_key(self, fairness_key: str, paused: bool) -> None:
+        self._age(self._clock.now())
+        if (fairness_key in self._paused_keys) == paused:
+            return
         (self._paused_keys.add if paused else self._paused_keys.discard)(fairness_key)
+        log = self._key_pauses.get(fairness_key)
+        if log is None:
+            log = self._key_pauses[fairness_key] = PauseLog()
+        (log.pause if paused else log.resume)(self._agenda.now)
         key = self._accounts.keys.get(fairness_key)
-        if key is not None and key.paused != paused:
+        if key is not None:
             key.paused = paused
+            key.pauses = log
             self._key_limits_changed(key)
+            if not paused and self._agenda.active:
+                resume_aging(key)  # their waiting goes on: book their next rise again
 
     def _pause_type(self, type: str, paused: bool) -> None:
         lane = self._lanes.get(type)
         if lane is None:
             raise UnknownJobType(f"unknown job type {type!r}")
+        self._age(self._clock.now())
         (self._paused_types.add if paused else self._paused_types.discard)(type)
+        if lane.paused == paused:
+            return
         lane.paused = paused
+        if lane.pauses is None:
+            lane.pauses = PauseLog()
+        (lane.pauses.pause if paused else lane.pauses.resume)(self._agenda.now)
         lane.recap()
+        if not paused and lane.aging is not None:
+            # Their waiting goes on: every key queue of the lane gets its place and booking.
+            lane.queue.refresh()
+            for conflict in list(self._conflicts.values()):
+                cl = conflict.lanes.get(lane)
+                if cl is not None:
+                    cl.parked.refresh()
+                    cl.revalidate()
 
     @property
     def paused(self) -> tuple[frozenset[str], frozenset[str]]:
@@ -494,7 +531,7 @@ class Scheduler:
         """
         now = self._clock.now()
         self._maintain(now)
-        job = select(self._tiers, self._capacity - self._running)
+        job = select(self._tiers, self._capacity - self._running, self._agenda.active)
         if job is None:
             self._starved = self._pending > 0 and self._running < self._capacity
             return None
@@ -508,11 +545,21 @@ class Scheduler:
         tiers = self._tiers
         admitted: list[Admission] = []
         while True:
-            job = select(tiers, self._capacity - self._running)
+            job = select(tiers, self._capacity - self._running, self._agenda.active)
             if job is None:
                 self._starved = self._pending > 0 and self._running < self._capacity
                 return admitted
             admitted.append(self._admit(job, now))
+
+    def next_rise(self) -> float | None:
+        """When aging next raises a waiting job's place (``None``: nothing is due to rise).
+
+        A caller that decides only when jobs come and go should also decide then: a job that
+        turns urgent may pass its key's cap, so a free slot can take it. It may be a little
+        early (the job it was booked for may have moved on); a decision then does nothing.
+        O(1) amortised.
+        """
+        return self._agenda.next_time() if self._agenda.active else None
 
     # -- inspection --------------------------------------------------------------------
 
@@ -577,7 +624,8 @@ class Scheduler:
         """Whether pending job ``ref`` goes before admissions of ``admitted`` (admitted, not
         yet started) whose estimates add up to at least ``tolerance``. O(1) per admission.
 
-        ``ref`` goes before an admission when it is of a higher tier, or of the same tier and
+        ``ref`` goes before an admission when it is urgent and the admission is not (or is,
+        but arrived later), when it is of a higher effective priority, or of the same and
         its key, even charged ``ref``'s estimate, has used no more than the admission's key had
         before it was charged. A job ahead by less than that (keys taking turns, whose costs
         differ by less than a job) would move the order by less than one of its own jobs: the
@@ -593,7 +641,7 @@ class Scheduler:
         job = self._jobs.get(ref)
         if job is None or job.state is not JobState.PENDING:
             return False
-        if job.key.running >= job.key.cap or job.lane.paused:
+        if job.lane.paused or key_blocks(job):
             return False
         home = job.home
         if home is not None:
@@ -613,7 +661,8 @@ class Scheduler:
                     and not conflict_held(self._conflicts, first)
                 ):
                     return False
-        priority = job.lane.tier.priority
+        self._age(self._clock.now())
+        priority, urgent = job.lane.effective(job)
         cost = job.cost
         if cost is None:
             cost = self.estimate(job.lane.type.name, job.job_id)
@@ -621,13 +670,19 @@ class Scheduler:
         keys = self._accounts.keys
         ahead = 0.0  # the estimates of the admissions ``ref`` goes before
         for other in admitted:
-            if priority != other.priority:
-                if priority < other.priority:
+            if urgent or other.urgent:  # urgent jobs go first, oldest first
+                if not urgent or (other.urgent and job.arrival >= other.arrival):
                     continue
             else:
-                key = keys.get(other.fairness_key)
-                if used > (0.0 if key is None else key.acc) - other.estimate:
+                theirs = other.effective_priority
+                if theirs is None:
+                    theirs = other.priority
+                if priority < theirs:
                     continue
+                if priority == theirs:
+                    key = keys.get(other.fairness_key)
+                    if used > (0.0 if key is None else key.acc) - other.estimate:
+                        continue
             ahead += other.estimate
             if ahead >= tolerance:
                 return True
@@ -650,6 +705,7 @@ class Scheduler:
         job = self._jobs.get(ref)
         if job is None:
             return None
+        self._age(self._clock.now())
         if job.state is JobState.RUNNING:
             return self._view(job, None, None)
         mine = job.order()
@@ -664,6 +720,7 @@ class Scheduler:
 
     def snapshot(self) -> Snapshot:
         """The whole state, pending jobs in dispatch order with their places. O(n log n)."""
+        self._age(self._clock.now())
         pending = sorted(
             (j for j in self._jobs.values() if j.state is JobState.PENDING), key=PendingJob.order
         )
@@ -696,6 +753,7 @@ class Scheduler:
     # -- internals ---------------------------------------------------------------------
 
     def _admit(self, job: PendingJob, now: float) -> Admission:
+        effective, urgent = job.lane.effective(job)
         take(job)
         job.state = JobState.RUNNING
         lane = job.lane
@@ -729,6 +787,7 @@ class Scheduler:
                 recheck_loans(key)
         job.token = token = next(self._tokens)
         job.admitted_at = now
+        job.effective = (effective, urgent)
         return Admission(
             job.ref,
             jtype.name,
@@ -739,6 +798,8 @@ class Scheduler:
             token,
             job.arrival,
             now,
+            effective,
+            urgent,
         )
 
     def _start(self, job: PendingJob, n: int) -> None:
@@ -797,6 +858,7 @@ class Scheduler:
         cap = policy.max_concurrency
         key.limit = UNLIMITED if cap is None else cap
         key.paused = key.name in self._paused_keys
+        key.pauses = self._key_pauses.get(key.name)
         key.elsewhere = self._keys_elsewhere.get(key.name, 0)
         self._key_limits_changed(key)
 
@@ -833,8 +895,18 @@ class Scheduler:
             reposition(key)
             self._accounts.lowered(key)
 
+    def _age(self, now: float) -> None:
+        """Make ``now`` the time of the operation, and move up the key queues whose heads
+        aging has raised by then. O(1) while none is due."""
+        agenda = self._agenda
+        agenda.now = now
+        if agenda.active:
+            for kq in agenda.due(now):
+                rise(kq)  # type: ignore[arg-type]
+
     def _maintain(self, now: float) -> None:
-        """Apply the cost lifecycle due at ``now``; O(1) while nothing is due."""
+        """``_age``, then apply the cost lifecycle due at ``now``. O(1) while nothing is due."""
+        self._age(now)
         if now < self._due:
             return
         if self._accounts.expire(now):
@@ -864,6 +936,7 @@ class Scheduler:
 
     def _view(self, job: PendingJob, place: int | None, place_in_key: int | None) -> JobView:
         pending = job.state is JobState.PENDING
+        effective, urgent = job.lane.effective(job) if pending else job.effective
         return JobView(
             ref=job.ref,
             type=job.lane.type.name,
@@ -877,6 +950,8 @@ class Scheduler:
             blocked_by=blocked_by(job, self._capacity - self._running, self._conflicts)
             if pending
             else (),
+            effective_priority=effective,
+            urgent=urgent,
         )
 
 

@@ -14,6 +14,7 @@ from ..errors import ConfigurationError
 
 __all__ = [
     "Admission",
+    "Aging",
     "BlockReason",
     "CancelOutcome",
     "CostLifecycle",
@@ -55,6 +56,99 @@ def _is_number(value: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Aging:
+    """How a waiting job's effective priority rises (seed 001's priority aging).
+
+    Once a job has waited longer than ``grace`` (not counting time its key or type was
+    paused), its effective priority is ``base + floor((wait - grace) / interval)``, never above
+    ``max_effective_priority``. It is computed when a decision looks, never stored; the job's
+    own priority, and the tier whose cap it counts against, never change.
+
+    Args:
+        interval: Seconds of waiting per level, > 0.
+        grace: Seconds a job waits before it starts to rise, >= 0.
+        max_effective_priority: The ceiling; ``None`` for none. A type whose priority is at
+            or above it does not age.
+        urgent_threshold: A job that has *aged* to this effective priority (or above) is
+            urgent: it goes before every job that is not, oldest first, and its key's cap and
+            other keys' minimums no longer hold it back (type and tier caps, conflicts,
+            pauses and capacity still do). This is what bounds the wait of every job; see
+            docs/design.md, "The starvation bound". ``None``: no job is ever urgent.
+
+    Example:
+        >>> a = Aging(interval=60, grace=300, max_effective_priority=9, urgent_threshold=9)
+        >>> a.effective(base=1, wait=300), a.effective(base=1, wait=420), a.effective(1, 9e9)
+        (1, 3, 9)
+    """
+
+    interval: float
+    grace: float = 0.0
+    max_effective_priority: int | None = None
+    urgent_threshold: int | None = None
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.interval) or self.interval <= 0:
+            raise ConfigurationError(
+                f"aging interval must be a positive number, got {self.interval!r}"
+            )
+        if not _is_number(self.grace) or self.grace < 0:
+            raise ConfigurationError(f"aging grace must be a number >= 0, got {self.grace!r}")
+        for name in ("max_effective_priority", "urgent_threshold"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 1):
+                raise ConfigurationError(
+                    f"aging {name} must be a positive int or None, got {value!r}"
+                )
+        object.__setattr__(self, "interval", float(self.interval))
+        object.__setattr__(self, "grace", float(self.grace))
+
+    def effective(self, base: int, wait: float) -> int:
+        """The effective priority of a job of priority ``base`` that has waited ``wait``."""
+        if wait <= self.grace:
+            return base
+        steps = math.floor((wait - self.grace) / self.interval)
+        ceiling = self.max_effective_priority
+        if ceiling is None:
+            return base + steps
+        return max(base, min(base + steps, ceiling))
+
+    def is_urgent(self, base: int, effective: int) -> bool:
+        """Whether a job of priority ``base`` at ``effective`` has aged into urgency."""
+        threshold = self.urgent_threshold
+        return threshold is not None and effective > base and effective >= threshold
+
+    def ages(self, base: int) -> bool:
+        """Whether a job of priority ``base`` can rise at all."""
+        ceiling = self.max_effective_priority
+        return ceiling is None or ceiling > base
+
+    @classmethod
+    def from_mapping(cls, spec: Mapping[str, object] | Aging) -> Aging:
+        """From ``{"interval": .., "grace": .., "max_effective_priority": ..,
+        "urgent_threshold": ..}`` (``ceiling`` and ``urgent`` are accepted as short names)."""
+        if isinstance(spec, Aging):
+            return spec
+        if not isinstance(spec, Mapping):
+            raise ConfigurationError(f"aging must be a mapping, got {spec!r}")
+        names = {"ceiling": "max_effective_priority", "urgent": "urgent_threshold"}
+        options = {names.get(k, k): v for k, v in spec.items()}
+        unknown = set(options) - {
+            "interval",
+            "grace",
+            "max_effective_priority",
+            "urgent_threshold",
+        }
+        if unknown:
+            raise ConfigurationError(
+                f"aging: unknown option(s) {sorted(unknown)}; expected interval, grace, "
+                "max_effective_priority, urgent_threshold"
+            )
+        if "interval" not in options:
+            raise ConfigurationError("aging: interval is required")
+        return cls(**options)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
 class JobType:
     """A registered kind of job and the limits that apply to it.
 
@@ -67,6 +161,8 @@ class JobType:
         conflict_group: Jobs whose types share a non-empty group and that carry the same
             ``job_id`` never run at the same time.
         default_cost: The estimate used for a ``(type, job_id)`` before any observation.
+        aging: How this type's waiting jobs rise in priority; ``None`` follows the
+            scheduler's ``aging``.
 
     Example:
         >>> repack = JobType("repack", priority=10, max_concurrency=3, conflict_group="git")
@@ -79,9 +175,12 @@ class JobType:
     max_concurrency: int | None = None
     conflict_group: str = ""
     default_cost: float = 1.0
+    aging: Aging | None = None
 
     def __post_init__(self) -> None:
         where = f"job type {self.name!r}"
+        if self.aging is not None and not isinstance(self.aging, Aging):
+            raise ConfigurationError(f"{where}: aging must be an Aging or None, got {self.aging!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError(f"job type name must be a non-empty string, got {self.name!r}")
         if not _is_int(self.priority) or self.priority < 1:
@@ -267,6 +366,8 @@ class SchedulerConfig:
         alpha: Smoothing factor of the estimate's moving average, ``0 < alpha <= 1``.
         lifecycle: How accumulated costs and estimates are forgotten.
         keys: Weights and caps by fairness key (none by default: every key weighs 1).
+        aging: How waiting jobs rise in priority, for every type that does not set its own;
+            ``None`` (the default): they do not.
     """
 
     capacity: int
@@ -274,8 +375,11 @@ class SchedulerConfig:
     alpha: float = 0.3
     lifecycle: CostLifecycle = field(default_factory=CostLifecycle)
     keys: KeyPolicies = field(default_factory=KeyPolicies)
+    aging: Aging | None = None
 
     def __post_init__(self) -> None:
+        if self.aging is not None and not isinstance(self.aging, Aging):
+            raise ConfigurationError(f"aging must be an Aging or None, got {self.aging!r}")
         if not _is_int(self.capacity) or self.capacity < 0:
             raise ConfigurationError(f"capacity must be an int >= 0, got {self.capacity!r}")
         if not _is_number(self.alpha) or not 0 < self.alpha <= 1:
@@ -344,6 +448,10 @@ class Admission(NamedTuple):
     Attributes:
         estimate: The cost charged to ``fairness_key`` for this admission.
         token: A fencing token, strictly increasing across admissions of one scheduler.
+        priority: The job's own priority: the tier whose cap it counts against.
+        effective_priority: Its priority as aging had raised it when it was admitted
+            (``None`` from callers that do not know it: then ``priority``).
+        urgent: It had aged to the urgent threshold, so its key's cap did not hold it.
     """
 
     ref: JobRef
@@ -355,6 +463,8 @@ class Admission(NamedTuple):
     token: int
     arrival: float
     admitted_at: float
+    effective_priority: int | None = None
+    urgent: bool = False
 
 
 class Release(NamedTuple):
@@ -383,6 +493,9 @@ class JobView:
         place_in_key: Its 1-based position among the pending jobs of its fairness key.
         blocked_by: Why it cannot be admitted now; empty when it is admissible (it is then
             admitted at the next decision unless it is not first in the dispatch order).
+        effective_priority: For a pending job, its priority as aging has raised it now; for a
+            running one, as it was at admission.
+        urgent: It has aged to the urgent threshold (see ``Aging``).
     """
 
     ref: JobRef
@@ -395,6 +508,8 @@ class JobView:
     place: int | None
     place_in_key: int | None
     blocked_by: tuple[BlockReason, ...]
+    effective_priority: int = 0
+    urgent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
