@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from celery import Celery, Task, shared_task
 from celery.canvas import Signature
 
-from .core import JobType
+from .core import Aging, JobType
 from .errors import ConfigurationError
 from .routing import Shards, resolve_base
 from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED
@@ -18,7 +18,7 @@ __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_FAIR_OPTIONS = ("priority", "max_concurrency", "conflict_group", "default_cost")
+_FAIR_OPTIONS = ("priority", "max_concurrency", "conflict_group", "default_cost", "aging")
 
 
 def fair_headers(
@@ -48,8 +48,9 @@ class FairTask(Task):
 
     Class attributes (all optional; a type may instead be declared in ``fair_types``):
         fair_type: The job type's name; defaults to the task's name.
-        fair_priority, fair_max_concurrency, fair_conflict_group, fair_default_cost: The job
-            type's options (see ``celery_fair.JobType``).
+        fair_priority, fair_max_concurrency, fair_conflict_group, fair_default_cost,
+            fair_aging: The job type's options (see ``celery_fair.JobType``; ``fair_aging`` as
+            a mapping like the ``fair_aging`` setting).
 
     Publishing takes two more options, ``fairness_key`` and ``job_id``. When ``fairness_key`` is
     not given, a task called from inside another fair task inherits its caller's key, so the
@@ -64,6 +65,7 @@ class FairTask(Task):
     fair_max_concurrency: int | None = None
     fair_conflict_group: str | None = None
     fair_default_cost: float | None = None
+    fair_aging: Any = None
 
     @classmethod
     def job_type_name(cls) -> str:
@@ -84,6 +86,8 @@ class FairTask(Task):
                 f"task {cls.name!r}: job type {cls.job_type_name()!r} gives options but no priority"
             )
         try:
+            if options.get("aging") is not None:
+                options["aging"] = Aging.from_mapping(options["aging"])
             return JobType(cls.job_type_name(), **options)
         except ConfigurationError as exc:
             raise ConfigurationError(f"task {cls.name!r}: {exc}") from None
@@ -112,7 +116,10 @@ class FairTask(Task):
         if job_id is not None:
             headers[JOB_ID] = job_id
         # A retry keeps the first submission time: the job has waited that long already.
-        headers.setdefault(SUBMITTED, time.time())
+        if SUBMITTED not in headers:
+            retry = bool(options.get("retries")) and options.get("task_id", task_id) is not None
+            inherited_clock = _inherited_submitted(self.app, retry)
+            headers[SUBMITTED] = time.time() if inherited_clock is None else inherited_clock
         shards = Shards.of(self.app)
         key = headers.get(FAIRNESS_KEY)
         if isinstance(key, str) and key and shards.enabled:
@@ -135,6 +142,26 @@ class FairTask(Task):
         return self.signature(options=options)
 
 
+def _inherited_submitted(app: Celery, retry: bool) -> float | None:
+    """The aging clock (first submission time) of the fair task running here, for a message
+    it publishes: its own retry (the clock goes on across retries), or, with
+    ``fair_inherit_aging``, any fair task (which then starts where its caller has risen to).
+    ``None`` otherwise: a new job's clock starts now."""
+    if not retry and not app.conf.get("fair_inherit_aging"):
+        return None
+    from celery import current_task
+
+    request = getattr(current_task, "request", None)
+    if request is None or not isinstance(current_task, FairTask):
+        return None
+    stamp = getattr(request, SUBMITTED, None)
+    if stamp is None:
+        stamp = (getattr(request, "headers", None) or {}).get(SUBMITTED)
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
+        return None
+    return float(stamp)
+
+
 def _current_fairness_key() -> str | None:
     from celery import current_task
 
@@ -152,6 +179,7 @@ def fair_task(
     max_concurrency: int | None = None,
     conflict_group: str | None = None,
     default_cost: float | None = None,
+    aging: Any = None,
     app: Celery | None = None,
     base: type[FairTask] = FairTask,
     **task_options: Any,
@@ -172,6 +200,7 @@ def fair_task(
         "fair_max_concurrency": max_concurrency,
         "fair_conflict_group": conflict_group,
         "fair_default_cost": default_cost,
+        "fair_aging": aging,
     }
     options = {k: v for k, v in fair_options.items() if v is not None}
     options.update(task_options)

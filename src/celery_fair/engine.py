@@ -387,7 +387,12 @@ class Engine:
             self._done.clear()
             call.admissions = admissions
             jobs = self._jobs
-            call.asks = [jobs[a.ref].ask for a in admissions]
+            # An urgent job passes its key's cap (aging, docs/design.md 5e): the store must not
+            # count the key against it either.
+            call.asks = [
+                jobs[a.ref].ask._replace(key_cap=None) if a.urgent else jobs[a.ref].ask
+                for a in admissions
+            ]
             if poll:
                 call.watch = self.core.held_elsewhere()
                 self._poll_due = now + self.poll_interval
@@ -564,6 +569,7 @@ class Engine:
                     Admission(
                         a.ref, a.type, a.job_id, a.fairness_key, a.priority,
                         job.estimate, grant.token, a.arrival, a.admitted_at,
+                        a.effective_priority, a.urgent,
                     )
                 )  # fmt: skip
                 continue

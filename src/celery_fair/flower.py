@@ -9,7 +9,8 @@ Flower has no plugin interface; it executes its configuration file in its own pr
 starts, which is where this module hooks in:
 
 - **Task fields.** Fair workers put ``fairness_key``, ``job_type``, ``job_id``, ``shard``,
-  ``queue_wait``, ``place_in_key``, ``held_at_receipt`` and ``fencing_token`` in their task
+  ``queue_wait``, ``place_in_key``, ``held_at_receipt``, ``fencing_token``,
+  ``effective_priority`` and ``urgent`` in their task
   events (worker/events.py). Celery's event state keeps every field but lists only its own in
   ``Task._fields``, which Flower's task page, ``/api/tasks`` and ``/api/task/info`` show; the
   fair fields are added there.
@@ -54,6 +55,8 @@ COLUMNS = {
     "place_in_key": "Place in key",
     "held_at_receipt": "Held at receipt",
     "fencing_token": "Fencing token",
+    "effective_priority": "Effective priority",
+    "urgent": "Urgent",
 }
 
 #: Flower's ``tasks_columns`` option, set by ``from celery_fair.flower import *``.

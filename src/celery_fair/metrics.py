@@ -113,8 +113,13 @@ GIVEN_BACK = _Spec("given_back", "Admitted jobs that had not started, given back
                    "newcomer go first.")  # fmt: skip
 MOVED = _Spec("intake_moved", "Messages the intake moved from a queue into its fair shards.",
               ("queue",))  # fmt: skip
+AGED = _Spec("aging_promotions", "Levels fair jobs had risen by aging when they were admitted "
+             "(a job admitted at effective priority 5 of base 2 counts 3).",
+             ("job_type",))  # fmt: skip
+URGENT = _Spec("urgent_admissions", "Fair jobs admitted after aging to the urgent threshold "
+               "(they pass their key's cap and go before all others).", ("job_type",))  # fmt: skip
 SPECS = (WAIT, STARTED, RUNTIME, RELEASED, REFUSED, DECISION, CALLS, ERRORS, LEASE, OUTAGES,
-         RETURNED, DROPPED, GIVEN_BACK, MOVED)  # fmt: skip
+         RETURNED, DROPPED, GIVEN_BACK, MOVED, AGED, URGENT)  # fmt: skip
 
 
 class WorkerMetrics(Observer):
@@ -173,6 +178,12 @@ class WorkerMetrics(Observer):
 
     def admitted(self, job_type: str, priority: int, wait: float) -> None:
         self._observe(self._wait, WAIT, (job_type, str(priority)), wait)
+
+    def promoted(self, job_type: str, levels: int, urgent: bool) -> None:
+        if levels:
+            self._add(AGED, (job_type,), levels)
+        if urgent:
+            self._add(URGENT, (job_type,))
 
     def started(self, job_type: str, priority: int) -> None:
         labels = (job_type, str(priority))

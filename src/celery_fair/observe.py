@@ -72,6 +72,10 @@ class Observer:
     def admitted(self, job_type: str, priority: int, wait: float) -> None:
         """A held job was admitted after ``wait`` seconds from its receipt by this worker."""
 
+    def promoted(self, job_type: str, levels: int, urgent: bool) -> None:
+        """A job was admitted ``levels`` above its own priority, raised there by aging
+        (``urgent``: it had reached the urgent threshold)."""
+
     def started(self, job_type: str, priority: int) -> None:
         """An admitted job was handed to the pool."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .core import CostLifecycle, JobType, KeyPolicies, SchedulerConfig
+from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
 from .routing import DEFAULT_SHARDS, shard_count
@@ -26,6 +26,12 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # policies by fairness key: {name, glob pattern or "*": {"weight": w,
         # "max_concurrency": n}}; exact names first, then patterns in order, then "*"
         "fair_keys": {},
+        # priority aging for every type that sets none of its own: {"interval": s, "grace": s,
+        # "max_effective_priority": p, "urgent_threshold": p}; None = no aging
+        "fair_aging": None,
+        # a fair task published by a running fair task takes its caller's aging clock (and so
+        # its effective priority) instead of starting its own
+        "fair_inherit_aging": False,
         "fair_pool": "prefork",  # the real pool that runs tasks
         "fair_capacity": None,  # slots; None = the pool's size, following autoscale
         # jobs admitted ahead of a free slot; None = sized by fair_reserve_seconds (1 to 8)
@@ -71,7 +77,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
 
 STORE_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "sentinel")
 
-_TYPE_OPTIONS = {"priority", "max_concurrency", "conflict_group", "default_cost"}
+_TYPE_OPTIONS = {"priority", "max_concurrency", "conflict_group", "default_cost", "aging"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,8 @@ class FairSettings:
     types: Mapping[str, JobType] = field(default_factory=dict)
     tier_caps: Mapping[int, int | None] = field(default_factory=dict)
     keys: KeyPolicies = field(default_factory=KeyPolicies)
+    aging: Aging | None = None
+    inherit_aging: bool = False
     pool: str = "prefork"
     capacity: int | None = None
     lookahead: int | None = None
@@ -151,6 +159,8 @@ class FairSettings:
             types=_parse_types(v["fair_types"]),
             tier_caps=_parse_tier_caps(v["fair_tier_caps"]),
             keys=_parse_keys(v["fair_keys"]),
+            aging=_parse_aging("fair_aging", v["fair_aging"]),
+            inherit_aging=_bool("fair_inherit_aging", v["fair_inherit_aging"]),
             pool=_text("fair_pool", v["fair_pool"]),
             capacity=_optional_int("fair_capacity", v["fair_capacity"], minimum=1),
             lookahead=_optional_int("fair_lookahead", v["fair_lookahead"], minimum=0),
@@ -194,6 +204,7 @@ class FairSettings:
             alpha=self.alpha,
             lifecycle=self.lifecycle,
             keys=self.keys,
+            aging=self.aging,
         )
 
     def describe(self) -> dict[str, object]:
@@ -202,6 +213,7 @@ class FairSettings:
             "types": {name: _type_options(t) for name, t in self.types.items()},
             "tier_caps": dict(self.tier_caps),
             "keys": _describe_keys(self.keys),
+            "aging": None if self.aging is None else describe_aging(self.aging),
             "pool": self.pool,
             "capacity": self.capacity or "pool size",
             "lookahead": self.lookahead if self.lookahead is not None else "adaptive",
@@ -236,6 +248,7 @@ def _type_options(jtype: JobType) -> dict[str, object]:
         "max_concurrency": jtype.max_concurrency,
         "conflict_group": jtype.conflict_group,
         "default_cost": jtype.default_cost,
+        "aging": None if jtype.aging is None else describe_aging(jtype.aging),
     }
 
 
@@ -252,9 +265,35 @@ def _parse_types(value: object) -> Mapping[str, JobType]:
             raise ConfigurationError(f"{where}: unknown option(s) {sorted(extra)}")
         if "priority" not in options:
             raise ConfigurationError(f"{where}: priority is required")
+        options = dict(options)
+        if options.get("aging") is not None:
+            options["aging"] = _parse_aging(f"{where}.aging", options["aging"])
         jtype = _setting(where, lambda: JobType(name=name, **options))  # noqa: B023
         merge_type(types, jtype, where)
     return MappingProxyType(types)
+
+
+def _parse_aging(name: str, value: object) -> Aging | None:
+    if value is None:
+        return None
+    aging: Aging = _setting(name, lambda: Aging.from_mapping(value))  # type: ignore[arg-type]
+    return aging
+
+
+def describe_aging(aging: Aging) -> dict[str, object]:
+    """``aging`` as the mapping it is configured with."""
+    return {
+        "interval": aging.interval,
+        "grace": aging.grace,
+        "max_effective_priority": aging.max_effective_priority,
+        "urgent_threshold": aging.urgent_threshold,
+    }
+
+
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name}: must be True or False, got {value!r}")
+    return value
 
 
 def _parse_tier_caps(value: object) -> Mapping[int, int | None]:

@@ -448,21 +448,27 @@ def _percentile(sorted_values: list[float], p: float) -> float | None:
 
 def format_table(trace: Trace, result: SimResult) -> str:
     """The result as two plain-text tables: jobs in trace order, then per fairness key."""
-    rows = [("job", "type", "job_id", "key", "arrival", "start", "finish", "wait")]
+    aged = trace.config.aging is not None or any(t.aging is not None for t in trace.types)
+    priority = {t.name: t.priority for t in trace.types}
+    header: tuple[str, ...] = ("job", "type", "job_id", "key", "arrival", "start", "finish", "wait")
+    rows: list[tuple[str, ...]] = [(*header, "priority") if aged else header]
     for job, out in zip(trace.jobs, result.jobs, strict=True):
         wait = None if out.start is None else out.start - job.arrival
-        rows.append(
-            (
-                job.name,
-                job.type,
-                "-" if job.job_id is None else job.job_id,
-                _key_label(job.fairness_key),
-                _fmt(job.arrival),
-                _fmt(out.start),
-                _fmt(out.finish),
-                _fmt(wait),
-            )
+        row: tuple[str, ...] = (
+            job.name,
+            job.type,
+            "-" if job.job_id is None else job.job_id,
+            _key_label(job.fairness_key),
+            _fmt(job.arrival),
+            _fmt(out.start),
+            _fmt(out.finish),
+            _fmt(wait),
         )
+        if aged:  # its own priority, and where aging had raised it when it started
+            base = priority[job.type]
+            eff = out.effective_priority
+            row += (f"{base}" if eff is None or eff == base else f"{base} -> {eff}",)
+        rows.append(row)
     lines = _table(rows)
     lines.append("")
     rows = [("key", "jobs", "started", "wait p50", "wait p99", "wait max", "slot-time", "share")]

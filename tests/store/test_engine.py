@@ -11,6 +11,7 @@ from harness import wait_until
 from test_contract import ask
 
 from celery_fair.core import (
+    Aging,
     BlockReason,
     CostLifecycle,
     JobType,
@@ -62,7 +63,7 @@ def clock():
 def fleet(make_store, clock, kind):
     """``fleet(n, **engine_options)``: n engines (workers) on one shared store."""
 
-    def factory(n=2, capacity=4, lease=30.0, store_options=None, keys=None, **options):
+    def factory(n=2, capacity=4, lease=30.0, store_options=None, keys=None, aging=None, **options):
         store_options = dict(lifecycle=NEVER, lease=lease, **(store_options or {}))
         if kind == "memory":
             store_options["clock"] = clock
@@ -71,7 +72,9 @@ def fleet(make_store, clock, kind):
             store = make_store(**store_options)
             policies = KeyPolicies.from_mapping(keys or {})
             core = Scheduler(
-                SchedulerConfig(capacity, lifecycle=NEVER, keys=policies), clock, TYPES
+                SchedulerConfig(capacity, lifecycle=NEVER, keys=policies, aging=aging),
+                clock,
+                TYPES,
             )
             options.setdefault("poll_interval", 1.0)
             engines.append(Engine(core, store, worker=f"w{i}", clock=clock, **options))
@@ -137,6 +140,21 @@ def test_a_key_cap_counts_every_worker_and_a_held_back_key_learns_when_it_frees(
     one.run_inline()
     clock.advance(1.0)  # the second worker's next look at the store (a beat) sees 1 run
     assert started(two.run_inline()) == ["b0"]
+
+
+def test_a_job_aged_into_urgency_passes_its_keys_cap_in_the_store_too(fleet, clock):
+    aging = Aging(interval=1.0, max_effective_priority=8, urgent_threshold=8)
+    one, two = fleet(2, keys={"tenant": {"max_concurrency": 1}}, aging=aging)
+    one.submit("a0", "fetch", "r0", "tenant", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0"]
+    two.submit("b0", "bg", "x", "tenant", arrival=clock.now())  # priority 2: urgent at 8
+    assert started(two.run_inline()) == []
+    assert two.core.status("b0").blocked_by == (BlockReason.KEY_CAP,)
+    clock.advance(6.0)
+    assert started(two.run_inline()) == ["b0"]
+    view = two.store.heartbeat("w1", [], ["tenant"])
+    assert view.keys == {"tenant": 2}  # both run, fleet-wide: the cap of 1 passed
+    assert two.core.status("b0").urgent
 
 
 def test_a_weight_is_charged_fleet_wide(fleet, clock):

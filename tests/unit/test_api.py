@@ -7,6 +7,7 @@ from celery import Celery, chain, group
 
 from celery_fair import ConfigurationError, FairTask, fair_headers, fair_task
 from celery_fair.api import declared_types
+from celery_fair.core import Aging
 
 
 @pytest.fixture
@@ -113,3 +114,30 @@ def test_base_class_form(app):
     assert declared_types(app, {})["snap"].priority == 4
     snap.apply_async(fairness_key="k")
     assert published(app)[0]["job_type"] == "snap"
+
+
+def test_a_task_may_declare_how_its_type_ages(app):
+    @fair_task(app=app, type="rescan", priority=1, aging={"interval": 10, "urgent": 8})
+    def rescan(bucket):
+        return bucket
+
+    jtype = rescan.declared_job_type()
+    assert jtype.aging == Aging(interval=10, urgent_threshold=8)
+
+
+def test_a_retry_and_with_inherit_aging_a_child_keep_the_callers_aging_clock(app):
+    clone = make_clone(app)
+
+    @fair_task(app=app, type="parent", priority=4)
+    def parent():
+        clone.apply_async(["child"], fairness_key="k")
+        clone.apply_async(["retry"], fairness_key="k", retries=1, task_id="same")
+
+    parent.apply(headers={"fair_submitted": 1000.0})  # runs here, with its headers
+    child, retry = published(app, 2)
+    assert child["fair_submitted"] != 1000.0  # a new job starts its own clock
+    assert retry["fair_submitted"] == 1000.0  # a retry goes on with its own
+    app.conf.fair_inherit_aging = True
+    parent.apply(headers={"fair_submitted": 1000.0})
+    child, retry = published(app, 2)
+    assert child["fair_submitted"] == retry["fair_submitted"] == 1000.0

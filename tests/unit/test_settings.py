@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from celery_fair import ConfigurationError, FairSettings
+from celery_fair.core import Aging
 from celery_fair.settings import DEFAULTS
 from celery_fair.worker.bootstep import _sentinel_url
 
@@ -48,6 +49,14 @@ def test_job_types_from_settings():
         ({"fair_keys": {"a": {"weight": -1}}}, "fair_keys: weight must be a positive"),
         ({"fair_keys": {"a": {"max_concurrency": 1.5}}}, "fair_keys: max_concurrency"),
         ({"fair_keys": {"a": {"share": 2}}}, "fair_keys: key policy 'a': unknown option"),
+        ({"fair_aging": {"grace": 5}}, "fair_aging: aging: interval is required"),
+        ({"fair_aging": {"interval": -1}}, "fair_aging: aging interval must be a positive"),
+        ({"fair_aging": 60}, "fair_aging: aging must be a mapping"),
+        (
+            {"fair_types": {"t": {"priority": 1, "aging": {"interval": 1, "urgent": 0}}}},
+            r"fair_types\['t'\].aging: aging urgent_threshold",
+        ),
+        ({"fair_inherit_aging": "yes"}, "fair_inherit_aging: must be True or False"),
     ],
 )
 def test_a_bad_value_is_an_error_that_names_the_setting(values, named):
@@ -108,3 +117,23 @@ def test_policies_by_key_reach_the_core_and_the_startup_description():
     assert config.keys.for_key("tenant:acme").max_concurrency == 2
     assert config.keys.for_key("ci").weight == 0.5
     assert s.describe()["keys"] == {"ci": {"weight": 0.5}, "tenant:*": {"max_concurrency": 2}}
+
+
+def test_aging_reaches_the_core_per_type_and_for_the_rest():
+    s = FairSettings.from_mapping(
+        {
+            "fair_aging": {"interval": 60, "grace": 300, "urgent_threshold": 8},
+            "fair_types": {"rescan": {"priority": 1, "aging": {"interval": 10, "ceiling": 8}}},
+        }
+    )
+    config = s.scheduler_config(4)
+    assert config.aging == Aging(interval=60, grace=300, urgent_threshold=8)
+    assert s.types["rescan"].aging == Aging(interval=10, max_effective_priority=8)
+    described = s.describe()
+    assert described["aging"] == {
+        "interval": 60.0,
+        "grace": 300.0,
+        "max_effective_priority": None,
+        "urgent_threshold": 8,
+    }
+    assert described["types"]["rescan"]["aging"]["max_effective_priority"] == 8

@@ -12,7 +12,9 @@ state (Flower's), which then masks STARTED. The fields ride on the standard even
   ``task-succeeded``, ``-failed``, ``-retried``, ``-revoked``...) carries the same fields as the
   gate parsed them (repaired where they were bad), plus ``queue_wait`` (seconds from its receipt
   to its admission), ``place_in_key`` (its key's jobs held by this worker when it arrived, itself
-  included), ``held_at_receipt`` (all fair jobs it held then) and ``fencing_token``. The gate
+  included), ``held_at_receipt`` (all fair jobs it held then), ``fencing_token``, and from its
+  admission on ``effective_priority`` (its priority as aging had raised it then; its own
+  priority without aging) and ``urgent`` (it had aged to the urgent threshold). The gate
   attaches them when it holds the request (``attach``), for every fair job, whatever its task.
 
 Both only while the worker sends task events (``-E``, or ``celery control enable_events``, which
@@ -41,6 +43,8 @@ EVENT_FIELDS = (
     "place_in_key",
     "held_at_receipt",
     "fencing_token",
+    "effective_priority",
+    "urgent",
 )
 #: The longest header value a ``task-received`` event repeats (the gate checks them later).
 _LONGEST = 256

@@ -396,9 +396,17 @@ class Gate:
                 continue
             wait = time.monotonic() - held.received
             self.observer.admitted(admission.type, admission.priority, wait)
+            effective = admission.effective_priority
+            if effective is not None and (effective != admission.priority or admission.urgent):
+                self.observer.promoted(
+                    admission.type, effective - admission.priority, admission.urgent
+                )
             if held.events is not None:
                 held.events["queue_wait"] = round(wait, 6)
                 held.events["fencing_token"] = admission.token
+                if effective is not None:
+                    held.events["effective_priority"] = effective
+                    held.events["urgent"] = admission.urgent
             if len(self.runs) < self._pool_slots:
                 self._start(uid, admission)
             else:
