@@ -30,7 +30,10 @@ __all__ = ["fair", "fleet_status", "render"]
 TOP_KEYS = 10
 
 
-@click.group(name="fair", help="Fair dispatch: the fleet's state, as one scheduler.")
+@click.group(
+    name="fair",
+    help="Fair dispatch: the fleet's state, as one scheduler, and its policies at run time.",
+)
 def fair() -> None:
     """``celery -A app fair ...``."""
 
@@ -132,6 +135,121 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
         "waiting were left out. Replay: celery-fair simulate " + out,
         err=True,
     )
+
+
+@fair.command(cls=CeleryCommand)
+@click.argument("name", required=False)
+@click.option("--weight", type=float, help="the key's share: it is charged estimate / weight")
+@click.option("--min-slots", type=int, help="while it runs fewer, its jobs go first")
+@click.option("--max-concurrency", type=int, help="the most of its jobs that run at once")
+@click.option("--no-cap", is_flag=True, help="remove the runtime max_concurrency")
+@click.option("--reset", is_flag=True, help="drop NAME's runtime policy: its configured one again")
+@click.option("--json", "as_json", is_flag=True, help="print the runtime policies as JSON")
+@click.pass_context
+def weights(
+    ctx: click.Context,
+    name: str | None,
+    weight: float | None,
+    min_slots: int | None,
+    max_concurrency: int | None,
+    no_cap: bool,
+    reset: bool,
+    as_json: bool,
+) -> None:
+    """Show, or change while the fleet runs, a fairness key's (or pattern's) weight, minimum
+    of slots and cap. Every worker follows within about a second (docs/configuration.md)."""
+    options: dict[str, Any] = {}
+    if weight is not None:
+        options["weight"] = weight
+    if min_slots is not None:
+        options["min_slots"] = min_slots
+    if max_concurrency is not None:
+        options["max_concurrency"] = max_concurrency
+    if no_cap:
+        options["max_concurrency"] = None
+    if (options or reset) and name is None:
+        raise click.UsageError("give the key (or pattern) to change: fair weights NAME ...")
+    if options and reset:
+        raise click.UsageError("--reset drops NAME's runtime policy: give no options with it")
+    with _policies(ctx) as policies:
+        try:
+            if reset:
+                policies.reset(name)
+            elif options:
+                policies.set(name, **options)
+            elif name is not None:
+                raise click.UsageError("give --weight, --min-slots, --max-concurrency or --reset")
+            version, runtime = policies.show()
+        except ConfigurationError as exc:
+            raise click.UsageError(f"celery-fair: {exc}") from None
+    _show_policies(version, runtime, as_json)
+
+
+@fair.command(cls=CeleryCommand)
+@click.option("--key", "keys", multiple=True, help="a fairness key to pause (repeatable)")
+@click.option("--type", "types", multiple=True, help="a job type to pause (repeatable)")
+@click.pass_context
+def pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...]) -> None:
+    """Start nothing more of these keys or types, fleet-wide, until ``fair resume``: their
+    jobs wait, held or in the broker, and their aging stands still."""
+    _pause(ctx, keys, types, True)
+
+
+@fair.command(cls=CeleryCommand)
+@click.option("--key", "keys", multiple=True, help="a fairness key to resume (repeatable)")
+@click.option("--type", "types", multiple=True, help="a job type to resume (repeatable)")
+@click.pass_context
+def resume(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...]) -> None:
+    """Undo ``fair pause``."""
+    _pause(ctx, keys, types, False)
+
+
+def _pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...], on: bool) -> None:
+    if not keys and not types:
+        raise click.UsageError("name what to pause or resume: --key KEY and/or --type TYPE")
+    with _policies(ctx) as policies:
+        for key in keys:
+            (policies.pause_key if on else policies.resume_key)(key)
+        for jtype in types:
+            (policies.pause_type if on else policies.resume_type)(jtype)
+        version, runtime = policies.show()
+    _show_policies(version, runtime, False)
+
+
+class _policies:
+    """``FleetPolicies`` of the command's app, closed on exit; a usage error without a store."""
+
+    def __init__(self, ctx: click.Context) -> None:
+        self.ctx = ctx
+
+    def __enter__(self) -> Any:
+        from .policies import FleetPolicies
+
+        try:
+            self.policies = FleetPolicies(self.ctx.obj.app)
+        except ConfigurationError as exc:
+            raise click.UsageError(f"celery-fair: {exc}") from None
+        return self.policies
+
+    def __exit__(self, *exc: object) -> None:
+        self.policies.close()
+
+
+def _show_policies(version: int, runtime: Any, as_json: bool) -> None:
+    from .policies import describe
+
+    data = {"version": version, **describe(runtime)}
+    if as_json:
+        click.echo(json.dumps(data, indent=1, sort_keys=True))
+        return
+    click.echo(f"runtime policies, version {version} (on top of fair_keys):")
+    if not runtime.keys:
+        click.echo("  keys: none")
+    for name, options in runtime.keys.items():
+        terms = ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or "(defaults)"
+        click.echo(f"  {name}: {terms}")
+    click.echo(f"  paused keys: {', '.join(sorted(runtime.paused_keys)) or 'none'}")
+    click.echo(f"  paused types: {', '.join(sorted(runtime.paused_types)) or 'none'}")
 
 
 def _rich() -> None:

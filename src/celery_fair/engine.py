@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .core import Admission, CancelOutcome, Clock, JobType, MonotonicClock, Scheduler
-from .errors import DuplicateJob, UnknownJob
+from .errors import ConfigurationError, DuplicateJob, UnknownJob
 from .observe import Counters, Observer
+from .policies import RuntimePolicies, apply_to
 from .store.base import (
     Ask,
     Done,
@@ -81,6 +82,7 @@ _BLOCKED = {
     Verdict.TIER_CAP: "tier_cap",
     Verdict.TYPE_CAP: "type_cap",
     Verdict.KEY_CAP: "key_cap",
+    Verdict.PAUSED: "paused",
     Verdict.CONFLICT: "conflict",
     Verdict.RECOVERING: "recovering",
 }
@@ -113,6 +115,7 @@ class Call:
     keys: list[str] = field(default_factory=list)
     running: list[Running] = field(default_factory=list)
     keep: list[str] | None = None  # register: with the running jobs, all this worker has
+    policies: int = -1  # beat: the runtime policies' version this worker has
     # The engine's own records: whose finishes ride on this call, whose registration.
     finished: list[Any] = field(default_factory=list)
     flipped: list[Any] = field(default_factory=list)
@@ -124,7 +127,7 @@ class Call:
         if self.kind == "admit":
             return store.admit_request(self.worker, self.asks, self.done, watch)
         if self.kind == "beat":
-            return store.heartbeat_request(self.worker, watch, self.keys)
+            return store.heartbeat_request(self.worker, watch, self.keys, self.policies)
         return store.register_request(self.worker, self.running, self.keep)
 
     def execute(self, store: Store) -> Any:
@@ -133,7 +136,7 @@ class Call:
         if self.kind == "admit":
             return store.admit(self.worker, self.asks, self.done, watch)
         if self.kind == "beat":
-            return store.heartbeat(self.worker, watch, self.keys)
+            return store.heartbeat(self.worker, watch, self.keys, self.policies)
         return store.register(self.worker, self.running, self.keep)
 
 
@@ -196,10 +199,17 @@ class Engine:
         self.clock: Clock = clock or MonotonicClock()
         self.mode = Mode.ALONE if store is None else Mode.SHARED
         lease = float(getattr(store, "lease", 30.0))
-        # A beat renews the lease (admissions do too, once a quarter lease has passed) and
-        # refreshes the costs of the keys held here, which other workers charge too: at least
-        # every 2 s, and thrice per lease.
-        self.beat_interval = min(lease / 3, 2.0)
+        # A beat renews the lease (admissions do too, once a quarter lease has passed),
+        # refreshes the costs of the keys held here, which other workers charge too, and
+        # brings a change of the runtime policies: at least every second, thrice per lease.
+        self.beat_interval = min(lease / 3, 1.0)
+        # The runtime policies (policies.py) as of the last beat; -1: not read yet. Until the
+        # first beat brings them the store still refuses a paused job (Verdict.PAUSED), and
+        # such a refusal makes the next call a beat.
+        self._policy_version = -1
+        self._policies_stale = False
+        self._configured_keys = scheduler.key_policies
+        self.runtime_policies = RuntimePolicies()
         self.epoch = ""
         self.workers = 1
         self.observer = observer if observer is not None else Counters()
@@ -367,6 +377,9 @@ class Engine:
             return Decision(start, [], None)
         if self._must_register:
             return Decision([], [], self._send(self._register_call()))
+        if self._policies_stale:  # the store refused a paused job: learn the fleet's pauses
+            self._policies_stale = False
+            return Decision([], [], self._send(self._beat_call()))
         if now >= self._beat_due + self.beat_interval:
             # A beat waits for a quiet moment, but not for ever: under a steady stream of
             # admissions it still comes, and with it the check for jobs the store lost.
@@ -387,12 +400,7 @@ class Engine:
             self._done.clear()
             call.admissions = admissions
             jobs = self._jobs
-            # An urgent job passes its key's cap (aging, docs/design.md 5e): the store must not
-            # count the key against it either.
-            call.asks = [
-                jobs[a.ref].ask._replace(key_cap=None) if a.urgent else jobs[a.ref].ask
-                for a in admissions
-            ]
+            call.asks = [self._ask_now(jobs[a.ref], a) for a in admissions]
             if poll:
                 call.watch = self.core.held_elsewhere()
                 self._poll_due = now + self.poll_interval
@@ -538,6 +546,18 @@ class Engine:
             weight,
         )
 
+    def _ask_now(self, job: _Job, admission: Admission) -> Ask:
+        """``job``'s ask with its key's cap and weight as the core has them now (runtime
+        policies may have changed them since it was submitted); an urgent job passes its
+        key's cap (docs/design.md 5e), so the store must not count the key against it."""
+        ask = job.ask
+        key_cap, weight = self.core.key_terms(ask.fairness_key)
+        if admission.urgent:
+            key_cap = None
+        if key_cap != ask.key_cap or weight != ask.weight:
+            ask = job.ask = ask._replace(key_cap=key_cap, weight=weight)
+        return ask
+
     def _apply_admit(self, call: Call, reply: Reply) -> Decision:
         core = self.core
         jobs = self._jobs
@@ -580,6 +600,9 @@ class Engine:
             core.revert(ref)
             if verdict is Verdict.RECOVERING:
                 self._pause_until = now + self.poll_interval
+            elif verdict is Verdict.PAUSED:
+                self._policy_version = -1  # read them whole again
+                self._policies_stale = True
             elif verdict is Verdict.RUNNING:
                 core.cancel(ref)
                 self._stalled[ref] = now + self.poll_interval
@@ -610,6 +633,8 @@ class Engine:
     def _apply_beat(self, call: Call, view: View) -> None:
         self._beat_due = self.clock.now() + self.beat_interval
         self._see_epoch(view.epoch)
+        if view.policies != self._policy_version:
+            self._see_policies(view.policies, view.policy_doc or "")
         for key, value in view.accumulated.items():
             self.core.set_accumulated(key, value)
         # The beat asked about every key with jobs pending here: the others matter to no
@@ -630,8 +655,27 @@ class Engine:
             # a replica that had not seen it). Only a full list tells it which.
             self._must_register = self._reconcile = True
 
+    @property
+    def policy_version(self) -> int:
+        """The runtime policies' version this worker follows (-1: not read yet, 0: none)."""
+        return self._policy_version
+
+    def _see_policies(self, version: int, doc: str) -> None:
+        """The fleet's runtime policies changed (policies.py): follow them. A document this
+        worker cannot read is logged and skipped; it keeps the policies it had."""
+        self._policy_version = version
+        try:
+            runtime = RuntimePolicies.from_json(doc)
+            apply_to(self.core, self._configured_keys, runtime)
+        except ConfigurationError as exc:
+            logger.error("celery-fair: runtime policies version %d ignored: %s", version, exc)
+            return
+        self.runtime_policies = runtime
+        logger.info("celery-fair: runtime policies version %d: %s", version, doc or "none")
+
     def _beat_call(self) -> Call:
         call = Call("beat", self.worker)
+        call.policies = self._policy_version
         call.watch = self.core.held_elsewhere()
         call.keys = self.core.pending_keys()
         return call

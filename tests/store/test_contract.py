@@ -401,3 +401,30 @@ def test_a_weight_divides_the_charge_and_a_refund_gives_back_that_charge(make_st
     # the same estimate at weight 1 charges it whole, bit for bit as the core does
     [c] = store.admit("w1", [ask("c", "bob", cost=0.1)]).grants
     assert c.accumulated == 0.1
+
+
+def test_runtime_policies_reach_a_heartbeat_once_per_version_and_pauses_refuse(make_store):
+    store = make_store(lifecycle=NEVER)
+    view = store.heartbeat("w1", [], [], -1)
+    assert (view.policies, view.policy_doc) == (0, None)  # never set
+    version, doc = store.update_policies(lambda old: ('{"v": 1}', ["acme"], ["rescan"]))
+    assert (version, doc) == (1, '{"v": 1}')
+    assert store.policies() == (1, '{"v": 1}')
+    view = store.heartbeat("w1", [], [], 0)
+    assert (view.policies, view.policy_doc) == (1, '{"v": 1}')
+    view = store.heartbeat("w1", [], [], 1)  # the caller has it: not sent again
+    assert (view.policies, view.policy_doc) == (1, None)
+    # Paused keys and types are refused by the store itself, whatever the worker knows.
+    reply = store.admit("w1", [ask("a", "acme"), ask("b", type="rescan"), ask("c", "bob")])
+    assert verdicts(reply) == [Verdict.PAUSED, Verdict.PAUSED, Verdict.ADMITTED]
+    # The next change replaces the pauses: acme resumed, rescan still paused.
+    seen = []
+
+    def change(old):
+        seen.append(old)
+        return '{"v": 2}', [], ["rescan"]
+
+    assert store.update_policies(change) == (2, '{"v": 2}')
+    assert seen == ['{"v": 1}']
+    reply = store.admit("w1", [ask("d", "acme"), ask("e", type="rescan")])
+    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.PAUSED]

@@ -23,6 +23,7 @@ from celery_fair.core import (
 from celery_fair.engine import Engine, Mode
 from celery_fair.errors import StoreUnavailable
 from celery_fair.observe import Observer
+from celery_fair.policies import FleetPolicies
 from celery_fair.store import Done
 
 NEVER = CostLifecycle.never()
@@ -155,6 +156,37 @@ def test_a_job_aged_into_urgency_passes_its_keys_cap_in_the_store_too(fleet, clo
     view = two.store.heartbeat("w1", [], ["tenant"])
     assert view.keys == {"tenant": 2}  # both run, fleet-wide: the cap of 1 passed
     assert two.core.status("b0").urgent
+
+
+def test_runtime_policies_reach_every_worker_with_its_next_beat(fleet, clock):
+    one, two = fleet(2, capacity=3, keys={"tenant": {"max_concurrency": 2}})
+    two.submit("t0", "fetch", "y", "tenant", arrival=clock.now())
+    assert started(two.run_inline()) == ["t0"]
+    policies = FleetPolicies(store=one.store)
+    policies.set("tenant", max_concurrency=1, weight=4)
+    policies.pause_key("spam")
+    # Before its next beat the worker knows neither, but the store refuses the paused key's
+    # job at once, and that refusal makes the next call a beat, which brings both.
+    two.submit("s0", "fetch", "x", "spam", arrival=clock.now())
+    assert started(two.run_inline()) == []
+    assert two.observer.counts["refused"] == 1
+    assert two.core.paused[0] == frozenset({"spam"})
+    assert two.core.key_terms("tenant") == (1, 4.0)
+    assert two.core.status("s0").blocked_by == (BlockReason.PAUSED,)
+    two.submit("t1", "fetch", "z", "tenant", arrival=clock.now())
+    assert started(two.run_inline()) == []  # the new cap of 1: t0 runs
+    assert two.core.status("t1").blocked_by == (BlockReason.KEY_CAP,)
+    # A resume and a reset reach it with a beat (at most a second later).
+    policies.resume_key("spam")
+    policies.reset("tenant")
+    clock.advance(two.beat_interval)
+    assert sorted(started(two.run_inline())) == ["s0", "t1"]
+    assert two.core.key_terms("tenant") == (2, 1.0)  # the configured policy again
+    # A document the workers cannot read changes nothing and is logged.
+    one.store.update_policies(lambda old: ("not json", [], []))
+    clock.advance(two.beat_interval)
+    two.run_inline()
+    assert two.core.key_terms("tenant") == (2, 1.0)
 
 
 def test_a_weight_is_charged_fleet_wide(fleet, clock):
@@ -439,14 +471,15 @@ def test_a_steady_stream_of_admissions_does_not_hold_back_the_check_for_lost_job
     [one] = fleet(1)
     [ghost] = one.store.admit(one.worker, [ask("ghost", job_id="gone")]).grants
     kinds = []
+    running = []
     for i in range(40):
         one.submit(f"j{i}", "fetch", f"r{i}", "k", arrival=clock.now())
-        if i:
-            one.finish(f"j{i - 1}", 0.01, final=True)
+        if running:
+            one.finish(running.pop(0), 0.01, final=True)
         call = one.decide().call
-        assert call is not None
+        assert call is not None, kinds
         kinds.append(call.kind)
-        one.apply(call, call.execute(one.store))
+        running += started(one.apply(call, call.execute(one.store)))
         clock.advance(0.25)
     # then a heartbeat still comes within two of its periods, finds the ghost, and the
     # registration that follows releases it.

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from helpers import drain, make, refs
 
-from celery_fair.core import BlockReason, KeyPolicies, KeyPolicy
+from celery_fair.core import (
+    BlockReason,
+    JobType,
+    KeyPolicies,
+    KeyPolicy,
+    Scheduler,
+    SchedulerConfig,
+    SimClock,
+)
 from celery_fair.errors import ConfigurationError, UnknownJobType
 
 CLONE = ("clone", 8, None, "", 1)
@@ -246,3 +254,15 @@ def test_the_allocation_view_follows_the_keys_with_work_and_their_policies():
     assert s.allocation() == ({"A": 12, "B": 3}, 1)
     s.pause_key("B")
     assert s.allocation() == ({"A": 12, "B": 0}, 4)
+
+
+def test_the_last_waiter_of_a_paused_key_cancelled_on_a_free_conflict_leaves_nothing_behind():
+    clock = SimClock()
+    s = Scheduler(SchedulerConfig(1), clock, [JobType("t", 1, conflict_group="git")])
+    s.submit("a", "t", "r1")
+    assert [a.ref for a in s.schedule()] == ["a"]
+    s.pause_key("")
+    s.submit("b", "t", "r1")  # parked on the held conflict
+    s.release("a")  # the conflict is free, its only waiter's key paused: nothing lent
+    s.cancel("b")
+    assert s._conflicts == {}

@@ -485,7 +485,10 @@ def discard(job: PendingJob) -> None:
             blocked.remove(kq)
             if not blocked:
                 kq.key.blocked = None
-            kq.owner._drop(kq)
+            owner = kq.owner
+            owner._drop(kq)
+            if owner.cl is not None:  # the last waiter of a conflict may have gone with it
+                owner.cl._forget_if_empty()
 
 
 def reposition(key: KeyState) -> None:

@@ -12,6 +12,7 @@ Every operation is a batch, so that one call is one round trip whatever its size
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Collection
 from typing import NamedTuple, Protocol
 
 __all__ = [
@@ -76,6 +77,7 @@ class Verdict(str, enum.Enum):
     TYPE_CAP = "type"  # its type runs max_concurrency jobs, fleet-wide
     KEY_CAP = "key"  # its fairness key runs its max_concurrency jobs, fleet-wide
     CONFLICT = "conflict"  # another job, on any worker, holds its conflict
+    PAUSED = "paused"  # its fairness key or its type is paused fleet-wide (runtime policies)
     RUNNING = "running"  # a job with this uid runs now, on a live lease (a copy of its message)
     DONE = "done"  # a job with this uid finished for good recently (a late copy of its message)
     RECOVERING = "recovering"  # the store came back empty; workers are re-registering
@@ -189,6 +191,12 @@ class View(NamedTuple):
     accumulated: dict[str, float]  # per asked fairness key
     workers: int  # workers holding a live lease (this one included)
     keys: dict[str, int]  # running jobs, fleet-wide, per asked fairness key that runs any
+    policies: int = 0  # the runtime policies' version (0: never set)
+    policy_doc: str | None = None  # their document, when the caller had another version
+
+
+PolicyChange = Callable[[str], tuple[str, Collection[str], Collection[str]]]
+"""The runtime policies' document in, the new one out with its paused keys and types."""
 
 
 class Store(Protocol):
@@ -211,7 +219,9 @@ class Store(Protocol):
         """Release jobs (learning from their wall time), each fenced by its token."""
         ...
 
-    def heartbeat(self, worker: str, conflicts: list[str], keys: list[str]) -> View:
+    def heartbeat(
+        self, worker: str, conflicts: list[str], keys: list[str], policies: int = -1
+    ) -> View:
         """Renew the worker's lease, reclaim dead workers' jobs, read what the worker needs."""
         ...
 
@@ -224,6 +234,16 @@ class Store(Protocol):
         ``jobs`` and ``keep`` are all the worker has: any other job the store counts under it
         is released (a release that a failover lost, say).
         """
+        ...
+
+    def policies(self) -> tuple[int, str]:
+        """The runtime policies' version (0: never set) and document (``""`` if none)."""
+        ...
+
+    def update_policies(self, change: PolicyChange) -> tuple[int, str]:
+        """Replace the runtime policies' document by ``change(document)``'s, atomically, with
+        the paused keys and types it returns (which ``admit`` refuses, ``Verdict.PAUSED``);
+        the version goes up by one. Returns the new version and document."""
         ...
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:

@@ -21,6 +21,7 @@ from .base import (
     Done,
     Finished,
     Grant,
+    PolicyChange,
     Registered,
     Reply,
     Running,
@@ -63,6 +64,8 @@ class MemoryStore:
         self.dedupe = float(dedupe)
         self.clock = clock or WallClock()
         self.epoch = "memory"
+        self._policies: tuple[int, str] = (0, "")
+        self._paused: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self.tiers: dict[int, int] = {}
         self.types: dict[str, int] = {}
         self.conflicts: dict[str, str] = {}
@@ -170,7 +173,9 @@ class MemoryStore:
             out.append(Finished(d.uid, True, value))
         return out
 
-    def heartbeat(self, worker: str, conflicts: list[str], keys: list[str]) -> View:
+    def heartbeat(
+        self, worker: str, conflicts: list[str], keys: list[str], policies: int = -1
+    ) -> View:
         now = self.clock.now()
         self.workers[worker] = now + self.lease
         reclaimed = self._reclaim(now)
@@ -187,7 +192,18 @@ class MemoryStore:
             {k: self.acc.get(k, 0.0) for k in keys},
             len(self.workers),
             {k: self.active[k] for k in keys if k in self.active},
+            self._policies[0],
+            None if policies == self._policies[0] or not self._policies[1] else self._policies[1],
         )
+
+    def policies(self) -> tuple[int, str]:
+        return self._policies
+
+    def update_policies(self, change: PolicyChange) -> tuple[int, str]:
+        doc, keys, types = change(self._policies[1])
+        self._policies = (self._policies[0] + 1, doc)
+        self._paused = (frozenset(keys), frozenset(types))
+        return self._policies
 
     def register(
         self, worker: str, jobs: list[Running], keep: list[str] | None = None
@@ -236,6 +252,8 @@ class MemoryStore:
             return Verdict.RUNNING
         if self.dedupe > 0 and a.uid in self._done:
             return Verdict.DONE
+        if a.fairness_key in self._paused[0] or a.type in self._paused[1]:
+            return Verdict.PAUSED
         if a.tier_cap is not None and self.tiers.get(a.priority, 0) >= a.tier_cap:
             return Verdict.TIER_CAP
         if a.type_cap is not None and self.types.get(a.type, 0) >= a.type_cap:

@@ -20,6 +20,7 @@ from .base import (
     Done,
     Finished,
     Grant,
+    PolicyChange,
     Registered,
     Reply,
     Running,
@@ -48,10 +49,17 @@ KEY_NAMES = (
     "estseen",
     "minacc",
     "done",
+    "policies",
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
-_SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect")
+_SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies")
+
+
+def _as_text(value: object) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Request(NamedTuple):
@@ -246,10 +254,34 @@ class RedisStore:
         result: list[Finished] = self.run(self.finish_request(worker, done))
         return result
 
-    def heartbeat(self, worker: str, conflicts: list[str], keys: list[str]) -> View:
-        """Renew the lease, reclaim, read counts, conflicts and costs: one round trip."""
-        result: View = self.run(self.heartbeat_request(worker, conflicts, keys))
+    def heartbeat(
+        self, worker: str, conflicts: list[str], keys: list[str], policies: int = -1
+    ) -> View:
+        """Renew the lease, reclaim, read counts, conflicts and costs: one round trip. With
+        the runtime policies' version the caller has (``policies``), the reply carries the
+        policies when they are another version."""
+        result: View = self.run(self.heartbeat_request(worker, conflicts, keys, policies))
         return result
+
+    def policies(self) -> tuple[int, str]:
+        """The runtime policies' version (0: never set) and document (JSON, ``""`` if none)."""
+        version, doc = self.client.hmget(self._key("policies"), ["version", "doc"])
+        return int(version or 0), _as_text(doc)
+
+    def update_policies(self, change: PolicyChange) -> tuple[int, str]:
+        """Replace the runtime policies' document by ``change(document)``'s, with the paused
+        keys and types it names (``pk:<key>`` and ``pt:<type>`` fields, which admit.lua
+        refuses): read, change, then a compare-and-set on the version (policies.lua), tried
+        again if another update came in between. The version goes up by one. Returns the new
+        version and document."""
+        while True:
+            version, doc = self.policies()
+            new, keys, types = change(doc)
+            fields = [*(f"pk:{k}" for k in keys), *(f"pt:{t}" for t in types)]
+            args = [*self._head("policies"), str(version), new, *fields]
+            (done,) = self._call("policies", args)
+            if done:
+                return int(done), new
 
     def register(
         self, worker: str, jobs: list[Running], keep: list[str] | None = None
@@ -325,14 +357,17 @@ class RedisStore:
         _pack_done(args, done)
         return Request("complete", args, lambda raw: _finished(done, raw[2]))
 
-    def heartbeat_request(self, worker: str, conflicts: list[str], keys: list[str]) -> Request:
+    def heartbeat_request(
+        self, worker: str, conflicts: list[str], keys: list[str], policies: int = -1
+    ) -> Request:
         args = self._head(worker)
+        args.append(str(policies))
         args.append(str(len(conflicts)))
         args += conflicts
         args += keys
 
         def parse(raw: Any) -> View:
-            _, now, mine, reclaimed, tiers, types, held, accs, workers, runs = raw
+            (_, now, mine, reclaimed, tiers, types, held, accs, workers, runs, version, doc) = raw
             return View(
                 self.epoch,
                 float(now),
@@ -344,6 +379,8 @@ class RedisStore:
                 {k: float(v) for k, v in zip(keys, accs, strict=True)},
                 int(workers),
                 {k: int(n) for k, n in zip(keys, runs, strict=True) if int(n)},
+                int(version),
+                _as_text(doc) or None,
             )
 
         return Request("heartbeat", args, parse)

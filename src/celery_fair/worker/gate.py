@@ -777,6 +777,7 @@ class Gate:
                 else 0.0,
                 **{f"fair-blocked-{r.replace('_', '-')}": n for r, n in blocked.items()},
                 "fair-held": len(self.held),
+                "fair-policies-version": self.engine.policy_version,
                 **{f"fair-held-tier-{p}": n[0] for p, n in sorted(tiers.items(), reverse=True)},
                 **{f"fair-running-tier-{p}": n[1] for p, n in sorted(tiers.items(), reverse=True)},
                 "fair-held-peak": self.held_peak,

@@ -52,6 +52,9 @@ for i = 0, n - 1 do
     status = 'running'
   elseif dedupe and redis.call('ZSCORE', DONE, uid) then
     status = 'done'
+  elseif redis.call('HEXISTS', POLICIES, 'pk:' .. k) == 1
+      or redis.call('HEXISTS', POLICIES, 'pt:' .. jtype) == 1 then
+    status = 'paused'  -- a fleet-wide pause (celery_fair/policies.py), whatever the worker knows
   elseif tier_cap and (tiers[prio] or 0) >= tier_cap then
     status = 'tier'
   elseif type_cap and (types[jtype] or 0) >= type_cap then

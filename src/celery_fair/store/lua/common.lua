@@ -20,6 +20,7 @@
 --  11 estseen   zset  estimate field -> when it was last used or updated
 --  12 minacc    zset  active fairness key -> accumulated cost (for advance_idle)
 --  13 done      zset  uid of a job that finished for good -> when (a tombstone, for dedupe)
+--  14 policies  hash  version -> n, doc -> the runtime policies (JSON; celery_fair/policies.py)
 -- ARGV of every script starts with the same head, then its own lists: their positions and
 -- strides are locals generated from celery_fair/store/wire.py (HEAD, H_WORKER, ASK_N, ...).
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
@@ -28,7 +29,7 @@
 local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local DONE = KEYS[13]
+local DONE, POLICIES = KEYS[13], KEYS[14]
 -- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
 local MAINTAIN_EVERY = 0.05
 

@@ -1,0 +1,245 @@
+"""Runtime policies: weights, minimums and caps by fairness key, and pauses of keys and types,
+changed while the fleet runs.
+
+They live in the shared store as one small JSON document with a version (``{prefix}:policies``);
+every worker's heartbeat (at least once a second) sends the version it has and gets the
+document back when it changed, so a change reaches the whole fleet within about a second, with
+no extra round trip while nothing changes. A worker applies it on top of its configured
+``fair_keys``: a runtime entry replaces the configured entry of the same name or pattern
+(configured entries first, in their order, then runtime ones), and ``reset`` removes it, so
+the configured policy applies again.
+
+``FleetPolicies(app)`` is the Python API; ``celery -A app fair weights|pause|resume``
+(commands.py) the command line. Both need a shared Redis store: a worker alone has nothing to
+share a change through.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .core import KeyPolicies, KeyPolicy
+from .errors import ConfigurationError
+
+__all__ = ["FleetPolicies", "RuntimePolicies"]
+
+_OPTIONS = ("weight", "min_slots", "max_concurrency")
+
+
+@dataclass(frozen=True)
+class RuntimePolicies:
+    """The document: key policies set at run time, paused keys and paused types.
+
+    ``keys`` maps a name or pattern (as in ``fair_keys``) to the options given for it, each
+    already checked by ``KeyPolicy``.
+    """
+
+    keys: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    paused_keys: frozenset[str] = frozenset()
+    paused_types: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_json(cls, text: str) -> RuntimePolicies:
+        """Parse a document (``""``: none). A document not written by this module (edited by
+        hand in Redis, say) raises ``ConfigurationError`` saying what is wrong."""
+        if not text:
+            return cls()
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"runtime policies: not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ConfigurationError("runtime policies: expected a JSON object")
+        keys = raw.get("keys", {})
+        if not isinstance(keys, dict):
+            raise ConfigurationError("runtime policies: 'keys' must be an object")
+        checked = {}
+        for name, options in keys.items():
+            checked[name] = _checked(name, options)
+        return cls(
+            checked,
+            _names(raw.get("paused_keys", []), "paused_keys"),
+            _names(raw.get("paused_types", []), "paused_types"),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "keys": {name: dict(options) for name, options in self.keys.items()},
+                "paused_keys": sorted(self.paused_keys),
+                "paused_types": sorted(self.paused_types),
+            },
+            sort_keys=True,
+        )
+
+    def merged(self, configured: KeyPolicies) -> KeyPolicies:
+        """``configured`` with these runtime entries on top (replacing those of the same name
+        or pattern)."""
+        if not self.keys:
+            return configured
+        spec: dict[str, KeyPolicy] = dict(configured.exact)
+        spec.update(dict(configured.patterns))
+        if configured.default != KeyPolicies().default:
+            spec["*"] = configured.default
+        for name, options in self.keys.items():
+            spec[name] = KeyPolicy(**options)
+        return KeyPolicies.from_mapping(spec)
+
+    def with_key(self, name: str, **options: Any) -> RuntimePolicies:
+        """Set ``name``'s runtime policy: the options given replace those set before; an
+        option given as ``None`` is removed (``max_concurrency=None``: no cap)."""
+        current = dict(self.keys.get(name, {}))
+        for option, value in options.items():
+            if option not in _OPTIONS:
+                raise ConfigurationError(
+                    f"key policy {name!r}: unknown option {option!r}; expected {_OPTIONS}"
+                )
+            if value is None:
+                current.pop(option, None)
+            else:
+                current[option] = value
+        keys = dict(self.keys)
+        keys[name] = _checked(name, current)
+        return RuntimePolicies(keys, self.paused_keys, self.paused_types)
+
+    def without_key(self, name: str) -> RuntimePolicies:
+        keys = {k: v for k, v in self.keys.items() if k != name}
+        return RuntimePolicies(keys, self.paused_keys, self.paused_types)
+
+    def paused(self, kind: str, name: str, paused: bool) -> RuntimePolicies:
+        """With key or type (``kind``) ``name`` paused or resumed."""
+        if kind not in ("key", "type"):
+            raise ConfigurationError(f"pause a 'key' or a 'type', not {kind!r}")
+        names = set(self.paused_keys if kind == "key" else self.paused_types)
+        (names.add if paused else names.discard)(name)
+        if kind == "key":
+            return RuntimePolicies(self.keys, frozenset(names), self.paused_types)
+        return RuntimePolicies(self.keys, self.paused_keys, frozenset(names))
+
+
+def _checked(name: object, options: object) -> dict[str, Any]:
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"runtime policies: a key name or pattern is a string: {name!r}")
+    if not isinstance(options, dict):
+        raise ConfigurationError(f"runtime policies: {name!r} must map options to values")
+    unknown = set(options) - set(_OPTIONS)
+    if unknown:
+        raise ConfigurationError(f"key policy {name!r}: unknown option(s) {sorted(unknown)}")
+    try:
+        KeyPolicy(**options)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"key policy {name!r}: {exc}") from None
+    return dict(options)
+
+
+def _names(value: object, what: str) -> frozenset[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigurationError(f"runtime policies: {what!r} must be a list of names")
+    return frozenset(value)
+
+
+class FleetPolicies:
+    """Change a fleet's policies while it runs, through its shared store.
+
+    Example:
+        >>> p = FleetPolicies(app)                                   # doctest: +SKIP
+        >>> p.set("tenant:acme", weight=3, max_concurrency=10)       # doctest: +SKIP
+        >>> p.pause_key("tenant:spam"); p.resume_key("tenant:spam")  # doctest: +SKIP
+        >>> p.reset("tenant:acme")        # its configured policy again  # doctest: +SKIP
+
+    Raises:
+        ConfigurationError: The app has no shared store (a Redis ``fair_store_url``, or a Redis
+            broker), or an option is invalid.
+    """
+
+    def __init__(self, app: Any = None, *, store: Any = None) -> None:
+        if store is None:
+            store = _store_of(app)
+        self.store = store
+        self.app = app
+
+    def show(self) -> tuple[int, RuntimePolicies]:
+        """The version and the runtime policies now."""
+        version, doc = self.store.policies()
+        return version, RuntimePolicies.from_json(doc)
+
+    def set(self, name: str, **options: Any) -> RuntimePolicies:
+        """Set key (or pattern) ``name``'s weight, min_slots and max_concurrency."""
+        RuntimePolicies().with_key(name, **options)  # refuse bad options before writing
+        return self._change(lambda p: p.with_key(name, **options))
+
+    def reset(self, name: str) -> RuntimePolicies:
+        """Drop ``name``'s runtime policy: the configured one applies again."""
+        return self._change(lambda p: p.without_key(name))
+
+    def pause_key(self, name: str) -> RuntimePolicies:
+        """Start nothing more of fairness key ``name``, fleet-wide, until ``resume_key``: its
+        jobs stay held or in the broker, and their aging stands still."""
+        return self._change(lambda p: p.paused("key", name, True))
+
+    def resume_key(self, name: str) -> RuntimePolicies:
+        return self._change(lambda p: p.paused("key", name, False))
+
+    def pause_type(self, name: str) -> RuntimePolicies:
+        """Start no more jobs of job type ``name``, fleet-wide, until ``resume_type``."""
+        return self._change(lambda p: p.paused("type", name, True))
+
+    def resume_type(self, name: str) -> RuntimePolicies:
+        return self._change(lambda p: p.paused("type", name, False))
+
+    def _change(self, change: Any) -> RuntimePolicies:
+        out: list[RuntimePolicies] = []
+
+        def apply(doc: str) -> tuple[str, frozenset[str], frozenset[str]]:
+            new = change(RuntimePolicies.from_json(doc))
+            out[:] = [new]
+            return new.to_json(), new.paused_keys, new.paused_types
+
+        self.store.update_policies(apply)
+        return out[0]
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _store_of(app: Any) -> Any:
+    from .settings import FairSettings
+    from .worker.bootstep import open_store
+
+    if app is None:
+        raise ConfigurationError("FleetPolicies needs the Celery app (or a store)")
+    store = open_store(FairSettings.from_celery_conf(app.conf), app)
+    if store is None:
+        raise ConfigurationError(
+            "runtime policies need a shared store: set fair_store_url to a Redis URL (or use a "
+            "Redis broker); a worker alone has nothing to share a change through"
+        )
+    return store
+
+
+def apply_to(core: Any, configured: KeyPolicies, runtime: RuntimePolicies) -> None:
+    """Make ``core`` follow ``runtime`` on top of ``configured``: its key policies, and which
+    keys and types are paused (types it does not know are left alone)."""
+    core.set_key_policies(runtime.merged(configured))
+    keys, types = core.paused
+    for name in runtime.paused_keys - keys:
+        core.pause_key(name)
+    for name in keys - runtime.paused_keys:
+        core.resume_key(name)
+    known = set(core.types)
+    for name in (runtime.paused_types - types) & known:
+        core.pause_type(name)
+    for name in (types - runtime.paused_types) & known:
+        core.resume_type(name)
+
+
+def describe(runtime: RuntimePolicies) -> dict[str, Iterable[Any]]:
+    """For ``fair weights`` and ``inspect``: plain data."""
+    return {
+        "keys": {name: dict(options) for name, options in runtime.keys.items()},
+        "paused_keys": sorted(runtime.paused_keys),
+        "paused_types": sorted(runtime.paused_types),
+    }

@@ -1,0 +1,87 @@
+"""Runtime policies on a fleet of real ``celery worker -P fair`` processes, changed with
+``celery -A fairapp fair pause|resume|weights`` while they run (both brokers, the Redis store)."""
+
+from __future__ import annotations
+
+from harness import gate_stats, intervals, max_overlap, wait_until
+from test_fair_command import fair_command
+from test_fleet import fleet_conf, start_fleet
+
+
+def test_pausing_a_key_holds_its_jobs_and_resuming_runs_each_once(make_run, start_worker, broker):
+    # Given two workers, and tenant acme paused from the command line,
+    run = make_run(conf=fleet_conf(broker))
+    workers = start_fleet(run, start_worker, n=2, concurrency=2)
+    out = fair_command(run, "pause", "--key", "acme")
+    assert out.returncode == 0, out.stderr
+    assert "paused keys: acme" in out.stdout
+    clone = run.app.tasks["fairapp.clone"]
+    # when acme and bob each publish 10 jobs (within a second of the pause: the store refuses
+    # acme's jobs even to a worker whose beat has not brought the pause yet),
+    for i in range(10):
+        clone.apply_async([f"acme{i}", 0.05], fairness_key="acme")
+        clone.apply_async([f"bob{i}", 0.05], fairness_key="bob")
+    # then bob's all run, and acme's wait, held by the workers as paused,
+    wait_until(
+        lambda: sum(n for t, n in run.recorder.done_counts().items() if t.startswith("bob")) == 10,
+        60,
+        "bob's 10 jobs",
+    )
+
+    def paused_held() -> int:
+        return sum(gate_stats(run, w).get("fair-blocked-paused", 0) for w in workers)
+
+    wait_until(lambda: paused_held() == 10, 30, "acme's 10 jobs held as paused")
+    assert not any(t.startswith("acme") for t in run.recorder.done_counts())
+    # and once resumed, each of acme's runs exactly once.
+    out = fair_command(run, "resume", "--key", "acme")
+    assert out.returncode == 0, out.stderr
+    assert "paused keys: none" in out.stdout
+    wait_until(lambda: len(run.recorder.done_counts()) == 20, 60, "all 20 jobs")
+    assert run.recorder.done_counts() == {f"{k}{i}": 1 for k in ("acme", "bob") for i in range(10)}
+    starts = [e for e in run.recorder.events() if e["event"] == "start"]
+    assert len(starts) == 20
+
+
+def test_a_cap_set_at_run_time_holds_across_the_fleet_and_a_reset_lifts_it(
+    make_run, start_worker, broker
+):
+    # Given two workers with 4 slots, and acme capped at 1 from the command line,
+    run = make_run(conf=fleet_conf(broker))
+    start_fleet(run, start_worker, n=2, concurrency=2)
+    out = fair_command(run, "weights", "acme", "--max-concurrency", "1", "--weight", "2")
+    assert out.returncode == 0, out.stderr
+    assert "acme: max_concurrency=1, weight=2.0" in out.stdout
+    clone = run.app.tasks["fairapp.clone"]
+    # when acme publishes 8 jobs (after a beat: a cap reaches workers with their next beat),
+    wait_until(lambda: _policy_seen(run), 10, "the workers' beat")
+    for i in range(8):
+        clone.apply_async([f"acme{i}", 0.2], fairness_key="acme")
+    wait_until(lambda: len(run.recorder.done_counts()) == 8, 60, "acme's 8 jobs")
+    # then they ran one at a time, on both workers' slots;
+    spans = intervals(run.recorder.events())
+    assert max_overlap(list(spans.values())) == 1
+    # once reset, they run side by side again.
+    out = fair_command(run, "weights", "acme", "--reset")
+    assert out.returncode == 0, out.stderr
+    assert "keys: none" in out.stdout
+    wait_until(lambda: _policy_seen(run), 10, "the workers' beat")
+    run.recorder.clear()
+    for i in range(8):
+        clone.apply_async([f"again{i}", 0.2], fairness_key="acme")
+    wait_until(lambda: len(run.recorder.done_counts()) == 8, 60, "acme's next 8 jobs")
+    assert max_overlap(list(intervals(run.recorder.events()).values())) >= 3
+
+
+def _policy_seen(run) -> bool:
+    """Every worker's engine has the store's runtime policies' version (inspect stats)."""
+    from test_fleet import store_of
+
+    store = store_of(run)
+    try:
+        version, _ = store.policies()
+    finally:
+        store.close()
+    stats = run.app.control.inspect(timeout=1).stats() or {}
+    seen = [s.get("pool", {}).get("fair-policies-version") for s in stats.values()]
+    return bool(seen) and all(v == version for v in seen)

@@ -1,0 +1,62 @@
+"""The runtime policies' document: what it holds, how it lies on top of fair_keys, and what a
+document it cannot read does."""
+
+from __future__ import annotations
+
+import pytest
+
+from celery_fair.core import KeyPolicies
+from celery_fair.errors import ConfigurationError
+from celery_fair.policies import RuntimePolicies
+
+
+def test_a_document_round_trips_and_an_empty_one_is_no_policy():
+    p = (
+        RuntimePolicies()
+        .with_key("tenant:acme", weight=3)
+        .with_key("tenant:*", max_concurrency=4)
+        .paused("key", "spam", True)
+        .paused("type", "rescan", True)
+    )
+    assert RuntimePolicies.from_json(p.to_json()) == p
+    assert RuntimePolicies.from_json("") == RuntimePolicies()
+
+
+def test_runtime_entries_replace_configured_ones_of_the_same_name_and_reset_restores_them():
+    configured = KeyPolicies.from_mapping({"acme": {"weight": 2}, "ci-*": {"max_concurrency": 1}})
+    p = RuntimePolicies().with_key("acme", weight=5).with_key("new", min_slots=1)
+    merged = p.merged(configured)
+    assert merged.for_key("acme").weight == 5
+    assert merged.for_key("ci-7").max_concurrency == 1  # untouched
+    assert merged.for_key("new").min_slots == 1
+    assert p.without_key("acme").merged(configured).for_key("acme").weight == 2
+
+
+def test_options_accumulate_and_none_removes_one():
+    p = RuntimePolicies().with_key("k", weight=3, max_concurrency=2)
+    p = p.with_key("k", max_concurrency=None, min_slots=1)
+    assert dict(p.keys["k"]) == {"weight": 3, "min_slots": 1}
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ("not json", "not JSON"),
+        ("[1]", "expected a JSON object"),
+        ('{"keys": {"a": {"weight": -1}}}', "weight must be a positive"),
+        ('{"keys": {"a": {"share": 1}}}', "unknown option"),
+        ('{"paused_keys": "a"}', "must be a list of names"),
+    ],
+)
+def test_a_document_it_cannot_read_is_an_error_that_says_why(doc, message):
+    with pytest.raises(ConfigurationError, match=message):
+        RuntimePolicies.from_json(doc)
+
+
+def test_bad_options_are_refused_before_anything_is_written():
+    with pytest.raises(ConfigurationError, match="weight"):
+        RuntimePolicies().with_key("k", weight=0)
+    with pytest.raises(ConfigurationError, match="unknown option"):
+        RuntimePolicies().with_key("k", colour="red")
+    with pytest.raises(ConfigurationError, match="'key' or a 'type'"):
+        RuntimePolicies().paused("queue", "q", True)
