@@ -164,6 +164,12 @@ def make_app(
         rec.done(tag)
         return tag
 
+    @fair_task(app=app, name="fairapp.counted", type="clone", bind=True)
+    def counted(self, tag: str, seconds: float = 0.01) -> str:
+        """A clone that records how many times its message went back to the broker."""
+        trips = getattr(self.request, "fair_republished", None) or 0
+        return run(tag, seconds, type="clone", republished=trips)
+
     @app.task(name="fairapp.replaced", shared=False, bind=True)
     def replaced(self, tag: str, depth: int, seconds: float = 0.01) -> str:
         """Replaces itself ``depth`` times (each replacement keeps the task id), then runs."""

@@ -7,6 +7,8 @@ from harness import gate_stats, intervals, max_overlap, wait_until
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, start_fleet
 
+from celery_fair import fair_headers
+
 
 def test_pausing_a_key_holds_its_jobs_and_resuming_runs_each_once(make_run, start_worker, broker):
     # Given two workers, and tenant acme paused from the command line,
@@ -85,3 +87,34 @@ def _policy_seen(run) -> bool:
     stats = run.app.control.inspect(timeout=1).stats() or {}
     seen = [s.get("pool", {}).get("fair-policies-version") for s in stats.values()]
     return bool(seen) and all(v == version for v in seen)
+
+
+def test_a_paused_key_is_returned_to_the_broker_once_not_round_and_round(
+    make_run, start_worker, broker
+):
+    # Given a worker that may hold 4 messages and returns blocking ones every 0.3 s, with
+    # tenant acme paused,
+    run = make_run(conf=fleet_conf(broker, fair_max_held=4, fair_spill_interval=0.3))
+    worker = start_worker(run, concurrency=1)
+    out = fair_command(run, "pause", "--key", "acme")
+    assert out.returncode == 0, out.stderr
+    # when 12 of acme's jobs and then one of bob's are published to the queue,
+    for i in range(12):
+        run.send("fairapp.counted", f"acme{i}", 0.01, headers=fair_headers("clone", "acme"))
+    run.send("fairapp.counted", "bob", 0.01, headers=fair_headers("clone", "bob"))
+    # then paused jobs go back to the broker so that bob's runs,
+    wait_until(lambda: run.recorder.done_counts().get("bob"), 30, "bob's job")
+    # the worker then holds the paused ones it has for seconds, returning none a second time
+    # (each would only come back),
+    wait_until(
+        lambda: gate_stats(run, worker).get("fair-oldest-held-seconds", 0) >= 3,
+        30,
+        "a paused job held for 3 s",
+    )
+    # and after the resume every job ran once, none of them returned twice.
+    assert fair_command(run, "resume", "--key", "acme").returncode == 0
+    wait_until(lambda: len(run.recorder.done_counts()) == 13, 60, "all 13 jobs")
+    assert set(run.recorder.done_counts().values()) == {1}
+    trips = [e["republished"] for e in run.recorder.events() if e["event"] == "start"]
+    assert max(trips) <= 1, trips
+    assert gate_stats(run, worker)["fair-spilled"] <= 12

@@ -51,7 +51,7 @@ from typing import Any
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 
-from ..core import Admission, JobType, ReserveDepth, Scheduler, WallClock
+from ..core import Admission, BlockReason, JobType, ReserveDepth, Scheduler, WallClock
 from ..engine import Call, Decision, Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters, Fanout, Observer
@@ -60,7 +60,7 @@ from ..store.base import Store
 from ..store.redis import RedisStore
 from .consumer_prefetch import ShardWindows
 from .events import attach
-from .headers import TOKEN, FairHeaders, parse_headers, request_uid
+from .headers import PAUSED_SPILL, TOKEN, FairHeaders, parse_headers, request_uid
 from .internals import (
     ack_quietly,
     already_revoked,
@@ -596,11 +596,22 @@ class Gate:
             return
         self._last_spill = now
         pending = [v for v in self.scheduler.snapshot().jobs if v.place is not None]
-        victims = pending[-max(1, len(pending) // 10) :]
+        # A paused job goes back to the broker only if nothing else can, and once per pause:
+        # it carries the policies' version it was returned under, and is not returned again
+        # while that version holds (it would only come back, round and round).
+        version = self.engine.policy_version
+        running = [v for v in pending if BlockReason.PAUSED not in v.blocked_by]
+        if not running:
+            running = [v for v in pending if self._paused_mark(v.ref) != version]
+        victims = running[-max(1, len(running) // 10) :] if running else []
         spilled = 0
         for view in reversed(victims):
             held = self.held.get(view.ref)  # type: ignore[call-overload]
-            if held is not None and self._republish(held, reason="held work blocks the queue"):
+            paused = BlockReason.PAUSED in view.blocked_by
+            extra = {PAUSED_SPILL: version} if paused else None
+            if held is not None and self._republish(
+                held, reason="held work blocks the queue", extra=extra
+            ):
                 spilled += 1
         self.observer.spilled(spilled)
         logger.warning(
@@ -718,11 +729,20 @@ class Gate:
 
     # -- republishing --------------------------------------------------------------------
 
-    def _republish(self, held: Held, *, reason: str) -> bool:
-        """Put a held message back on its queue (all headers kept), then ack it."""
+    def _paused_mark(self, uid: object) -> int | None:
+        """The policies' version a held message was returned under while paused, if any."""
+        held = self.held.get(uid)  # type: ignore[call-overload]
+        if held is None:
+            return None
+        mark = (held.req.request_dict or {}).get(PAUSED_SPILL)
+        return mark if isinstance(mark, int) and not isinstance(mark, bool) else None
+
+    def _republish(self, held: Held, *, reason: str, extra: dict[str, Any] | None = None) -> bool:
+        """Put a held message back on its queue (all headers kept, ``extra`` added), then ack
+        it."""
         req = held.req
         try:
-            return_to_queue(self.app, req, held.arrival, self._shard_key(held))
+            return_to_queue(self.app, req, held.arrival, self._shard_key(held), extra)
         except Exception:
             logger.exception(
                 "Could not return held task %s[%s] to the broker (%s); still holding it.",

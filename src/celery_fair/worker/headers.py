@@ -31,6 +31,7 @@ __all__ = [
     "FAIRNESS_KEY",
     "JOB_ID",
     "JOB_TYPE",
+    "PAUSED_SPILL",
     "SUBMITTED",
     "TOKEN",
     "FairHeaders",
@@ -46,6 +47,9 @@ JOB_TYPE = "job_type"
 SUBMITTED = "fair_submitted"
 REPUBLISHED = "fair_republished"
 ERROR = "fair_error"
+# set on a paused job returned to the broker: the runtime policies' version it was returned
+# under, so that no worker returns it again while that version holds
+PAUSED_SPILL = "fair_paused_spill"
 TOKEN = "fair_token"  # set by the gate on admission: the job's fencing token
 
 

@@ -18,7 +18,13 @@ from .internals import message_of
 __all__ = ["dead_letter", "publish_copy", "return_to_queue"]
 
 
-def return_to_queue(app: Any, req: Any, arrival: float, shard_key: str | None = None) -> None:
+def return_to_queue(
+    app: Any,
+    req: Any,
+    arrival: float,
+    shard_key: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Publish ``req``'s message again to the exchange and routing key it came by, every header
     kept (``fair_submitted`` keeps its place in the fair order, ``fair_republished`` counts the
     trips), then acknowledge it.
@@ -26,7 +32,7 @@ def return_to_queue(app: Any, req: Any, arrival: float, shard_key: str | None = 
     With ``shard_key``, a message that came to a queue by name (the default exchange) goes to
     the back of that key's shard of the queue instead: where the intake puts the messages
     published to the queue, so where those behind it wait (returned to the queue, it would be
-    the first one there, and would come straight back).
+    the first one there, and would come straight back). ``extra`` headers are added.
 
     Raises:
         Exception: Whatever publishing raised; the original is then not acknowledged.
@@ -35,6 +41,8 @@ def return_to_queue(app: Any, req: Any, arrival: float, shard_key: str | None = 
     headers = _headers(message)
     headers.setdefault(SUBMITTED, arrival)
     headers[REPUBLISHED] = int(headers.get(REPUBLISHED) or 0) + 1
+    if extra:
+        headers.update(extra)
     info = message.delivery_info or {}
     route: dict[str, Any] = {
         "exchange": info.get("exchange") or "",
