@@ -60,3 +60,14 @@ def test_bad_options_are_refused_before_anything_is_written():
         RuntimePolicies().with_key("k", colour="red")
     with pytest.raises(ConfigurationError, match="'key' or a 'type'"):
         RuntimePolicies().paused("queue", "q", True)
+
+
+def test_runtime_policies_without_a_shared_store_are_a_clear_error():
+    from celery import Celery
+
+    from celery_fair.policies import FleetPolicies
+
+    app = Celery("t", broker="memory://", set_as_current=False)
+    with pytest.raises(ConfigurationError, match="runtime policies need a shared store"):
+        FleetPolicies(app)
+    app.close()
