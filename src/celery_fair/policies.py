@@ -66,14 +66,7 @@ class RuntimePolicies:
         )
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "keys": {name: dict(options) for name, options in self.keys.items()},
-                "paused_keys": sorted(self.paused_keys),
-                "paused_types": sorted(self.paused_types),
-            },
-            sort_keys=True,
-        )
+        return json.dumps(describe(self), sort_keys=True)
 
     def merged(self, configured: KeyPolicies) -> KeyPolicies:
         """``configured`` with these runtime entries on top (replacing those of the same name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -282,12 +282,7 @@ def _parse_aging(name: str, value: object) -> Aging | None:
 
 def describe_aging(aging: Aging) -> dict[str, object]:
     """``aging`` as the mapping it is configured with."""
-    return {
-        "interval": aging.interval,
-        "grace": aging.grace,
-        "max_effective_priority": aging.max_effective_priority,
-        "urgent_threshold": aging.urgent_threshold,
-    }
+    return asdict(aging)
 
 
 def _bool(name: str, value: object) -> bool:

@@ -659,12 +659,10 @@ class Lane:
     def place(self, job: PendingJob) -> Place:
         """``(-level, rank, acc)`` of ``job`` now: what its key queue's entry records."""
         key = job.key
-        aging = self.aging
-        if aging is None:
+        if self.aging is None:
             return (self.neg_base, key.rank, key.acc)
-        base = self.tier.priority
-        level = aging.effective(base, self.wait(job))
-        if aging.is_urgent(base, level):
+        level, urgent = self.effective(job)
+        if urgent:
             return (_NEG_URGENT, 0, 0.0)
         return (-level, key.rank, key.acc)
 
