@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from celery_fair.core.allocation import KeyDemand, allocate
+
 
 @dataclass
 class RefType:
@@ -55,6 +57,8 @@ class RefScheduler:
     keys: dict[str, dict] = field(default_factory=dict)
     # Aging for every type that has none of its own, as RefType.aging.
     aging: dict | None = None
+    # Each key's allocation (core/allocation.py, tested on its own) is its soft cap.
+    allocation_caps: bool = False
 
     def __post_init__(self) -> None:
         self.pending: list[RefJob] = []
@@ -239,10 +243,31 @@ class RefScheduler:
             times.append(now + (target - self.wait(job, now)))
         return min(times, default=None)
 
+    def allocation(self) -> dict[str, int]:
+        """Each key's slots by its policy, among the keys with jobs (none while paused)."""
+        demand: dict[str, int] = {}
+        for j in self.pending + self.running:
+            demand[j.key] = demand.get(j.key, 0) + 1
+        keys = {}
+        for key, n in demand.items():
+            p = self.policy(key)
+            keys[key] = KeyDemand(
+                p.get("weight", 1),
+                p.get("min_slots", 0),
+                p.get("max_concurrency"),
+                0 if key in self.paused_keys else n,
+            )
+        return allocate(self.capacity, keys).slots
+
     def rank(self, key: str) -> int:
-        """0 while the key runs fewer jobs (here and elsewhere) than its min_slots, else 1."""
-        running = sum(1 for r in self.running if r.key == key) + self.elsewhere_keys.get(key, 0)
-        return 0 if running < self.policy(key).get("min_slots", 0) else 1
+        """0 while the key runs fewer jobs (here and elsewhere) than its min_slots, else 1;
+        with allocation caps, 2 once it runs its allocation here."""
+        here = sum(1 for r in self.running if r.key == key)
+        if here + self.elsewhere_keys.get(key, 0) < self.policy(key).get("min_slots", 0):
+            return 0
+        if self.allocation_caps and here >= self.allocation().get(key, 0):
+            return 2
+        return 1
 
     def order(self, job: RefJob, now: float = 0.0) -> tuple:
         level, urgent = self.effective(job, now)
@@ -332,6 +357,7 @@ def reference_simulate(trace: dict) -> list[dict]:
         advance_idle=life.get("advance_idle", False),
         keys=dict(trace.get("keys", {})),
         aging=trace.get("aging"),
+        allocation_caps=trace.get("allocation_caps", False),
     )
     jobs = trace["jobs"]
     start: dict[int, float] = {}

@@ -85,11 +85,20 @@ def pauses(draw, types, when=None):
 
 
 @st.composite
-def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False, policies=False, aging=False):
+def traces(
+    draw,
+    *,
+    max_jobs=30,
+    lifecycle=False,
+    runnable=False,
+    policies=False,
+    aging=False,
+    allocation_caps=False,
+):
     """A random trace; ``runnable`` makes every type able to run (caps >= 1); ``policies``
     adds weights and caps by key, and pauses (only ones that end, with ``runnable``);
     ``aging`` adds aging for the trace and some types, and draws every time from
-    ``quarter_times``."""
+    ``quarter_times``; ``allocation_caps`` makes each key's allocation its soft cap."""
     when = quarter_times if aging else times
     types = draw(job_types())
     if aging:
@@ -141,4 +150,6 @@ def traces(draw, *, max_jobs=30, lifecycle=False, runnable=False, policies=False
         ]
     if aging and draw(st.integers(0, 3)):
         trace["aging"] = draw(agings())
+    if allocation_caps:
+        trace["allocation_caps"] = True
     return trace

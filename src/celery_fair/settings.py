@@ -32,6 +32,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # a fair task published by a running fair task takes its caller's aging clock (and so
         # its effective priority) instead of starting its own
         "fair_inherit_aging": False,
+        # each fairness key's slot allocation (minimums, weights, caps) is its soft cap: a key
+        # at its allocation yields to keys below theirs, and takes a slot nobody else can
+        "fair_allocation_caps": False,
         "fair_pool": "prefork",  # the real pool that runs tasks
         "fair_capacity": None,  # slots; None = the pool's size, following autoscale
         # jobs admitted ahead of a free slot; None = sized by fair_reserve_seconds (1 to 8)
@@ -95,6 +98,7 @@ class FairSettings:
     keys: KeyPolicies = field(default_factory=KeyPolicies)
     aging: Aging | None = None
     inherit_aging: bool = False
+    allocation_caps: bool = False
     pool: str = "prefork"
     capacity: int | None = None
     lookahead: int | None = None
@@ -161,6 +165,7 @@ class FairSettings:
             keys=_parse_keys(v["fair_keys"]),
             aging=_parse_aging("fair_aging", v["fair_aging"]),
             inherit_aging=_bool("fair_inherit_aging", v["fair_inherit_aging"]),
+            allocation_caps=_bool("fair_allocation_caps", v["fair_allocation_caps"]),
             pool=_text("fair_pool", v["fair_pool"]),
             capacity=_optional_int("fair_capacity", v["fair_capacity"], minimum=1),
             lookahead=_optional_int("fair_lookahead", v["fair_lookahead"], minimum=0),
@@ -205,6 +210,7 @@ class FairSettings:
             lifecycle=self.lifecycle,
             keys=self.keys,
             aging=self.aging,
+            allocation_caps=self.allocation_caps,
         )
 
     def describe(self) -> dict[str, object]:
@@ -214,6 +220,7 @@ class FairSettings:
             "tier_caps": dict(self.tier_caps),
             "keys": _describe_keys(self.keys),
             "aging": None if self.aging is None else describe_aging(self.aging),
+            "allocation_caps": self.allocation_caps,
             "pool": self.pool,
             "capacity": self.capacity or "pool size",
             "lookahead": self.lookahead if self.lookahead is not None else "adaptive",

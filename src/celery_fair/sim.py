@@ -47,6 +47,7 @@ _TOP_FIELDS = {
     "keys",
     "pauses",
     "aging",
+    "allocation_caps",
 }
 _PAUSE_FIELDS = {"key", "type", "at", "until"}
 _LIFECYCLE_FIELDS = {"cost_ttl", "estimate_ttl", "reset_interval", "advance_idle"}
@@ -257,6 +258,7 @@ def _parse_config(top: dict[str, Any], capacity: int, warn: Any) -> SchedulerCon
             lifecycle=lifecycle,
             keys=keys,
             aging=aging,
+            allocation_caps=top.get("allocation_caps", False),
         )
     except ConfigurationError as exc:
         raise TraceError(str(exc)) from None
@@ -364,13 +366,23 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
 
 
 #: What an alternative configuration (``simulate --config``) may change in a trace.
-OVERRIDABLE = ("capacity", "types", "tier_caps", "alpha", "lifecycle", "keys", "pauses", "aging")
+OVERRIDABLE = (
+    "capacity",
+    "types",
+    "tier_caps",
+    "alpha",
+    "lifecycle",
+    "keys",
+    "pauses",
+    "aging",
+    "allocation_caps",
+)
 
 
 def with_overrides(data: object, overrides: object) -> object:
     """``data`` (a decoded trace) with an alternative configuration on top: ``capacity``,
-    ``alpha``, ``tier_caps``, ``lifecycle``, ``keys``, ``pauses`` and ``aging`` replace the
-    trace's;
+    ``alpha``, ``tier_caps``, ``lifecycle``, ``keys``, ``pauses``, ``aging`` and
+    ``allocation_caps`` replace the trace's;
     ``types`` are merged type by type, option by option (``{"repack": {"max_concurrency": 1}}``
     changes one cap). The jobs stay. The result is checked by ``parse_trace`` like any trace.
 

@@ -61,3 +61,20 @@ def test_aging_with_weights_caps_and_pauses_equals_the_reference(trace):
 @given(traces(aging=True, policies=True, lifecycle=True, max_jobs=40))
 def test_aging_with_policies_and_the_cost_lifecycle_equals_the_reference(trace):
     assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(policies=True, allocation_caps=True))
+def test_allocation_caps_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(runnable=True, policies=True, allocation_caps=True))
+def test_allocation_caps_leave_no_job_unrun_that_could_run(trace):
+    jobs = run(trace)
+    assert jobs == reference_simulate(trace)
+    assert all(j["start"] is not None for j in jobs)
+
+
+@given(traces(aging=True, policies=True, lifecycle=True, allocation_caps=True, max_jobs=40))
+def test_allocation_caps_with_aging_and_the_cost_lifecycle_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)

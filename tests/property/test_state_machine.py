@@ -45,6 +45,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         keys=st.one_of(st.just({}), key_policies()),
         aging=st.one_of(st.none(), agings()),
         type_aging=st.lists(st.one_of(st.none(), agings()), min_size=4, max_size=4),
+        allocation_caps=st.booleans(),
     )
     def setup(
         self,
@@ -58,6 +59,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         keys,
         aging,
         type_aging,
+        allocation_caps,
     ):
         self.clock = SimClock()
         life = CostLifecycle(cost_ttl, estimate_ttl, reset_interval, advance_idle)
@@ -79,6 +81,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 lifecycle=life,
                 keys=KeyPolicies.from_mapping(keys),
                 aging=None if aging is None else Aging.from_mapping(aging),
+                allocation_caps=allocation_caps,
             ),
             self.clock,
             jtypes,
@@ -103,6 +106,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             advance_idle=advance_idle,
             keys=keys,
             aging=aging,
+            allocation_caps=allocation_caps,
         )
         self.types = sorted(types)
         self.policies_changed = False  # a cap lowered under running jobs may be exceeded
@@ -159,6 +163,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         if got:
             self.pending.remove(got.ref)
             self.running.append(got.ref)
+
+    @precondition(lambda self: self.core.running <= 5)
+    @rule(capacity=st.integers(0, 5))
+    def set_capacity(self, capacity):
+        capacity = max(capacity, self.core.running)  # a pool shrinks as its jobs end
+        self.core.set_capacity(capacity)
+        self.ref.capacity = capacity
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), elapsed=st.sampled_from([0, 0.5, 1, 3.3, 12]))

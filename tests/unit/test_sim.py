@@ -197,3 +197,20 @@ def test_a_key_cap_of_zero_and_a_pause_that_never_ends_leave_jobs_unstarted():
         pauses=[{"key": "held", "at": 0}],
     )
     assert starts(data) == {"a": (None, None), "b": (None, None), "c": (0, 1)}
+
+
+@pytest.mark.parametrize(("caps", "renders"), [(False, [0, 1, 2]), (True, [0, 0, 2])])
+def test_allocation_caps_give_each_key_its_share_of_the_slots_at_once(caps, renders):
+    jobs = [job(f"render-{i}", duration=10, cost=10, fairness_key="render") for i in range(3)]
+    jobs += [job(f"thumb-{i}", duration=1, cost=1, fairness_key="thumbs") for i in range(5)]
+    data = trace(jobs, capacity=4, types={"job": {"priority": 8}}, allocation_caps=caps)
+    for j in data["jobs"]:
+        j["type"] = "job"
+    got = {j.name: j.start for j in simulate(parse_trace(data)).jobs}
+    assert [got[f"render-{i}"] for i in range(3)] == renders
+    assert sorted(got.values()).count(0) == 4  # no slot idles either way
+
+
+def test_allocation_caps_must_be_true_or_false():
+    with pytest.raises(TraceError, match="allocation_caps must be True or False"):
+        parse_trace(trace([job("a")], allocation_caps="yes"))

@@ -5,7 +5,8 @@ The dispatch rule itself never allocates slots: it orders jobs (by rank, then by
 while no slot ever idles for a key that has no work. This module answers the question an
 operator asks of it instead: with these keys waiting, who gets how many of the slots? It is
 computed when the set of keys with work or their policies change, never per decision, and it
-feeds metrics and ``inspect`` (and may serve as per-key caps, issue 21).
+feeds metrics and ``inspect``, and with ``SchedulerConfig.allocation_caps`` it is each key's
+soft cap (see ``Scheduler``: a key at its allocation yields to keys below theirs).
 
 The allocation, in the order seed 001 gives it:
 
@@ -27,7 +28,7 @@ import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
-__all__ = ["Allocation", "KeyDemand", "allocate"]
+__all__ = ["Allocation", "KeyDemand", "allocate", "shares"]
 
 
 class KeyDemand(NamedTuple):
@@ -53,7 +54,18 @@ def allocate(capacity: int, keys: Mapping[str, KeyDemand]) -> Allocation:
     >>> a.slots, a.idle
     ({'A': 10, 'B': 6}, 0)
     """
-    room = {name: _usable(k) for name, k in keys.items()}
+    return shares(capacity, keys)[1]
+
+
+def shares(capacity: int, keys: Mapping[str, KeyDemand]) -> tuple[dict[str, float], Allocation]:
+    """The water-filled shares before they are made whole, and ``allocate``'s answer.
+
+    A key whose share is below what it can use (``min(cap, demand)``) is not held back by
+    its demand: its demand may change, as long as it stays above the share, without
+    changing anyone's allocation. Only a change that reaches down to the share does (the
+    scheduler uses this to compute the allocation again only then).
+    """
+    room = {name: usable(k) for name, k in keys.items()}
     got: dict[str, float] = {}
     left = capacity
     for name in sorted(keys):
@@ -73,10 +85,11 @@ def allocate(capacity: int, keys: Mapping[str, KeyDemand]) -> Allocation:
             break
         whole[name] += 1
         spare -= 1
-    return Allocation(whole, max(0, spare))
+    return share, Allocation(whole, max(0, spare))
 
 
-def _usable(key: KeyDemand) -> int:
+def usable(key: KeyDemand) -> int:
+    """How many slots ``key`` can use: its demand, no more than its cap."""
     cap = key.demand if key.cap is None else min(key.cap, key.demand)
     return max(0, cap)
 

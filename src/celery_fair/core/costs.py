@@ -140,8 +140,12 @@ class KeyState:
         of this key's jobs (see ``fairqueue.ConflictLane``), each with the ``(rank, acc)`` at
         or above which the loan must be checked again;
       - ``rank`` is 0 while the key runs fewer than ``min_slots`` jobs (here and, as a store
-        says, elsewhere), else 1: the order's first component within a tier, so a key below
-        its minimum goes before the keys at or above theirs;
+        says, elsewhere), else 1 while it runs fewer than ``share`` here, else 2: the order's
+        first component within a tier, so a key below its minimum goes before the keys at or
+        above theirs, and (with allocation caps) a key below its allocation before the keys
+        at or above theirs. ``share`` is the key's allocation, ``UNLIMITED`` without
+        allocation caps (so the rank is then 0 or 1), and ``share_frac`` the share before it
+        was made whole (``allocation.shares``);
       - ``queues`` lists every key queue (``fairqueue.KeyQueue``) of this key that its keyed
         queue still holds, or is ``None`` when there is none;
       - ``cap`` is what this scheduler may run of the key: its ``limit`` (the policy's
@@ -166,6 +170,8 @@ class KeyState:
         "queues",
         "rank",
         "running",
+        "share",
+        "share_frac",
         "weight",
     )
 
@@ -184,14 +190,27 @@ class KeyState:
         self.blocked: list[Any] | None = None
         self.min_slots = 0
         self.rank = 1
+        self.share = UNLIMITED
+        self.share_frac = 0.0
 
     def recap(self) -> None:
         """Compute ``cap`` again from ``limit``, ``elsewhere`` and ``paused``. O(1)."""
         self.cap = cap_left(self.limit, self.elsewhere, self.paused)
 
     def rank_now(self) -> int:
-        """0 while the key runs fewer than ``min_slots`` jobs here and elsewhere, else 1."""
-        return 0 if self.running + self.elsewhere < self.min_slots else 1
+        """0 while the key runs fewer than ``min_slots`` jobs here and elsewhere, else 1 while
+        it runs fewer than ``share`` here, else 2."""
+        if self.running + self.elsewhere < self.min_slots:
+            return 0
+        return 1 if self.running < self.share else 2
+
+    def room(self) -> int:
+        """How many slots the allocation lets the key use: its running and pending jobs, no
+        more than its cap, none while paused (``allocation.usable``)."""
+        if self.paused:
+            return 0
+        demand = self.running + self.pending
+        return demand if demand < self.limit else self.limit
 
     @property
     def is_active(self) -> bool:

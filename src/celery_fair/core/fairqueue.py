@@ -60,8 +60,8 @@ Place = tuple[float, int, float]
 and ``acc`` no longer count and are 0)."""
 
 _NEG_URGENT = -URGENT
-_NO_BOUND = (2, 0.0)
-"""A loan's bound that no charge reaches (a key's rank is 0 or 1)."""
+_NO_BOUND = (3, 0.0)
+"""A loan's bound that no charge reaches (a key's rank is 0, 1 or 2)."""
 
 __all__ = [
     "ELSEWHERE",
@@ -282,7 +282,7 @@ class KeyedQueue:
 
     ``heap`` holds entries ``(-level, rank, acc, arrival, seq, id, key_queue)``: ``level`` is
     the effective priority of the queue's head (its lane's priority unless the lane ages),
-    ``rank`` the key's (0 below its minimum of slots, else 1). An entry is current when its id
+    ``rank`` the key's (``KeyState.rank``). An entry is current when its id
     equals ``key_queue.ver``, and a current entry is never later than the queue's true
     position: costs that go down and heads that rise push fresh entries at once (the latter
     from the agenda, see ``aging.py``). ``queues`` maps each key to its queue; ``size`` counts

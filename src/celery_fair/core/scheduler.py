@@ -8,7 +8,7 @@ from itertools import count
 
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
 from .aging import Agenda, PauseLog
-from .allocation import Allocation, KeyDemand, allocate
+from .allocation import Allocation, KeyDemand, shares
 from .clock import Clock
 from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
 from .fairqueue import (
@@ -100,6 +100,10 @@ class Scheduler:
         self._key_pauses: dict[str, PauseLog] = {}
         # The time of the operation in progress, and when aging next moves a key queue up.
         self._agenda = Agenda(now)
+        # Allocation caps: each key's allocation is its soft cap (its ``share``), computed
+        # again before the next decision once ``_reshare_due`` (see ``_demand_moved``).
+        self._sharing = config.allocation_caps
+        self._reshare_due = self._sharing
         for jtype in types:
             self.register_type(jtype)
 
@@ -153,6 +157,7 @@ class Scheduler:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ConfigurationError(f"capacity must be an int >= 0, got {capacity!r}")
         self._capacity = capacity
+        self._reshare_due = self._sharing
 
     # -- events in ---------------------------------------------------------------------
 
@@ -201,6 +206,8 @@ class Scheduler:
             self._apply_policy(key)
         if key.pending == 0 and key.running == 0:
             accounts.activate(key)
+        if self._sharing:
+            self._demand_moved(key, 1)
         group = lane.type.conflict_group
         ckey = (group, job_id) if group and job_id is not None else None
         job = PendingJob(ref, lane, job_id, key, arrival, next(self._seq), cost, ckey)
@@ -234,6 +241,8 @@ class Scheduler:
         self._pending -= 1
         key = job.key
         key.pending -= 1
+        if self._sharing:
+            self._demand_moved(key, -1)
         lent_from = job.lent_from
         if lent_from is not None:
             job.lent_from = None
@@ -293,7 +302,7 @@ class Scheduler:
         job.state = JobState.PENDING
         if key.blocked is not None and key.running < key.cap:
             unblock(key)
-        if key.min_slots:
+        if key.min_slots or key.share != UNLIMITED:
             self._rerank(key)
         conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
         if conflict is not None and conflict.holder is job:
@@ -409,7 +418,11 @@ class Scheduler:
         (core/allocation.py): minimums, then weights, clamped by caps and demand (running
         plus pending jobs; none while paused). A view for metrics and inspection, computed
         when asked: O(k log k) for the k keys with work, never part of a decision."""
-        keys = {
+        return shares(self._capacity, self._demands())[1]
+
+    def _demands(self) -> dict[str, KeyDemand]:
+        """What ``allocate`` needs of each key with work. O(keys)."""
+        return {
             name: KeyDemand(
                 key.weight,
                 key.min_slots,
@@ -419,7 +432,39 @@ class Scheduler:
             for name, key in self._accounts.keys.items()
             if key.running + key.pending
         }
-        return allocate(self._capacity, keys)
+
+    def _demand_moved(self, key: KeyState, by: int) -> None:
+        """``key``'s running plus pending jobs just moved ``by`` (+1 or -1): the allocation
+        must be computed again if its room (``KeyState.room``) changed and, before or after,
+        reached down to its share; above its share, a key's room moves nobody's
+        (``allocation.shares``). O(1)."""
+        after = key.room()
+        key.pending -= by  # as it was, for a moment
+        before = key.room()
+        key.pending += by
+        if after != before and min(before, after) <= key.share_frac + 1e-6:
+            self._reshare_due = True
+
+    def _look(self) -> None:
+        """Bring the order up to now for a look at it (aging, and shares)."""
+        self._age(self._clock.now())
+        if self._reshare_due:
+            self._reshare()
+
+    def _reshare(self) -> None:
+        """Make each key's share its allocation again, and its rank follow. O(k log k) for
+        the k keys with work, plus O(q log n) for each key that moves earlier."""
+        self._reshare_due = False
+        demands = self._demands()
+        fracs, allocation = shares(self._capacity, demands)
+        for name, key in self._accounts.keys.items():
+            if name in demands:
+                key.share_frac = fracs[name]
+                key.share = allocation.slots[name]
+            else:  # no work: a job that comes makes this run again before it is decided
+                key.share_frac = 0.0
+                key.share = 0
+            self._rerank(key)
 
     def pause_key(self, fairness_key: str) -> None:
         """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,
@@ -458,6 +503,7 @@ class Scheduler:
             key.paused = paused
             key.pauses = log
             self._key_limits_changed(key)
+            self._reshare_due = self._sharing
             if not paused and self._agenda.active:
                 resume_aging(key)  # their waiting goes on: book their next rise again
 
@@ -531,6 +577,8 @@ class Scheduler:
         """
         now = self._clock.now()
         self._maintain(now)
+        if self._reshare_due:
+            self._reshare()
         job = select(self._tiers, self._capacity - self._running, self._agenda.active)
         if job is None:
             self._starved = self._pending > 0 and self._running < self._capacity
@@ -542,6 +590,8 @@ class Scheduler:
         """Admit jobs one at a time until nothing more is admissible."""
         now = self._clock.now()
         self._maintain(now)
+        if self._reshare_due:
+            self._reshare()
         tiers = self._tiers
         admitted: list[Admission] = []
         while True:
@@ -705,7 +755,7 @@ class Scheduler:
         job = self._jobs.get(ref)
         if job is None:
             return None
-        self._age(self._clock.now())
+        self._look()
         if job.state is JobState.RUNNING:
             return self._view(job, None, None)
         mine = job.order()
@@ -720,7 +770,7 @@ class Scheduler:
 
     def snapshot(self) -> Snapshot:
         """The whole state, pending jobs in dispatch order with their places. O(n log n)."""
-        self._age(self._clock.now())
+        self._look()
         pending = sorted(
             (j for j in self._jobs.values() if j.state is JobState.PENDING), key=PendingJob.order
         )
@@ -760,7 +810,7 @@ class Scheduler:
         tier = lane.tier
         key = job.key
         self._start(job, 1)
-        if key.min_slots and key.rank == 0:
+        if key.rank != 2 and (key.min_slots or key.share != UNLIMITED):
             key.rank = key.rank_now()  # later, if so: entries catch up lazily, loans below
         ckey = job.ckey
         if ckey is not None:
@@ -831,7 +881,9 @@ class Scheduler:
         key.running -= 1
         if key.blocked is not None and key.running < key.cap:
             unblock(key)
-        if key.min_slots:
+        if self._sharing:
+            self._demand_moved(key, -1)
+        if key.min_slots or key.share != UNLIMITED:
             self._rerank(key)
         jtype = lane.type
         ekey = (jtype.name, job.job_id)
@@ -861,15 +913,17 @@ class Scheduler:
         key.pauses = self._key_pauses.get(key.name)
         key.elsewhere = self._keys_elsewhere.get(key.name, 0)
         self._key_limits_changed(key)
+        self._reshare_due = self._sharing
 
     def _rerank(self, key: KeyState) -> None:
-        """Make ``key.rank`` follow its running jobs (here and elsewhere) against its minimum.
-        O(1) while it stays; O(q log n) when it changes."""
+        """Make ``key.rank`` follow its running jobs (here and elsewhere) against its minimum
+        and its share. O(1) while it stays; O(q log n) when it changes."""
         rank = key.rank_now()
-        if rank == key.rank:
+        old = key.rank
+        if rank == old:
             return
         key.rank = rank
-        if rank == 0:  # earlier in the order: fresh entries, and the lanes it waits in lend
+        if rank < old:  # earlier in the order: fresh entries, and the lanes it waits in lend
             reposition(key)
         elif key.lent:  # later: loans it holds may have to move
             recheck_loans(key)

@@ -368,6 +368,10 @@ class SchedulerConfig:
         keys: Weights and caps by fairness key (none by default: every key weighs 1).
         aging: How waiting jobs rise in priority, for every type that does not set its own;
             ``None`` (the default): they do not.
+        allocation_caps: Make each key's slot allocation (``Scheduler.allocation``) its soft
+            cap: within a tier, a key running fewer jobs than its allocation goes before the
+            keys running their allocation or more, which take a slot only when no key below
+            its allocation can. Nothing idles for it (work-conserving). Off by default.
     """
 
     capacity: int
@@ -376,8 +380,13 @@ class SchedulerConfig:
     lifecycle: CostLifecycle = field(default_factory=CostLifecycle)
     keys: KeyPolicies = field(default_factory=KeyPolicies)
     aging: Aging | None = None
+    allocation_caps: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.allocation_caps, bool):
+            raise ConfigurationError(
+                f"allocation_caps must be True or False, got {self.allocation_caps!r}"
+            )
         if self.aging is not None and not isinstance(self.aging, Aging):
             raise ConfigurationError(f"aging must be an Aging or None, got {self.aging!r}")
         if not _is_int(self.capacity) or self.capacity < 0:
