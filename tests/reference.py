@@ -73,6 +73,9 @@ class RefScheduler:
         self.elsewhere_types: dict[str, int] = {}
         self.elsewhere_conflicts: set[tuple[str, str]] = set()
         self.elsewhere_keys: dict[str, int] = {}
+        # Whether urgent jobs pass the tier and type counts elsewhere (a store's), or keep
+        # within them (a share while the store is away).
+        self.urgent_passes = True
         self.paused_keys: set[str] = set()
         self.paused_types: set[str] = set()
         # Every pause so far: (kind, name) -> [[start, end or None], ...].
@@ -145,12 +148,15 @@ class RefScheduler:
         jt = self.types[job.type]
         if len(self.running) >= self.capacity:
             return False
+        # An urgent job counts only the jobs running here against its tier's and type's caps:
+        # a store weighs the others (and holds the next free slot for it).
+        urgent = self.urgent_passes and self.effective(job, now)[1]
         same_tier = [r for r in self.running if self.types[r.type].priority == jt.priority]
-        elsewhere = self.elsewhere_tiers.get(jt.priority, 0)
+        elsewhere = 0 if urgent else self.elsewhere_tiers.get(jt.priority, 0)
         if len(same_tier) + elsewhere >= self.tier_cap(jt.priority):
             return False
         same_type = [r for r in self.running if r.type == job.type]
-        elsewhere = self.elsewhere_types.get(job.type, 0)
+        elsewhere = 0 if urgent else self.elsewhere_types.get(job.type, 0)
         if jt.max_concurrency is not None and len(same_type) + elsewhere >= jt.max_concurrency:
             return False
         if job.type in self.paused_types or job.key in self.paused_keys:

@@ -87,6 +87,9 @@ _BLOCKED = {
     Verdict.RECOVERING: "recovering",
 }
 
+#: The caps that workers share, which an urgent job refused for claims (``Ask.claim``).
+_SHARED_CAPS = (Verdict.TIER_CAP, Verdict.TYPE_CAP)
+
 #: Modes in which admitted jobs that have not started may be given back (``reconsider``).
 _RECONSIDER = (Mode.ALONE, Mode.SHARED)
 
@@ -172,7 +175,7 @@ class Engine:
         outage: ``"hold"`` or ``"local"``: what to do while the store is unreachable.
         poll_interval: Seconds between two looks at the store while jobs here wait only for
             what other workers run or hold, and between two retries of a job whose uid runs
-            elsewhere.
+            elsewhere or of an urgent job that holds a claim on a full tier or type.
         clock: The engine's own clock for intervals (monotonic by default).
         observer: Told of admissions refused, store calls, outages (observe.py); a
             ``Counters`` of its own by default.
@@ -218,7 +221,9 @@ class Engine:
         # _done: finished jobs the store has not been told about yet (it still counts them as
         # running under this worker), oldest first, each with its record.
         self._done: list[tuple[Done, _Job]] = []
-        # _stalled: jobs whose uid runs elsewhere, withdrawn from the core until this time.
+        # _stalled: jobs whose uid runs elsewhere, or urgent jobs refused for a full shared cap
+        # (the store holds its next free slot for them), withdrawn from the core until this
+        # time, when they are asked for again.
         self._stalled: dict[Hashable, float] = {}
         # _mine_tiers / _mine_types: this worker's jobs that the store counts as running, by
         # priority and by type: those with ``in_store`` set, plus the finished ones in _done
@@ -548,15 +553,24 @@ class Engine:
 
     def _ask_now(self, job: _Job, admission: Admission) -> Ask:
         """``job``'s ask with its key's cap and weight as the core has them now (runtime
-        policies may have changed them since it was submitted); an urgent job passes its
-        key's cap (docs/design.md 5e), so the store must not count the key against it."""
+        policies may have changed them since it was submitted). An urgent job passes its
+        key's cap (docs/design.md 5e), so the store must not count the key against it, and
+        claims the next free slot of a full tier or type for as long as a few polls take."""
         ask = job.ask
         key_cap, weight = self.core.key_terms(ask.fairness_key)
+        claim = None
         if admission.urgent:
             key_cap = None
-        if key_cap != ask.key_cap or weight != ask.weight:
-            ask = job.ask = ask._replace(key_cap=key_cap, weight=weight)
+            claim = self.claim_seconds
+        if key_cap != ask.key_cap or weight != ask.weight or claim != ask.claim:
+            ask = job.ask = ask._replace(key_cap=key_cap, weight=weight, claim=claim)
         return ask
+
+    @property
+    def claim_seconds(self) -> float:
+        """How long an urgent job's claim on a full tier or type lasts unless it asks again:
+        four polls (it asks at every poll), and at least a second."""
+        return max(1.0, 4 * self.poll_interval)
 
     def _apply_admit(self, call: Call, reply: Reply) -> Decision:
         core = self.core
@@ -603,6 +617,11 @@ class Engine:
             elif verdict is Verdict.PAUSED:
                 self._policy_version = -1  # read them whole again
                 self._policies_stale = True
+            elif admission.urgent and verdict in _SHARED_CAPS:
+                # The store holds the cap's next free slot for it: ask again at the next
+                # poll, and meanwhile leave the core to jobs that other caps let run.
+                core.cancel(ref)
+                self._stalled[ref] = now + self.poll_interval
             elif verdict is Verdict.RUNNING:
                 core.cancel(ref)
                 self._stalled[ref] = now + self.poll_interval
@@ -836,7 +855,7 @@ class Engine:
             if jtype.max_concurrency is not None:
                 types[jtype.name] = jtype.max_concurrency - math.ceil(jtype.max_concurrency / n)
         keys = {k: cap - math.ceil(cap / n) for k, cap in core.key_limits().items()}
-        core.set_running_elsewhere(tiers, types, keys)
+        core.set_running_elsewhere(tiers, types, keys, urgent_passes=False)
         for job in self._jobs.values():
             self._hold_locally(job)
 

@@ -218,17 +218,22 @@ class SchedulerMachine(RuleBasedStateMachine):
     def set_running_elsewhere(self, data):
         tiers = data.draw(st.dictionaries(st.sampled_from(PRIORITIES), st.integers(0, 3)))
         types = data.draw(st.dictionaries(st.sampled_from(self.types), st.integers(0, 3)))
-        self.core.set_running_elsewhere(tiers, types)
+        # a store's counts (urgent jobs pass them), or a share while it is away (they bind)
+        passes = data.draw(st.booleans())
+        self.core.set_running_elsewhere(tiers, types, urgent_passes=passes)
         self.ref.elsewhere_tiers = tiers
         self.ref.elsewhere_types = types
+        self.ref.urgent_passes = passes
 
     @rule(data=st.data())
     def set_running_elsewhere_by_key(self, data):
         tiers = dict(self.ref.elsewhere_tiers)
         types = dict(self.ref.elsewhere_types)
         keys = data.draw(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 3)))
-        self.core.set_running_elsewhere(tiers, types, keys)
+        passes = data.draw(st.booleans())
+        self.core.set_running_elsewhere(tiers, types, keys, urgent_passes=passes)
         self.ref.elsewhere_keys = keys
+        self.ref.urgent_passes = passes
 
     # Policies and pauses, changed while jobs wait and run.
 
@@ -286,11 +291,16 @@ class SchedulerMachine(RuleBasedStateMachine):
         for name, n in snap.running_by_type.items():
             cap = types[name].max_concurrency
             assert cap is None or n <= cap
-        # A key's cap holds against what runs here; the jobs a store says run elsewhere count
-        # against it only from the next admission, as for types.
+        # A key's cap holds against what runs here, but for the jobs admitted urgent, which
+        # pass it; the jobs a store says run elsewhere count against it only from the next
+        # admission, as for types.
+        urgent: dict[str, int] = {}
+        for view in snap.jobs:
+            if view.state is JobState.RUNNING and view.urgent:
+                urgent[view.fairness_key] = urgent.get(view.fairness_key, 0) + 1
         for name, n in snap.running_by_key.items():
             cap = self.ref.policy(name).get("max_concurrency")
-            assert cap is None or n <= cap or self.policies_changed
+            assert cap is None or n - urgent.get(name, 0) <= cap or self.policies_changed
         held = set()
         for view in snap.jobs:
             group = types[view.type].conflict_group
@@ -345,7 +355,11 @@ class SchedulerMachineWithStructures(SchedulerMachine):
                 assert key.running >= key.cap, key
                 for kq in key.blocked:
                     assert kq.blocked, kq
-                    assert kq.ver == -1, kq
+                    # no entry, unless its head has turned urgent (and passes the key's cap)
+                    head = kq.head(False)
+                    assert kq.ver == -1 or (
+                        head is not None and head.lane.effective(head)[1] and not key.paused
+                    ), kq
                     assert kq.live > 0, kq
                     assert kq.owner.queues.get(key) is kq
 

@@ -26,6 +26,7 @@ def ask(
     default_cost: float = 1.0,
     key_cap: int | None = None,
     weight: float = 1.0,
+    claim: float | None = None,
 ) -> Ask:
     return Ask(
         uid,
@@ -40,6 +41,7 @@ def ask(
         default_cost,
         key_cap,
         weight,
+        claim,
     )
 
 
@@ -428,3 +430,54 @@ def test_runtime_policies_reach_a_heartbeat_once_per_version_and_pauses_refuse(m
     assert seen == ['{"v": 1}']
     reply = store.admit("w1", [ask("d", "acme"), ask("e", type="rescan")])
     assert verdicts(reply) == [Verdict.ADMITTED, Verdict.PAUSED]
+
+
+def test_an_urgent_job_refused_for_a_full_tier_holds_its_next_free_slot(make_store):
+    busy, waiting = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    [a] = busy.admit("w1", [ask("a", priority=1, tier_cap=1)]).grants
+    urgent = ask("u", priority=1, tier_cap=1, claim=30.0)
+    assert verdicts(waiting.admit("w2", [urgent])) == [Verdict.TIER_CAP]
+    # The worker that ran a releases it and asks for its next job in the same call: the
+    # freed slot is the urgent job's, and every worker sees it taken.
+    reply = busy.admit("w1", [ask("b", priority=1, tier_cap=1)], [Done("a", a.token, 1.0)])
+    assert verdicts(reply) == [Verdict.TIER_CAP]
+    assert reply.tiers == {1: 1}
+    assert waiting.heartbeat("w2", [], []).tiers == {1: 1}
+    reply = waiting.admit("w2", [urgent])
+    assert verdicts(reply) == [Verdict.ADMITTED]
+    assert reply.tiers == {1: 1}  # it runs; its claim is gone
+    [done] = waiting.finish("w2", [Done("u", reply.grants[0].token, 1.0)])
+    assert done.applied
+    assert verdicts(busy.admit("w1", [ask("b", priority=1, tier_cap=1)])) == [Verdict.ADMITTED]
+
+
+def test_a_type_cap_is_claimed_the_same_way_and_the_first_claim_stands(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    [a] = one.admit("w1", [ask("a", type_cap=1)]).grants
+    first = ask("u1", type_cap=1, claim=30.0)
+    second = ask("u2", type_cap=1, claim=30.0)
+    assert verdicts(two.admit("w2", [first])) == [Verdict.TYPE_CAP]
+    assert verdicts(one.admit("w1", [second], [Done("a", a.token, None)])) == [Verdict.TYPE_CAP]
+    assert verdicts(two.admit("w2", [first])) == [Verdict.ADMITTED]
+
+
+def test_a_claim_lapses_when_its_job_stops_asking(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    [a] = one.admit("w1", [ask("a", type_cap=1)]).grants
+    assert verdicts(two.admit("w2", [ask("u", type_cap=1, claim=0.3)])) == [Verdict.TYPE_CAP]
+    one.finish("w1", [Done("a", a.token, None)])
+    assert one.heartbeat("w1", [], []).types == {"clone": 1}  # held for u
+
+    def free():
+        return one.heartbeat("w1", [], []).types == {}
+
+    wait_until(free, 10, "the urgent job's claim to lapse")
+    assert verdicts(one.admit("w1", [ask("b", type_cap=1)])) == [Verdict.ADMITTED]
+
+
+def test_a_job_that_is_not_urgent_claims_nothing(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    [a] = one.admit("w1", [ask("a", tier_cap=1)]).grants
+    assert verdicts(two.admit("w2", [ask("u", tier_cap=1)])) == [Verdict.TIER_CAP]
+    reply = one.admit("w1", [ask("b", tier_cap=1)], [Done("a", a.token, None)])
+    assert verdicts(reply) == [Verdict.ADMITTED]

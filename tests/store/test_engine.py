@@ -158,6 +158,37 @@ def test_a_job_aged_into_urgency_passes_its_keys_cap_in_the_store_too(fleet, clo
     assert two.core.status("b0").urgent
 
 
+def test_an_urgent_job_gets_the_next_slot_of_a_shared_cap_before_another_workers_backlog(
+    fleet, clock
+):
+    # Tier 2 is capped at 2 fleet-wide. The first worker has a backlog of it: without a
+    # claim, each job it finishes hands its slot to its next one in the same call, and the
+    # second worker's job would wait for as long as that backlog lasts, urgent or not.
+    aging = Aging(interval=1.0, max_effective_priority=8, urgent_threshold=8)
+    one, two = fleet(2, aging=aging)
+    for i in range(2):
+        one.submit(f"b{i}", "bg", f"r{i}", "busy", arrival=clock.now())
+    assert started(one.run_inline()) == ["b0", "b1"]
+    two.submit("u", "bg", "x", "patient", arrival=clock.now())
+    assert started(two.run_inline()) == []  # refused: the tier is full
+    assert started(two.run_inline()) == []  # and not proposed again
+    assert two.observer.counts["refused"] == 1
+    clock.advance(6.0)  # 2 + 6 levels: urgent at 8
+    for i in range(2, 6):  # the backlog goes on, young
+        one.submit(f"b{i}", "bg", f"r{i}", "busy", arrival=clock.now())
+    assert started(two.run_inline()) == []  # proposed, refused: its claim holds the next slot
+    assert two.observer.counts["refused"] == 2
+    one.finish("b0", 1.0, final=True)
+    assert started(one.run_inline()) == []  # b2 is refused: the slot b0 freed is u's
+    assert one.core.status("b2").blocked_by == (BlockReason.TIER_CAP,)
+    assert started(one.run_inline()) == []  # and not proposed again: the reply counted it
+    clock.advance(1.0)  # the second worker's next poll
+    assert started(two.run_inline()) == ["u"]
+    assert two.core.status("u").urgent
+    one.finish("b1", 1.0, final=True)
+    assert started(one.run_inline()) == ["b2"]  # the claim is gone with u's start
+
+
 def test_runtime_policies_reach_every_worker_with_its_next_beat(fleet, clock):
     one, two = fleet(2, capacity=3, keys={"tenant": {"max_concurrency": 2}})
     two.submit("t0", "fetch", "y", "tenant", arrival=clock.now())

@@ -58,6 +58,7 @@ class BothStores(RuleBasedStateMachine):
         self.serial = 0
         self.running: dict[str, tuple[str, int, Running]] = {}  # uid -> worker, token, record
         self.ended: list[tuple[str, str, int]] = []  # (worker, uid, token) of jobs that ended
+        self.refused: list[tuple[str, object]] = []  # (worker, ask) of refused urgent jobs
 
     def teardown(self) -> None:
         self.redis.close()
@@ -78,6 +79,7 @@ class BothStores(RuleBasedStateMachine):
                 st.sampled_from(KEYS),
                 st.none() | st.just(0.0) | st.floats(0.1, 50.0),
                 st.none() | st.integers(1, 3),
+                st.booleans(),  # urgent: claims a full tier or type cap
             ),
             min_size=1,
             max_size=4,
@@ -87,13 +89,24 @@ class BothStores(RuleBasedStateMachine):
     )
     def admit(self, worker, jobs, ends, watched):
         asks = []
-        for jtype, job_id, key, cost, tier_cap in jobs:
+        for jtype, job_id, key, cost, tier_cap, urgent in jobs:
             self.serial += 1
             priority, type_cap = TYPES[jtype]
             asks.append(
                 ask(f"j{self.serial}", key, type=jtype, priority=priority, tier_cap=tier_cap,
-                    type_cap=type_cap, job_id=job_id, cost=cost, default_cost=2.0)
+                    type_cap=type_cap, job_id=job_id, cost=cost, default_cost=2.0,
+                    claim=1e6 if urgent else None)
             )  # fmt: skip
+        self._admit(worker, asks, ends, watched)
+
+    @precondition(lambda self: self.refused)
+    @rule(data=st.data(), ends=st.integers(0, 3))
+    def ask_again(self, data, ends):
+        """A refused urgent job is asked for again by its worker, as the engine does."""
+        worker, a = self.refused.pop(data.draw(st.integers(0, len(self.refused) - 1)))
+        self._admit(worker, [a], ends, [])
+
+    def _admit(self, worker, asks, ends, watched):
         done = self._ends(worker, ends)
         watch = [conflict_field("git", w) for w in watched]
         mine, theirs = self.both("admit", worker, asks, done, watch)
@@ -104,6 +117,8 @@ class BothStores(RuleBasedStateMachine):
         assert same(mine.tiers, theirs.tiers)
         assert same(mine.types, theirs.types)
         for a, grant in zip(asks, mine.grants, strict=True):
+            if a.claim is not None and not grant.token:
+                self.refused.append((worker, a))
             if grant.token:
                 record = Running(a.uid, grant.token, a.type, a.priority, a.conflict,
                                  a.estimate_key, a.fairness_key, grant.estimate, 2.0)  # fmt: skip

@@ -122,6 +122,39 @@ def test_an_urgent_job_passes_its_keys_cap_but_not_its_types():
     assert s.status("u1").blocked_by == (BlockReason.TYPE_CAP,)  # urgent or not
 
 
+@pytest.mark.parametrize("cap", ["tier", "type"])
+def test_an_urgent_job_counts_only_its_own_workers_jobs_against_shared_caps(cap):
+    # Other workers fill the cap: a job that is not urgent waits; an urgent one is proposed,
+    # for the store to weigh (it holds the next free slot for it); a share of the cap set
+    # while the store is away binds it like any job.
+    s, clock = make(
+        capacity=3,
+        aging=Aging(interval=1, max_effective_priority=3, urgent_threshold=3),
+        types=[JobType("t", 1, max_concurrency=2)],
+        tier_caps={1: 2},
+    )
+    full = {1: 2} if cap == "tier" else {}
+    types = {"t": 2} if cap == "type" else {}
+    reason = BlockReason.TIER_CAP if cap == "tier" else BlockReason.TYPE_CAP
+    s.set_running_elsewhere(full, types)
+    s.submit("old", "t")
+    clock.set(1.0)
+    s.submit("young", "t")
+    assert s.schedule() == []
+    assert s.status("old").blocked_by == (reason,)
+    clock.set(2.0)
+    assert s.status("old").urgent
+    assert s.status("old").blocked_by == ()
+    assert s.status("young").blocked_by == (reason,)  # not urgent yet
+    s.set_running_elsewhere(full, types, urgent_passes=False)
+    assert s.status("old").blocked_by == (reason,)
+    assert s.schedule() == []
+    s.set_running_elsewhere(full, types)
+    assert refs(s.schedule()) == ["old"]
+    clock.set(3.0)  # young is urgent too; the cap counts the jobs here: 1 of 2
+    assert refs(s.schedule()) == ["young"]
+
+
 def test_urgent_jobs_go_before_all_others_oldest_first_whatever_their_keys_used():
     s, clock = make(
         capacity=1,

@@ -24,7 +24,7 @@ def store() -> RedisStore:
     return RedisStore(redis.Redis(host="127.0.0.1", port=1), prefix="wire", lease=12.5)
 
 
-ASKED = Ask("u1", "clone", 8, 3, None, "git:linux", "clone:linux", "tenant", 2.5, 1.0, 4, 0.5)
+ASKED = Ask("u1", "clone", 8, 3, None, "git:linux", "clone:linux", "tenant", 2.5, 1.0, 4, 0.5, 2.0)
 ENDED = Done("u0", 41, 0.75, final=True)
 RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5)
 
@@ -75,6 +75,7 @@ def test_the_head_and_an_admission_are_packed_in_the_tables_order():
         "default_cost": "1.0",
         "key_cap": "4",
         "weight": "0.5",
+        "claim": "2.0",
     }
     assert args[at + 1 + len(ASK) :] == ["git:watched"]
 

@@ -104,6 +104,9 @@ class Scheduler:
         # again before the next decision once ``_reshare_due`` (see ``_demand_moved``).
         self._sharing = config.allocation_caps
         self._reshare_due = self._sharing
+        # Whether urgent jobs pass what other workers run against tier and type caps (the
+        # store weighs it for them), or must keep within it (a share set while it is away).
+        self._urgent_passes = True
         for jtype in types:
             self.register_type(jtype)
 
@@ -348,14 +351,21 @@ class Scheduler:
         tiers: Mapping[int, int],
         types: Mapping[str, int],
         keys: Mapping[str, int] | None = None,
+        *,
+        urgent_passes: bool = True,
     ) -> None:
         """Count, against each cap, the jobs that other workers run (by priority, by type and,
         if given, by fairness key).
 
         A tier may then admit ``cap - elsewhere`` jobs here. Tiers and types not named run
         nothing elsewhere; with ``keys`` given, neither do keys not named (without it, the
-        keys' counts stay as they were). O(tiers + types + keys).
+        keys' counts stay as they were). An urgent job counts only the jobs running here
+        against its tier's and type's caps, as a store then decides and holds the next free
+        slot for it (docs/design.md 5e); with ``urgent_passes=False`` it keeps within
+        ``cap - elsewhere`` like any job (a worker's share of each cap while the store is
+        unreachable). O(tiers + types + keys).
         """
+        self._urgent_passes = urgent_passes
         for tier in self._tiers:
             tier.elsewhere = n = tiers.get(tier.priority, 0)
             tier.cap = cap_left(tier.limit, n)
@@ -579,7 +589,9 @@ class Scheduler:
         self._maintain(now)
         if self._reshare_due:
             self._reshare()
-        job = select(self._tiers, self._capacity - self._running, self._agenda.active)
+        job = select(
+            self._tiers, self._capacity - self._running, self._agenda.active, self._urgent_passes
+        )
         if job is None:
             self._starved = self._pending > 0 and self._running < self._capacity
             return None
@@ -595,7 +607,9 @@ class Scheduler:
         tiers = self._tiers
         admitted: list[Admission] = []
         while True:
-            job = select(tiers, self._capacity - self._running, self._agenda.active)
+            job = select(
+                tiers, self._capacity - self._running, self._agenda.active, self._urgent_passes
+            )
             if job is None:
                 self._starved = self._pending > 0 and self._running < self._capacity
                 return admitted
@@ -647,7 +661,7 @@ class Scheduler:
         for job in self._jobs.values():
             if job.state is not JobState.PENDING:
                 continue
-            reasons = blocked_by(job, free, conflicts)
+            reasons = blocked_by(job, free, conflicts, self._urgent_passes)
             name = "admissible"
             for reason in _BLOCK_ORDER:
                 if reason in reasons:
@@ -1001,7 +1015,9 @@ class Scheduler:
             state=job.state,
             place=place,
             place_in_key=place_in_key,
-            blocked_by=blocked_by(job, self._capacity - self._running, self._conflicts)
+            blocked_by=blocked_by(
+                job, self._capacity - self._running, self._conflicts, self._urgent_passes
+            )
             if pending
             else (),
             effective_priority=effective,

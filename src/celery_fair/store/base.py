@@ -98,6 +98,10 @@ class Ask(NamedTuple):
     default_cost: float
     key_cap: int | None = None  # the fairness key's max_concurrency (None: no cap)
     weight: float = 1.0  # the key is charged estimate / weight
+    # An urgent job's claim (docs/design.md 5e): refused for a full tier or type cap, it
+    # holds the next slot of that cap that frees for this many seconds, renewed by each
+    # ask; other jobs see the slot taken. None: no claim (a job that is not urgent).
+    claim: float | None = None
 
 
 class Grant(NamedTuple):
@@ -140,7 +144,8 @@ class Reply(NamedTuple):
     Attributes:
         finished: One per ``Done`` given, in order (they are applied before any ``Ask``).
         grants: One per ``Ask``, in order.
-        tiers, types: Running jobs per priority and per type, fleet-wide, this worker's included.
+        tiers, types: Running jobs per priority and per type, fleet-wide, this worker's included,
+            plus one for each slot an urgent job's live claim holds (``Ask.claim``).
         held: For each watched conflict field, whether some job holds it now.
         workers: Workers holding a live lease (this one included).
         keys: Running jobs, fleet-wide, of each fairness key asked for with a ``key_cap``.

@@ -81,6 +81,8 @@ class MemoryStore:
         self._token = 0
         self._reset_at: float | None = None
         self._done: OrderedDict[str, float] = OrderedDict()  # tombstone uid -> when, oldest first
+        # Urgent jobs' claims: "p:<priority>" or "t:<type>" -> (uid, expiry); see admit.lua.
+        self.claims: dict[str, tuple[str, float]] = {}
 
     # -- operations ------------------------------------------------------------------------
 
@@ -96,9 +98,10 @@ class MemoryStore:
         self._maintain(now)
         self.workers[worker] = now + self.lease
         finished = self._finish(done or (), now)
+        self._expire_claims(now)
         grants = []
         for a in asks:
-            verdict = self._verdict(a)
+            verdict = self._verdict(a, now)
             if verdict is not Verdict.ADMITTED:
                 grants.append(Grant(a.uid, verdict, 0, None, self.acc.get(a.fairness_key, 0.0)))
                 continue
@@ -121,6 +124,10 @@ class MemoryStore:
             self.acc[k] = acc
             self._key_active(k, acc)
             self._token += 1
+            if a.claim is not None:
+                for field in (f"p:{a.priority}", f"t:{a.type}"):
+                    if self.claims.get(field, ("",))[0] == a.uid:
+                        del self.claims[field]
             self.tiers[a.priority] = self.tiers.get(a.priority, 0) + 1
             self.types[a.type] = self.types.get(a.type, 0) + 1
             if a.conflict:
@@ -130,12 +137,13 @@ class MemoryStore:
                 a.default_cost, charge,
             )  # fmt: skip
             grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc))
+        tiers, types = self._counts()
         return Reply(
             self.epoch,
             finished,
             grants,
-            dict(self.tiers),
-            dict(self.types),
+            tiers,
+            types,
             {c: c in self.conflicts for c in watch or ()},
             len(self.workers),
             {
@@ -181,13 +189,15 @@ class MemoryStore:
         reclaimed = self._reclaim(now)
         self._maintain(now)
         mine = sum(1 for job in self.jobs.values() if job.worker == worker)
+        self._expire_claims(now)
+        tiers, types = self._counts()
         return View(
             self.epoch,
             now,
             mine,
             reclaimed,
-            dict(self.tiers),
-            dict(self.types),
+            tiers,
+            types,
             {c: c in self.conflicts for c in conflicts},
             {k: self.acc.get(k, 0.0) for k in keys},
             len(self.workers),
@@ -247,22 +257,60 @@ class MemoryStore:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _verdict(self, a: Ask) -> Verdict:
+    def _verdict(self, a: Ask, now: float) -> Verdict:
         if a.uid in self.jobs:
             return Verdict.RUNNING
         if self.dedupe > 0 and a.uid in self._done:
             return Verdict.DONE
         if a.fairness_key in self._paused[0] or a.type in self._paused[1]:
             return Verdict.PAUSED
-        if a.tier_cap is not None and self.tiers.get(a.priority, 0) >= a.tier_cap:
+        tier = f"p:{a.priority}"
+        if (
+            a.tier_cap is not None
+            and self.tiers.get(a.priority, 0) + self._claimed(tier, a.uid) >= a.tier_cap
+        ):
+            self._claim(tier, a, now)
             return Verdict.TIER_CAP
-        if a.type_cap is not None and self.types.get(a.type, 0) >= a.type_cap:
+        jtype = f"t:{a.type}"
+        if (
+            a.type_cap is not None
+            and self.types.get(a.type, 0) + self._claimed(jtype, a.uid) >= a.type_cap
+        ):
+            self._claim(jtype, a, now)
             return Verdict.TYPE_CAP
         if a.key_cap is not None and self.active.get(a.fairness_key, 0) >= a.key_cap:
             return Verdict.KEY_CAP
         if a.conflict and a.conflict in self.conflicts:
             return Verdict.CONFLICT
         return Verdict.ADMITTED
+
+    def _claimed(self, field: str, uid: str) -> int:
+        """1 if another urgent job's claim holds a slot of ``field``, else 0."""
+        held = self.claims.get(field)
+        return 1 if held is not None and held[0] != uid else 0
+
+    def _claim(self, field: str, a: Ask, now: float) -> None:
+        """``a``, urgent, was refused for ``field``'s cap: hold its next free slot for it,
+        unless another job's claim holds it."""
+        if a.claim is not None and not self._claimed(field, a.uid):
+            self.claims[field] = (a.uid, now + a.claim)
+
+    def _expire_claims(self, now: float) -> None:
+        for field, (_, expiry) in list(self.claims.items()):
+            if expiry <= now:
+                del self.claims[field]
+
+    def _counts(self) -> tuple[dict[int, int], dict[str, int]]:
+        """The running counts by tier and type, each claimed slot counted as taken."""
+        tiers = dict(self.tiers)
+        types = dict(self.types)
+        for field in self.claims:
+            if field.startswith("p:"):
+                priority = int(field[2:])
+                tiers[priority] = tiers.get(priority, 0) + 1
+            else:
+                types[field[2:]] = types.get(field[2:], 0) + 1
+        return tiers, types
 
     def _key_active(self, k: str, acc: float) -> None:
         self.active[k] = self.active.get(k, 0) + 1

@@ -50,6 +50,7 @@ KEY_NAMES = (
     "minacc",
     "done",
     "policies",
+    "claims",
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
@@ -326,6 +327,7 @@ class RedisStore:
                 repr(float(a.default_cost)),
                 "" if a.key_cap is None else str(a.key_cap),
                 repr(float(a.weight)),
+                _opt(a.claim),
             )
         args += watch
 

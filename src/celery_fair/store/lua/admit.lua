@@ -4,10 +4,13 @@
 --       d, and d times: uid, token, elapsed ('' = none), how ('1'/'u'/'0')   (as complete.lua);
 --       n, and n times: uid, type, priority, tier cap, type cap ('' = none), conflict field
 --          ('' = none), estimate field, fairness key, cost ('' = learned), default cost,
---          key cap ('' = none), weight (as Ask's fields, store/wire.py);
+--          key cap ('' = none), weight, claim ('' = none) (as Ask's fields, store/wire.py);
 --       then any number of conflict fields to watch.
 -- Each job is admitted when its tier, its type and its fairness key run fewer than their caps
--- and nobody holds its conflict; a blocked job does not stop the ones after it. An admitted
+-- and nobody holds its conflict; a blocked job does not stop the ones after it. A slot that an
+-- urgent job's claim holds (common.lua, CLAIMS) counts as taken for every other job; an urgent
+-- job refused for a full tier or type claims the next slot of it to free, unless another
+-- urgent job holds it already. An admitted
 -- job gets the next fencing token, its key is charged its estimate / weight, and it is held
 -- under this worker's lease, which the call renews when a quarter of it has passed since the
 -- last renewal.
@@ -45,6 +48,7 @@ for i = 0, n - 1 do
   local k = ARGV[b + ASK_FAIRNESS_KEY]
   local key_cap = optnum(ARGV[b + ASK_KEY_CAP])
   if key_cap then capped[k] = true end
+  local claim_ttl = optnum(ARGV[b + ASK_CLAIM])
   local status = 'ok'
   if recovering then
     status = 'recovering'
@@ -55,10 +59,12 @@ for i = 0, n - 1 do
   elseif redis.call('HEXISTS', POLICIES, 'pk:' .. k) == 1
       or redis.call('HEXISTS', POLICIES, 'pt:' .. jtype) == 1 then
     status = 'paused'  -- a fleet-wide pause (celery_fair/policies.py), whatever the worker knows
-  elseif tier_cap and (tiers[prio] or 0) >= tier_cap then
+  elseif tier_cap and (tiers[prio] or 0) + claimed('p:' .. prio, uid) >= tier_cap then
     status = 'tier'
-  elseif type_cap and (types[jtype] or 0) >= type_cap then
+    if claim_ttl then claim('p:' .. prio, uid, claim_ttl) end
+  elseif type_cap and (types[jtype] or 0) + claimed('t:' .. jtype, uid) >= type_cap then
     status = 'type'
+    if claim_ttl then claim('t:' .. jtype, uid, claim_ttl) end
   elseif key_cap and tonumber(redis.call('HGET', ACTIVE, k) or '0') >= key_cap then
     status = 'key'
   elseif cf ~= '' and redis.call('HEXISTS', CONFLICTS, cf) == 1 then
@@ -88,6 +94,7 @@ for i = 0, n - 1 do
     redis.call('HSET', ACC, k, sacc)
     if advance then redis.call('ZADD', MINACC, sacc, k) end
     local tok = next_token()
+    if claim_ttl then unclaim(uid, prio, jtype) end
     count(prio, jtype, 1)
     if cf ~= '' then redis.call('HSET', CONFLICTS, cf, uid) end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({

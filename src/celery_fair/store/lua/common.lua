@@ -21,6 +21,9 @@
 --  12 minacc    zset  active fairness key -> accumulated cost (for advance_idle)
 --  13 done      zset  uid of a job that finished for good -> when (a tombstone, for dedupe)
 --  14 policies  hash  version -> n, doc -> the runtime policies (JSON; celery_fair/policies.py)
+--  15 claims    hash  'p:<priority>' or 't:<type>' -> cmsgpack {u = uid, x = expiry}: the next
+--                     slot of that tier or type cap to free is held for the urgent job uid
+--                     (admit.lua); other jobs count it as taken until it starts or x passes
 -- ARGV of every script starts with the same head, then its own lists: their positions and
 -- strides are locals generated from celery_fair/store/wire.py (HEAD, H_WORKER, ASK_N, ...).
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
@@ -29,7 +32,7 @@
 local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local DONE, POLICIES = KEYS[13], KEYS[14]
+local DONE, POLICIES, CLAIMS = KEYS[13], KEYS[14], KEYS[15]
 -- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
 local MAINTAIN_EVERY = 0.05
 
@@ -51,6 +54,9 @@ local token, token_read, maint_at = 0, 0, 0
 local mine, mine_read = 0, 0
 local renew_at = 0
 local meta_changes = {}  -- meta fields to write back, as {field, value, ...}
+-- Urgent jobs' claims on tier and type caps, field -> {u = uid, x = expiry}, read once per
+-- call by open_store (expired ones dropped), and the time of the call.
+local claims, call_now = {}, 0
 
 -- The meta field counting worker ``w``'s running jobs.
 local function mine_field(w) return 'n:' .. w end
@@ -72,6 +78,12 @@ local function open_store(schema, expected, now, window)
   local m = redis.call('HMGET', META, 'schema', 'epoch', 'recovering_until', 'token', 'maint_at', MINE,
     renew_field(ARGV[H_WORKER]))
   tiers, types = totable(redis.call('HGETALL', TIERS)), totable(redis.call('HGETALL', TYPES))
+  call_now = now
+  local flat = redis.call('HGETALL', CLAIMS)
+  for i = 1, #flat, 2 do
+    local c = cmsgpack.unpack(flat[i + 1])
+    if c.x > now then claims[flat[i]] = c else redis.call('HDEL', CLAIMS, flat[i]) end
+  end
   if m[1] == false then
     local epoch = fmt(now) .. ':' .. tostring(math.random(1, 1000000000))
     redis.call('HSET', META, 'schema', schema, 'epoch', epoch, 'token', '0')
@@ -144,7 +156,50 @@ local function flatten(values)
   return flat
 end
 
--- Write back what this call changed; returns the counts as flat {field, value, ...} lists.
+-- Whether ``field`` ('p:<priority>' or 't:<type>') has a slot held for an urgent job other
+-- than ``uid``: 1 or 0, to count with the running jobs.
+local function claimed(field, uid)
+  local c = claims[field]
+  if c and c.u ~= uid then return 1 end
+  return 0
+end
+
+-- Hold the next free slot of ``field`` for ``uid`` for ``ttl`` seconds, unless another job's
+-- live claim holds it (the first claim stands until its job starts or it lapses).
+local function claim(field, uid, ttl)
+  local c = claims[field]
+  if c and c.u ~= uid then return end
+  c = {u = uid, x = call_now + ttl}
+  claims[field] = c
+  redis.call('HSET', CLAIMS, field, cmsgpack.pack(c))
+end
+
+-- ``uid`` started: its claims, if any, are done.
+local function unclaim(uid, prio, jtype)
+  for _, field in ipairs({'p:' .. prio, 't:' .. jtype}) do
+    local c = claims[field]
+    if c and c.u == uid then
+      claims[field] = nil
+      redis.call('HDEL', CLAIMS, field)
+    end
+  end
+end
+
+-- The running counts with each claimed slot counted as taken.
+local function with_claims(values, prefix)
+  local out = {}
+  for field, v in pairs(values) do out[field] = v end
+  for field in pairs(claims) do
+    if string.sub(field, 1, 2) == prefix then
+      local name = string.sub(field, 3)
+      out[name] = (out[name] or 0) + 1
+    end
+  end
+  return out
+end
+
+-- Write back what this call changed; returns the counts as flat {field, value, ...} lists,
+-- each claimed slot counted as taken.
 local function close_store()
   save_hash(TIERS, tiers, changed_tiers)
   save_hash(TYPES, types, changed_types)
@@ -152,7 +207,7 @@ local function close_store()
   if token ~= token_read then m[#m + 1] = 'token'; m[#m + 1] = token end
   if mine ~= mine_read then m[#m + 1] = MINE; m[#m + 1] = mine end
   if #m > 0 then redis.call('HSET', META, unpack(m)) end
-  return flatten(tiers), flatten(types)
+  return flatten(with_claims(tiers, 'p:')), flatten(with_claims(types, 't:'))
 end
 
 -- The key gets one more running job; true if it had none (it was idle).
