@@ -105,6 +105,17 @@ def make_app(
         return run(tag, seconds, type="maintenance")
 
     @fair_task(
+        app=app,
+        name="fairapp.rescan",
+        type="rescan",
+        priority=2,
+        default_cost=1,
+        aging={"grace": 1.0, "interval": 0.5, "max_effective_priority": 8, "urgent_threshold": 8},
+    )
+    def rescan(tag: str, seconds: float = 0.01) -> str:  # the same tier as maintenance; ages
+        return run(tag, seconds, type="rescan")
+
+    @fair_task(
         app=app, name="fairapp.late", type="late", priority=8, default_cost=1, acks_late=True
     )
     def late(tag: str, seconds: float = 0.01) -> str:
