@@ -33,6 +33,7 @@ import redis
 from celery_fair.core import CostLifecycle
 from celery_fair.store import Ask, Done, RedisStore, Verdict
 from celery_fair.store import redis as redis_store
+from celery_fair.store.wire import lua_constants
 
 URL = "redis://127.0.0.1:6379/0"
 
@@ -46,8 +47,11 @@ class Replay:
         self.prefix = f"script-bench-{uuid.uuid4().hex[:8]}"
         original = redis_store._source
         if lua is not None:
-            redis_store._source = lambda name: (
-                (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+            redis_store._source = lambda name: (  # the ARGV names first, as the store does
+                lua_constants()
+                + (lua / "common.lua").read_text()
+                + "\n"
+                + (lua / f"{name}.lua").read_text()
             )
         try:
             self.store = RedisStore(client, self.prefix, lifecycle=CostLifecycle())

@@ -143,12 +143,15 @@ def run_subprocess(fair: bool, broker: str) -> dict[str, list[float]]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    ok = False
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + 60
         while not module.app.control.ping(timeout=0.5):
             if proc.poll() is not None or time.time() > deadline:
                 raise SystemExit(f"the worker did not start; see {log.name}")
-        return waits(workload(module.app, tasks))
+        result = waits(workload(module.app, tasks))
+        ok = True
+        return result
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         try:
@@ -156,7 +159,11 @@ def run_subprocess(fair: bool, broker: str) -> dict[str, list[float]]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
-        Path(log.name).unlink(missing_ok=True)
+        if ok:
+            Path(log.name).unlink(missing_ok=True)
+        else:  # say what the worker said: the log stays for a closer look
+            tail = Path(log.name).read_text(errors="replace")[-4000:]
+            print(f"worker log {log.name} (its end):\n{tail}", file=sys.stderr)
         with module.app.connection_for_write() as conn:  # leave the broker as we found it
             for name in (queue, *(shard_name(queue, i) for i in range(SHARDS))):
                 conn.default_channel.queue_delete(name)

@@ -8,10 +8,12 @@ from typing import Any, TypeVar
 
 from celery import Celery, Task, shared_task
 from celery.canvas import Signature
+from kombu.utils.uuid import uuid
 
 from .core import Aging, JobType
 from .errors import ConfigurationError
 from .routing import Shards, resolve_base
+from .submissions import submit_once
 from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED
 
 __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
@@ -103,8 +105,13 @@ class FairTask(Task):
         shadow: str | None = None,
         fairness_key: str | None = None,
         job_id: str | None = None,
+        idempotency_key: str | None = None,
         **options: Any,
     ) -> Any:
+        """Celery's ``apply_async`` with the fairness options: ``fairness_key`` (who asked),
+        ``job_id`` (the resource the job works on) and ``idempotency_key``: a duplicate of
+        ``(fairness_key, idempotency_key)`` within ``fair_idempotency_seconds`` publishes
+        nothing and returns the first submission's result (submissions.py)."""
         headers = dict(options.pop("headers", None) or {})
         headers.setdefault(JOB_TYPE, self.job_type_name())
         if fairness_key is not None:
@@ -128,8 +135,22 @@ class FairTask(Task):
             queue = {"queue": own} if own else {}
             base = resolve_base(self.app, self.name, args, kwargs, {**queue, **options})
             shards.route(options, key, base)
-        return super().apply_async(
-            args, kwargs, task_id, producer, link, link_error, shadow, headers=headers, **options
+        if idempotency_key is None:
+            return super().apply_async(
+                args, kwargs, task_id, producer, link, link_error, shadow, headers=headers,
+                **options,
+            )  # fmt: skip
+        tid = task_id or uuid()
+        publish = super().apply_async
+        return submit_once(
+            self.app,
+            _key_of(self.app, headers.get(FAIRNESS_KEY)),
+            idempotency_key,
+            tid,
+            lambda: publish(
+                args, kwargs, tid, producer, link, link_error, shadow, headers=headers, **options
+            ),
+            self.AsyncResult,
         )
 
     def fair(self, fairness_key: str | None = None, job_id: str | None = None) -> Signature:
@@ -140,6 +161,13 @@ class FairTask(Task):
         if job_id is not None:
             options["job_id"] = job_id
         return self.signature(options=options)
+
+
+def _key_of(app: Celery, header: object) -> str:
+    """The fairness key a worker will read from ``header``: the default one when absent."""
+    if isinstance(header, str):
+        return header
+    return str(app.conf.get("fair_default_fairness_key", "") or "")
 
 
 def _inherited_submitted(app: Celery, retry: bool) -> float | None:

@@ -51,6 +51,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_reset_interval": None,
         "fair_advance_idle": False,
         "fair_default_fairness_key": "",
+        # a submit with an idempotency_key publishes once per (fairness key, idempotency key)
+        # within this many seconds (submissions.py)
+        "fair_idempotency_seconds": 24 * 3600.0,
         "fair_max_header_length": 256,
         "fair_on_bad_message": "repair",  # or "reject": every bad message goes to dead letter
         "fair_dead_letter_queue": "celery_fair.dead_letter",
@@ -110,6 +113,7 @@ class FairSettings:
     alpha: float = 0.3
     lifecycle: CostLifecycle = field(default_factory=CostLifecycle)
     default_fairness_key: str = ""
+    idempotency_seconds: float = 24 * 3600.0
     max_header_length: int = 256
     on_bad_message: str = "repair"
     dead_letter_queue: str = "celery_fair.dead_letter"
@@ -177,6 +181,7 @@ class FairSettings:
             alpha=_setting("fair_alpha", lambda: SchedulerConfig(1, alpha=v["fair_alpha"]).alpha),
             lifecycle=lifecycle,
             default_fairness_key=_key("fair_default_fairness_key", v["fair_default_fairness_key"]),
+            idempotency_seconds=_seconds("fair_idempotency_seconds", v["fair_idempotency_seconds"]),
             max_header_length=_int("fair_max_header_length", v["fair_max_header_length"], 1),
             on_bad_message=_choice(
                 "fair_on_bad_message", v["fair_on_bad_message"], BAD_MESSAGE_POLICIES

@@ -12,13 +12,14 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "git_server" / "run.py"
 
 
 def test_git_server_example_gives_the_late_clients_a_shorter_wait_than_plain_celery(broker):
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, str(EXAMPLE), "--broker", BROKERS[broker]],
         capture_output=True,
         text=True,
         timeout=240,
-        check=True,
-    ).stdout
+    )
+    out = done.stdout
+    assert done.returncode == 0, f"exit {done.returncode}\n{out}\n{done.stderr}"
     rows = {
         line.split()[0]: line.split()
         for line in out.splitlines()

@@ -75,9 +75,11 @@ def test_a_worker_takes_in_no_more_plain_tasks_than_celerys_window(make_run, sta
     # and on RabbitMQ, when fair jobs due later wait in a shard (Celery widens its window by
     # one for each, and the worker consumes the shard again with a wider one of its own),
     clone = run.app.tasks["fairapp.clone"]
+    # (due in 12 s: the wider window lasts only while they wait, and a loaded host takes a
+    # while to answer the inspections below)
     later = 3
     for i in range(later):
-        clone.apply_async([f"later{i}", 0.01], fairness_key="A", countdown=4)
+        clone.apply_async([f"later{i}", 0.01], fairness_key="A", countdown=12)
     wait_until(
         lambda: max(gate_stats(run, worker)["fair-shard-windows"].values()) > CONCURRENCY + 1,
         20,

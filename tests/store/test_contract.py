@@ -481,3 +481,28 @@ def test_a_job_that_is_not_urgent_claims_nothing(make_store):
     assert verdicts(two.admit("w2", [ask("u", tier_cap=1)])) == [Verdict.TIER_CAP]
     reply = one.admit("w1", [ask("b", tier_cap=1)], [Done("a", a.token, None)])
     assert verdicts(reply) == [Verdict.ADMITTED]
+
+
+def test_a_submission_is_recorded_once_per_key_until_its_time_is_up(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    assert one.claim_submission("alice", "order-17", "t1", 30.0) is None
+    assert two.claim_submission("alice", "order-17", "t2", 30.0) == "t1"
+    assert two.claim_submission("bob", "order-17", "t3", 30.0) is None  # per fairness key
+    # (the key and the idempotency key cannot run into each other)
+    assert two.claim_submission("alice:", "order-17", "t4", 30.0) is None
+    assert one.claim_submission("a", "short", "t5", 0.2) is None
+    wait_until(
+        lambda: two.claim_submission("a", "short", "t6", 30.0) is None,
+        10,
+        "the short record to lapse",
+    )
+    assert one.claim_submission("a", "short", "t7", 30.0) == "t6"
+
+
+def test_a_failed_publish_forgets_only_its_own_record(make_store):
+    store = make_store(lifecycle=NEVER)
+    assert store.claim_submission("alice", "k", "t1", 30.0) is None
+    store.forget_submission("alice", "k", "other")  # not its record: it stays
+    assert store.claim_submission("alice", "k", "t2", 30.0) == "t1"
+    store.forget_submission("alice", "k", "t1")
+    assert store.claim_submission("alice", "k", "t2", 30.0) is None

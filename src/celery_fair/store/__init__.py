@@ -14,6 +14,7 @@ from .base import (
     View,
     conflict_field,
     estimate_field,
+    submission_field,
 )
 from .memory import MemoryStore
 from .redis import RedisStore
@@ -34,4 +35,5 @@ __all__ = [
     "View",
     "conflict_field",
     "estimate_field",
+    "submission_field",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "conflict_field",
     "conflict_of",
     "estimate_field",
+    "submission_field",
 ]
 
 SCHEMA = "3"
@@ -55,6 +56,15 @@ def conflict_field(group: str, job_id: str | None) -> str:
     if not group or job_id is None:
         return ""
     return f"{len(group)}:{group}{job_id}"
+
+
+def submission_field(fairness_key: str, idempotency_key: str) -> str:
+    """The name under which a submission's idempotency key is recorded; unambiguous.
+
+    >>> submission_field("alice", "order-17")
+    '5:aliceorder-17'
+    """
+    return f"{len(fairness_key)}:{fairness_key}{idempotency_key}"
 
 
 def conflict_of(field: str) -> tuple[str, str] | None:
@@ -249,6 +259,19 @@ class Store(Protocol):
         """Replace the runtime policies' document by ``change(document)``'s, atomically, with
         the paused keys and types it returns (which ``admit`` refuses, ``Verdict.PAUSED``);
         the version goes up by one. Returns the new version and document."""
+        ...
+
+    def claim_submission(
+        self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
+    ) -> str | None:
+        """Record that ``task_id`` is the submission of ``(fairness_key, idempotency_key)``
+        for ``seconds``, atomically for every producer: ``None`` if it now is, else the task
+        id of the submission recorded first (still within its time)."""
+        ...
+
+    def forget_submission(self, fairness_key: str, idempotency_key: str, task_id: str) -> None:
+        """Drop the record of ``(fairness_key, idempotency_key)`` if it is ``task_id``'s (its
+        publish failed, so a later submit may publish)."""
         ...
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:

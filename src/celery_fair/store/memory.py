@@ -28,6 +28,7 @@ from .base import (
     Verdict,
     View,
     estimate_field,
+    submission_field,
 )
 
 __all__ = ["MemoryStore"]
@@ -83,6 +84,8 @@ class MemoryStore:
         self._done: OrderedDict[str, float] = OrderedDict()  # tombstone uid -> when, oldest first
         # Urgent jobs' claims: "p:<priority>" or "t:<type>" -> (uid, expiry); see admit.lua.
         self.claims: dict[str, tuple[str, float]] = {}
+        # Submissions by idempotency key: submission_field -> (task id, expiry).
+        self._submitted: dict[str, tuple[str, float]] = {}
 
     # -- operations ------------------------------------------------------------------------
 
@@ -208,6 +211,22 @@ class MemoryStore:
 
     def policies(self) -> tuple[int, str]:
         return self._policies
+
+    def claim_submission(
+        self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
+    ) -> str | None:
+        now = self.clock.now()
+        name = submission_field(fairness_key, idempotency_key)
+        held = self._submitted.get(name)
+        if held is not None and held[1] > now:
+            return held[0]
+        self._submitted[name] = (task_id, now + seconds)
+        return None
+
+    def forget_submission(self, fairness_key: str, idempotency_key: str, task_id: str) -> None:
+        name = submission_field(fairness_key, idempotency_key)
+        if self._submitted.get(name, ("",))[0] == task_id:
+            del self._submitted[name]
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
         doc, keys, types = change(self._policies[1])

@@ -27,6 +27,7 @@ from .base import (
     Verdict,
     View,
     estimate_field,
+    submission_field,
 )
 from .wire import HEAD, lua_constants
 
@@ -55,6 +56,12 @@ KEY_NAMES = (
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
 _SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies")
+
+# Drop a submission's record only if it is still the given task's (compare and delete).
+_FORGET = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 def _as_text(value: object) -> str:
@@ -206,6 +213,7 @@ class RedisStore:
         self._wire = Wire(client) if type(client) is redis_lib.Redis else None
         self._sources = {name: _source(name) for name in _SCRIPTS}
         self._scripts = {name: client.register_script(self._sources[name]) for name in _SCRIPTS}
+        self._forget = client.register_script(_FORGET)
 
     @classmethod
     def from_url(
@@ -268,6 +276,32 @@ class RedisStore:
         """The runtime policies' version (0: never set) and document (JSON, ``""`` if none)."""
         version, doc = self.client.hmget(self._key("policies"), ["version", "doc"])
         return int(version or 0), _as_text(doc)
+
+    def claim_submission(
+        self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
+    ) -> str | None:
+        """``SET NX`` with the time to live: one round trip, two for a duplicate (it reads
+        whose submission holds the key; if that ended in between, it tries again)."""
+        name = self._submission(fairness_key, idempotency_key)
+        ms = max(1, round(seconds * 1000))
+
+        def claim(client: Any) -> str | None:
+            while True:
+                if client.set(name, task_id, nx=True, px=ms):
+                    return None
+                held = client.get(name)
+                if held is not None:
+                    return _as_text(held)
+
+        result: str | None = self._read(claim)
+        return result
+
+    def forget_submission(self, fairness_key: str, idempotency_key: str, task_id: str) -> None:
+        name = self._submission(fairness_key, idempotency_key)
+        self._read(lambda c: self._forget(keys=[name], args=[task_id], client=c))
+
+    def _submission(self, fairness_key: str, idempotency_key: str) -> str:
+        return f"{{{self.prefix}}}:submitted:{submission_field(fairness_key, idempotency_key)}"
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
         """Replace the runtime policies' document by ``change(document)``'s, with the paused

@@ -1,0 +1,56 @@
+"""Job control (issue 22) with real producers and real ``celery worker -P fair`` processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from harness import HERE, wait_until
+from test_fleet import fleet_conf
+
+# A producer of its own: it builds the test's app from the environment (fairapp.py), waits
+# for the agreed moment, submits with an idempotency key and prints the task id it got.
+PRODUCER = """
+import sys, time
+import fairapp
+at = float(sys.argv[1])
+while time.time() < at:
+    time.sleep(0.001)
+result = fairapp.app.tasks["fairapp.clone"].apply_async(
+    ["once", 0.01], fairness_key="ci", idempotency_key="build-7"
+)
+print(result.id)
+"""
+
+
+def test_a_duplicate_submit_from_two_producers_at_once_runs_once(make_run, start_worker, broker):
+    # Given a worker, and two producer processes that submit the same (fairness key,
+    # idempotency key) at the same moment,
+    run = make_run(conf=fleet_conf(broker))
+    start_worker(run, concurrency=2)
+    at = time.time() + 3.0  # both are started and connected well before
+    producers = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, repr(at)],
+            cwd=HERE,
+            env=run.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=60) for p in producers]
+    for p, (_, err) in zip(producers, outputs, strict=True):
+        assert p.returncode == 0, err
+    ids = [out.strip() for out, _ in outputs]
+    # then both get the same task id, and the job runs once.
+    assert ids[0], ids
+    assert ids[0] == ids[1], ids
+    wait_until(lambda: run.recorder.done_counts().get("once") == 1, 30, "the job to run")
+    # A later submit with another key runs; the duplicate never does.
+    clone = run.app.tasks["fairapp.clone"]
+    clone.apply_async(["other", 0.01], fairness_key="ci", idempotency_key="build-8")
+    wait_until(lambda: run.recorder.done_counts().get("other") == 1, 30, "the other job")
+    assert run.recorder.done_counts()["once"] == 1
