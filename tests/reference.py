@@ -308,10 +308,12 @@ class RefScheduler:
             out.append(job)
         return out
 
-    def complete(self, ref, elapsed, now) -> None:
+    def complete(self, ref, elapsed, now, refund=False) -> None:
         self.maintain(now)
         job = next(j for j in self.running if j.ref == ref)
         self.running.remove(job)
+        if refund and job.key in self.acc:  # it never ran: its charge goes back
+            self.acc[job.key] = max(0.0, self.acc[job.key] - job.charge)
         if elapsed is not None:
             jt = self.types[job.type]
             ekey = (job.type, job.job_id)

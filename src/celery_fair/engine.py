@@ -313,11 +313,15 @@ class Engine:
         """A started job ended after ``elapsed`` seconds (``None``: released without learning).
 
         ``final``: its message was acknowledged, so the broker will not deliver it again.
-        ``unstarted``: it was admitted but never began, so the store refunds its charge.
+        ``unstarted``: it was admitted but never began, so its charge goes back to its key
+        (in the core, and in the store).
         """
         core = self.core
         try:
-            release = core.release(ref) if elapsed is None else core.complete(ref, elapsed)
+            if elapsed is None:
+                release = core.release(ref, refund=unstarted)
+            else:
+                release = core.complete(ref, elapsed)
         except UnknownJob:
             return
         self.observer.finished(release.type, core.types[release.type].priority, elapsed)

@@ -7,7 +7,7 @@ import sys
 import time
 
 from harness import HERE, wait_until
-from test_fleet import fleet_conf
+from test_fleet import fleet_conf, store_of
 
 # A producer of its own: it builds the test's app from the environment (fairapp.py), waits
 # for the agreed moment, submits with an idempotency key and prints the task id it got.
@@ -54,3 +54,27 @@ def test_a_duplicate_submit_from_two_producers_at_once_runs_once(make_run, start
     clone.apply_async(["other", 0.01], fairness_key="ci", idempotency_key="build-8")
     wait_until(lambda: run.recorder.done_counts().get("other") == 1, 30, "the other job")
     assert run.recorder.done_counts()["once"] == 1
+
+
+def test_a_job_revoked_before_it_starts_gives_its_key_back_its_charge(
+    make_run, start_worker, broker
+):
+    # Given a worker of one process that admits one job ahead of a free slot (charging its
+    # key in the store), busy with a long job,
+    run = make_run(conf=fleet_conf(broker, fair_lookahead=1, fair_sweep_interval=0.2))
+    start_worker(run, concurrency=1)
+    store = store_of(run)
+    clone = run.app.tasks["fairapp.clone"]
+    clone.apply_async(["long", 3.0], fairness_key="a")
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start")
+    ahead = clone.apply_async(["ahead", 0.01], fairness_key="b")
+    wait_until(lambda: store.accumulated_cost("b") == 1.0, 20, "the next job's admission")
+    # when that job is revoked before it starts,
+    run.app.control.revoke(ahead.id)
+    # then its key gets its charge back, and it never runs.
+    wait_until(lambda: store.accumulated_cost("b") == 0.0, 20, "the refund")
+    wait_until(lambda: run.recorder.done_counts().get("long") == 1, 20, "the long job")
+    clone.apply_async(["after", 0.01], fairness_key="c")
+    wait_until(lambda: run.recorder.done_counts().get("after") == 1, 20, "a later job")
+    assert "ahead" not in run.recorder.done_counts()
+    store.close()

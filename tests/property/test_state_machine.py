@@ -181,11 +181,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert release.estimate == self.ref.estimates[(release.type, release.job_id)]
 
     @precondition(lambda self: self.running)
-    @rule(data=st.data())
-    def release(self, data):
+    @rule(data=st.data(), unstarted=st.booleans())
+    def release(self, data, unstarted):
         ref = data.draw(st.sampled_from(self.running))
-        self.core.release(ref)
-        self.ref.complete(ref, None, self.now)
+        self.core.release(ref, refund=unstarted)
+        self.ref.complete(ref, None, self.now, refund=unstarted)
         self.running.remove(ref)
 
     @rule(dt=st.sampled_from([0.25, 1, 2.5, 5]))

@@ -155,6 +155,32 @@ def test_an_urgent_job_counts_only_its_own_workers_jobs_against_shared_caps(cap)
     assert refs(s.schedule()) == ["young"]
 
 
+def test_an_urgent_job_taken_from_a_capped_key_leaves_its_queue_consistent():
+    # Found by the state machine: the urgent head of a key queue blocked by its key's cap
+    # was admitted, and the emptied queue stayed listed as blocked with a live entry.
+    s, clock = make(
+        capacity=2,
+        aging=Aging(interval=0.5, urgent_threshold=2),
+        keys={"d": {"max_concurrency": 0}},
+        types=[JobType("t", 1)],
+        tier_caps={1: None},
+    )
+    s.submit("a", "t", fairness_key="d")
+    assert s.next_admission() is None
+    clock.advance(1.0)
+    assert s.next_admission().ref == "a"  # urgent: past the cap of 0
+    key = s._accounts.keys["d"]
+    assert key.blocked is None
+    s.submit("b", "t", fairness_key="d")  # not urgent: held by the cap again
+    assert s.schedule() == []
+    assert [kq.live for kq in key.blocked] == [1]
+    clock.advance(1.0)
+    assert refs(s.schedule()) == ["b"]
+    s.complete("a", 1.0)
+    s.complete("b", 1.0)
+    assert s.snapshot().running == 0
+
+
 def test_urgent_jobs_go_before_all_others_oldest_first_whatever_their_keys_used():
     s, clock = make(
         capacity=1,

@@ -462,13 +462,24 @@ class KeyedQueue:
 
 
 def take(job: PendingJob) -> None:
-    """Remove ``job``, which must be the head of its key queue, from its queue. O(log n)."""
+    """Remove ``job``, which must be the head of its key queue, from its queue. O(log n).
+
+    A blocked key queue has an entry only while its head is urgent (which passes its key's
+    cap): taken from one, the job leaves it forgotten if empty, else entered again for its
+    new head (an entry only if that one is urgent too)."""
     kq = job.home
     assert kq is not None
     kq.remove_head(job)
     kq.live -= 1
     kq.owner.size -= 1
     job.home = None
+    if kq.blocked:
+        if kq.live == 0:
+            _forget_blocked(kq)
+        else:
+            head = kq.head(False)
+            if head is not None:
+                kq.owner.enter(kq, head)
 
 
 def discard(job: PendingJob) -> None:
@@ -479,16 +490,22 @@ def discard(job: PendingJob) -> None:
         kq.owner.size -= 1
         job.home = None
         if kq.blocked and kq.live == 0:  # no entry will ever meet it: forget it now
-            kq.blocked = False
-            blocked = kq.key.blocked
-            assert blocked is not None
-            blocked.remove(kq)
-            if not blocked:
-                kq.key.blocked = None
-            owner = kq.owner
-            owner._drop(kq)
-            if owner.cl is not None:  # the last waiter of a conflict may have gone with it
-                owner.cl._forget_if_empty()
+            _forget_blocked(kq)
+
+
+def _forget_blocked(kq: KeyQueue) -> None:
+    """Forget the blocked key queue ``kq``, just emptied. O(queues of its key)."""
+    kq.blocked = False
+    kq.ver = -1
+    blocked = kq.key.blocked
+    assert blocked is not None
+    blocked.remove(kq)
+    if not blocked:
+        kq.key.blocked = None
+    owner = kq.owner
+    owner._drop(kq)
+    if owner.cl is not None:  # the last waiter of a conflict may have gone with it
+        owner.cl._forget_if_empty()
 
 
 def reposition(key: KeyState) -> None:

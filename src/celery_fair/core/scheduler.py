@@ -270,13 +270,23 @@ class Scheduler:
             )
         return self._release(ref, elapsed)
 
-    def release(self, ref: Hashable) -> Release:
+    def release(self, ref: Hashable, *, refund: bool = False) -> Release:
         """Release a running job without learning from it (e.g. revoked, or its worker lost).
+
+        With ``refund``, the job never ran (admitted, then revoked or expired before it
+        began): what its key was charged for it goes back (no lower than 0), so a key is not
+        penalised for work that never happened.
 
         Raises:
             UnknownJob: ``ref`` is not a running job.
         """
-        return self._release(ref, None)
+        job = self._jobs.get(ref)
+        released = self._release(ref, None)
+        if refund and job is not None and job.charge:
+            key = job.key
+            if self._accounts.keys.get(key.name) is key:
+                self._set_acc(key, max(0.0, key.acc - job.charge))
+        return released
 
     # -- what a shared store says ------------------------------------------------------
     #

@@ -470,7 +470,8 @@ class Gate:
             self._finished(run, None)
             return
         if not run.applied and already_revoked(req):
-            self._finished(run, None)  # revoked at the pool's door: Celery acked it
+            # revoked (or expired) at the pool's door: Celery acked it; it never ran
+            self._finished(run, None, unstarted=True)
 
     def _slots(self) -> int:
         """The pool's size now (autoscale moves it), or ``fair_capacity`` if smaller."""
@@ -503,8 +504,10 @@ class Gate:
         else:  # a pool thread (the threads pool): the loop does it
             hub.call_soon(self._finished, run, elapsed)
 
-    def _finished(self, run: Run, elapsed: float | None) -> None:
-        """A run handed to the pool is done (any outcome): release its slot; learn if timed."""
+    def _finished(self, run: Run, elapsed: float | None, *, unstarted: bool = False) -> None:
+        """A run handed to the pool is done (any outcome): release its slot; learn if timed.
+        ``unstarted``: it never ran (revoked or expired before the pool began it), so its
+        key gets back what it was charged."""
         with self._lock:
             if not self.runs.release(run):
                 return
@@ -513,7 +516,7 @@ class Gate:
                 # Acknowledged means the broker will not deliver it again: the store may then
                 # recognise a late copy of its message.
                 final = bool(getattr(run.req, "acknowledged", False))
-                self.engine.finish(uid, elapsed, final=final)
+                self.engine.finish(uid, elapsed, final=final, unstarted=unstarted)
                 sizer = self._sizer
                 if elapsed is not None and sizer is not None:
                     # The reserve follows the jobs' wall times; the dispatch below applies a
@@ -550,7 +553,7 @@ class Gate:
         """Release runs that Celery revoked (or found expired) while they waited in line for a
         pool slot. O(runs)."""
         for run in self.runs.revoked_in_line():
-            self._finished(run, None)
+            self._finished(run, None, unstarted=True)
 
     def _is_blocking(self) -> bool:
         """Held work blocks the queue: the window is full (``fair_max_held``) and a slot is free
