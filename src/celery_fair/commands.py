@@ -186,6 +186,33 @@ def weights(
 
 
 @fair.command(cls=CeleryCommand)
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
+@click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
+@click.pass_context
+def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None:
+    """Where job TASK_ID (a Celery task id) is, and why it is not running yet."""
+    from .control import status as job_status
+
+    found = job_status(ctx.obj.app, task_id, timeout=timeout)
+    if as_json:
+        click.echo(json.dumps(found, indent=1, sort_keys=True, default=str))
+        return
+    where = f" on {found['worker']}" if "worker" in found else ""
+    line = f"{task_id}: {found['state']}{where}"
+    if found.get("place") is not None:
+        line += (
+            f", {found['place']} of {found['held']} held there, {found['place_in_key']} in its "
+            f"key {found['fairness_key']!r}, priority {found['priority']}"
+        )
+        if found.get("effective_priority") != found.get("priority"):
+            line += f" (now {found['effective_priority']})"
+    click.echo(line)
+    for reason in found.get("why", ()):
+        click.echo(f"  - {reason}")
+
+
+@fair.command(cls=CeleryCommand)
 @click.option("--key", "keys", multiple=True, help="a fairness key to pause (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to pause (repeatable)")
 @click.pass_context

@@ -6,8 +6,12 @@ import subprocess
 import sys
 import time
 
-from harness import HERE, wait_until
+from harness import BACKEND, HERE, wait_until
+from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
+from test_shards import node
+
+from celery_fair.control import status
 
 # A producer of its own: it builds the test's app from the environment (fairapp.py), waits
 # for the agreed moment, submits with an idempotency key and prints the task id it got.
@@ -78,3 +82,42 @@ def test_a_job_revoked_before_it_starts_gives_its_key_back_its_charge(
     wait_until(lambda: run.recorder.done_counts().get("after") == 1, 20, "a later job")
     assert "ahead" not in run.recorder.done_counts()
     store.close()
+
+
+def test_status_says_where_a_job_is_and_explain_says_what_holds_it(make_run, start_worker, broker):
+    # Given a worker of one process running a long clone of linux, and behind it another
+    # clone of linux (held by the conflict) and a job of another key (held for the slot),
+    # (alone: nothing is admitted ahead of a free slot, so both wait held)
+    run = make_run(backend=BACKEND, conf={"fair_store_url": "memory"})
+    worker = start_worker(run, concurrency=1)
+    clone = run.app.tasks["fairapp.clone"]
+    long = clone.apply_async(["long", 4.0], fairness_key="a", job_id="linux")
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start")
+    same = clone.apply_async(["same", 0.01], fairness_key="b", job_id="linux")
+    other = clone.apply_async(["other", 0.01], fairness_key="c", job_id="git")
+
+    def held(result):
+        found = status(run.app, result.id)
+        return found if found["state"] == "held" else None
+
+    # then the running one is running on that worker,
+    running = status(run.app, long.id)
+    assert running["state"] == "running"
+    assert running["worker"] == node(worker)
+    # the held ones are held there, each with its place and what holds it, in words,
+    blocked = wait_until(lambda: held(same), 20, "the same-repo job held")
+    assert blocked["worker"] == node(worker)
+    assert blocked["fairness_key"] == "b"
+    assert blocked["why"][0].startswith(f"conflict on git:linux held by task {long.id} for ")
+    waiting = wait_until(lambda: held(other), 20, "the other job held")
+    assert waiting["why"][0] == "every slot busy 1/1"
+    assert {blocked["place"], waiting["place"]} == {1, 2}
+    # (the command line says the same)
+    shown = fair_command(run, "job", same.id)
+    assert shown.returncode == 0, shown.stderr
+    assert f"{same.id}: held on {node(worker)}" in shown.stdout
+    assert f"  - conflict on git:linux held by task {long.id} for " in shown.stdout
+    # and once done, the result backend says so; an id nobody knows is unknown.
+    wait_until(lambda: run.recorder.done_counts().get("same") == 1, 30, "the held jobs to run")
+    wait_until(lambda: status(run.app, same.id)["state"] == "done", 20, "same: done")
+    assert status(run.app, "no-such-task")["state"] == "unknown"

@@ -792,6 +792,64 @@ class Scheduler:
                     place_in_key += 1
         return self._view(job, place, place_in_key)
 
+    def explain(self, ref: Hashable) -> list[str]:
+        """Why pending job ``ref`` is not running yet, in words, one line per reason (empty
+        for a job that is not pending here). What holds it back first (a pause, its conflict,
+        a cap, the slots), each with its numbers; if nothing does, the jobs that come before
+        it. O(n) (it counts the jobs before it).
+
+        Example: ``["type cap repack 3/3", "behind 4 jobs that come first"]``.
+        """
+        job = self._jobs.get(ref)
+        if job is None or job.state is not JobState.PENDING:
+            return []
+        view = self.status(ref)
+        assert view is not None
+        assert view.place is not None
+        lane = job.lane
+        tier = lane.tier
+        key = job.key
+        words = []
+        for reason in sorted(view.blocked_by, key=_BLOCK_ORDER.index):
+            if reason is BlockReason.PAUSED:
+                what = f"type {lane.type.name}" if lane.paused else f"key {key.name!r}"
+                words.append(f"paused ({what})")
+            elif reason is BlockReason.CONFLICT:
+                ckey = job.ckey
+                assert ckey is not None
+                holder = self._conflicts[ckey].holder
+                on = f"{ckey[0]}:{ckey[1]}"
+                if holder is None or holder is ELSEWHERE:
+                    words.append(f"conflict on {on} held by a job on another worker")
+                else:
+                    since = self._clock.now() - holder.admitted_at
+                    words.append(f"conflict on {on} held by task {holder.ref} for {since:.1f} s")
+            elif reason is BlockReason.KEY_CAP:
+                words.append(
+                    f"key cap {key.name!r} {key.running + key.elsewhere}/{key.limit}"
+                    + (f" ({key.elsewhere} on other workers)" if key.elsewhere else "")
+                )
+            elif reason is BlockReason.TYPE_CAP:
+                words.append(
+                    f"type cap {lane.type.name} {lane.running + lane.elsewhere}/{lane.limit}"
+                    + (f" ({lane.elsewhere} on other workers)" if lane.elsewhere else "")
+                )
+            elif reason is BlockReason.TIER_CAP:
+                words.append(
+                    f"tier cap {tier.priority} {tier.running + tier.elsewhere}/{tier.limit}"
+                    + (f" ({tier.elsewhere} on other workers)" if tier.elsewhere else "")
+                )
+            elif reason is BlockReason.CAPACITY:
+                words.append(f"every slot busy {self._running}/{self._capacity}")
+        if view.place > 1:
+            words.append(
+                f"behind {view.place - 1} jobs that come first (higher priority, or keys that "
+                "have used less)"
+            )
+        if not words:
+            words.append("first in line: it starts at the next decision")
+        return words
+
     def snapshot(self) -> Snapshot:
         """The whole state, pending jobs in dispatch order with their places. O(n log n)."""
         self._look()

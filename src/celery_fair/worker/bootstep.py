@@ -11,6 +11,7 @@ from urllib.parse import quote
 from celery import bootsteps
 from celery.utils.log import get_logger
 
+from .. import control  # noqa: F401 - registers the fair_status remote-control command
 from ..errors import StoreUnavailable
 from ..intake import Intake, IntakeThread, RedisIntake
 from ..intake.amqp import AmqpIntake

@@ -784,6 +784,40 @@ class Gate:
 
     # -- inspection ----------------------------------------------------------------------
 
+    def job_status(self, uid: str) -> dict[str, Any] | None:
+        """What this worker knows of fair job ``uid``: held (waiting, with its place and why,
+        in words), reserved (admitted, waiting for a free process) or running; ``None`` if it
+        is not here. O(held) for a held job (its place), O(1) otherwise."""
+        with self._lock:
+            if uid in self.runs.fair:
+                view = self.scheduler.status(uid)
+                out: dict[str, Any] = {"state": "running"}
+                if view is not None:
+                    out["effective_priority"] = view.effective_priority
+                return out
+            held = self.held.get(uid)
+            if held is None:
+                return None
+            waited = round(time.monotonic() - held.received, 3)
+            if uid in self._reserve:
+                return {"state": "reserved", "waited": waited}
+            view = self.scheduler.status(uid)
+            if view is None:
+                return {"state": "held", "waited": waited}
+            return {
+                "state": "held",
+                "waited": waited,
+                "place": view.place,
+                "place_in_key": view.place_in_key,
+                "held": len(self.held),
+                "fairness_key": view.fairness_key,
+                "priority": view.priority,
+                "effective_priority": view.effective_priority,
+                "urgent": view.urgent,
+                "blocked_by": [r.value for r in view.blocked_by],
+                "why": self.scheduler.explain(uid),
+            }
+
     def pool_info(self) -> dict[str, Any]:
         """Flat statistics for ``inspect stats`` (Flower shows them on the pool tab). O(held)."""
         with self._lock:
