@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 
-from harness import BACKEND, HERE, wait_until
+from celery.canvas import StampingVisitor
+from harness import BACKEND, HERE, gate_stats, wait_until
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 from test_shards import node
@@ -121,3 +123,39 @@ def test_status_says_where_a_job_is_and_explain_says_what_holds_it(make_run, sta
     wait_until(lambda: run.recorder.done_counts().get("same") == 1, 30, "the held jobs to run")
     wait_until(lambda: status(run.app, same.id)["state"] == "done", 20, "same: done")
     assert status(run.app, "no-such-task")["state"] == "unknown"
+
+
+def test_a_held_job_revoked_by_stamped_headers_leaves_the_gate_at_once(make_run, start_worker):
+    # Given a worker of one process busy with a long job, which has already seen a revoke by
+    # stamped headers under the scheme used below (the scheme is known: a second revoke under
+    # it adds a stamp, not a scheme),
+    run = make_run(conf={"fair_store_url": "memory", "fair_sweep_interval": 0.2})
+    worker = start_worker(run, concurrency=1)
+    clone = run.app.tasks["fairapp.clone"]
+    clone.apply_async(["long", 6.0], fairness_key="a")
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start")
+    run.app.control.revoke_by_stamped_headers(
+        {"monitoring_id": "earlier"}, reply=True, destination=[node(worker)]
+    )
+    monitoring_id = uuid.uuid4().hex
+
+    class Stamp(StampingVisitor):
+        def on_signature(self, sig, **headers):
+            return {"monitoring_id": monitoring_id, "stamped_headers": ["monitoring_id"]}
+
+    sig = clone.si("stamped", 0.01).set(fairness_key="b")
+    sig.stamp(visitor=Stamp())
+    sig.apply_async()
+    wait_until(lambda: gate_stats(run, worker).get("fair-held") == 1, 20, "the job held")
+    # when it is revoked by its stamp while it waits,
+    run.app.control.revoke_by_stamped_headers(
+        {"monitoring_id": monitoring_id}, reply=True, destination=[node(worker)]
+    )
+    # then the gate drops it at its next sweep, while the long job still runs (not when it
+    # would have started), and it never runs.
+    wait_until(lambda: gate_stats(run, worker).get("fair-held") == 0, 20, "the job dropped")
+    assert "long" not in run.recorder.done_counts()
+    wait_until(lambda: run.recorder.done_counts().get("long") == 1, 20, "the long job")
+    clone.apply_async(["after", 0.01], fairness_key="c")
+    wait_until(lambda: run.recorder.done_counts().get("after") == 1, 20, "a later job")
+    assert "stamped" not in run.recorder.done_counts()

@@ -99,6 +99,30 @@ def test_the_revoked_marker_moves_with_every_revoke():
         worker_state.revoked.discard("marker-test")
 
 
+def test_the_revoked_marker_moves_when_a_full_set_evicts_and_a_scheme_gets_more_stamps():
+    from celery.utils.collections import LimitedSet
+
+    saved = worker_state.revoked, dict(worker_state.revoked_stamps)
+    try:
+        # a revoked set at its maxlen: each new id evicts one, the size stays
+        worker_state.revoked = LimitedSet(maxlen=2)
+        worker_state.revoked.add("a")
+        worker_state.revoked.add("b")
+        before = revoked_marker()
+        worker_state.revoked.add("c")
+        assert len(worker_state.revoked) == 2
+        assert revoked_marker() != before
+        # a second revoke by stamped headers under a scheme already known
+        worker_state.revoked_stamps["mtask_id"] = ["x"]
+        before = revoked_marker()
+        worker_state.revoked_stamps["mtask_id"] = ["x", "y"]
+        assert revoked_marker() != before
+    finally:
+        worker_state.revoked = saved[0]
+        worker_state.revoked_stamps.clear()
+        worker_state.revoked_stamps.update(saved[1])
+
+
 def test_each_queue_is_consumed_with_its_window_and_none_without_one_sees_the_channels_lifted():
     """consume_with_windows on a real Kombu Consumer (in-memory channel, its AMQP calls
     recorded): RabbitMQ lifts the channel's window while a consumer's is set."""

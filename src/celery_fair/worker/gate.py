@@ -201,7 +201,7 @@ class Gate:
         self.intake_running = False  # an intake moves this worker's queues' fair messages
         self.metrics_port: int | None = None  # where this worker serves its metrics
         self._last_spill = -float("inf")
-        self._revoked_seen = (-1, -1)
+        self._revoked_seen = (-1, -1, -1)
         self._sweep_entry: Any = None
         logger.info(
             "celery-fair gate ready: %d job type(s), max_held=%d, max_hold=%.0fs, state=%s, "

@@ -88,10 +88,23 @@ def ack_quietly(req: Any) -> None:
         message.ack_log_error(logger, (Exception,))
 
 
-def revoked_marker() -> tuple[int, int]:
-    """Changes whenever a task id or stamped header is revoked: the sizes of
-    ``worker.state.revoked`` and ``revoked_stamps`` (celery 5.3+; absent before)."""
-    return len(worker_state.revoked), len(getattr(worker_state, "revoked_stamps", ()))
+def revoked_marker() -> tuple[int, int, int]:
+    """Changes whenever a task id or stamped header is revoked.
+
+    Sizes alone do not: ``worker.state.revoked`` is a ``LimitedSet`` that stays at its
+    ``maxlen`` once full (each new id evicts an old one), and ``revoked_stamps`` (celery 5.3+)
+    maps a stamping scheme to a list that a second revoke under the same scheme lengthens
+    without adding a key. So: the set's size, the sequence number of its newest entry (every
+    ``add`` takes a new one), and the number of stamps in all. O(schemes)."""
+    revoked = worker_state.revoked
+    data = getattr(revoked, "_data", None)
+    newest = -1
+    if data:
+        entry = data[next(reversed(data))]
+        newest = entry[1] if isinstance(entry, tuple) and len(entry) > 1 else len(data)
+    stamps = getattr(worker_state, "revoked_stamps", None) or {}
+    count = sum(len(v) if isinstance(v, (list, tuple, set)) else 1 for v in stamps.values())
+    return len(revoked), newest, count
 
 
 def pool_size(pool: Any) -> int:
