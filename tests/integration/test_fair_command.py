@@ -85,7 +85,13 @@ def test_record_writes_the_live_traffic_as_a_trace_the_simulator_replays(
 ):
     # Given a worker (started without -E: record turns task events on, as Flower does),
     run = make_run()
-    start_worker(run, concurrency=2)
+    worker = start_worker(run, concurrency=2)
+    # (record sums the slots of every fair worker on the broker: on RabbitMQ's shared vhost,
+    # wait until an earlier test's worker that is still shutting down has gone)
+    ours = f"{worker.name}@{socket.gethostname()}"
+    wait_until(
+        lambda: fair_workers(run) == [ours], 60, "this test's worker to be the only fair one"
+    )
     trace_path = tmp_path / "trace.json"
     log = tmp_path / "record.log"
     with open(log, "wb") as err:
@@ -124,3 +130,9 @@ def test_record_writes_the_live_traffic_as_a_trace_the_simulator_replays(
     )  # fmt: skip
     assert replay.returncode == 0, replay.stderr
     assert "alice" in replay.stdout
+
+
+def fair_workers(run) -> list[str]:
+    """The fair workers that answer on the test's broker (their gates report ``fair-held``)."""
+    stats = run.app.control.inspect(timeout=1).stats() or {}
+    return sorted(node for node, info in stats.items() if "fair-held" in info.get("pool", {}))
