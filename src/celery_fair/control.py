@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery.backends.base import DisabledBackend
 from celery.utils.functional import maybe_list
 from celery.worker.control import inspect_command
 
@@ -62,8 +63,7 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
             if found:
                 return {"task_id": task_id, "worker": worker, **found}
     out: dict[str, Any] = {"task_id": task_id, "state": "unknown"}
-    backend = app.backend
-    if type(backend).__name__ != "DisabledBackend":
+    if not isinstance(app.backend, DisabledBackend):
         result_state = app.AsyncResult(task_id).state
         if result_state in _BACKEND_STATES:
             out["state"] = _BACKEND_STATES[result_state]

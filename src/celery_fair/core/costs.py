@@ -204,12 +204,13 @@ class KeyState:
             return 0
         return 1 if self.running < self.share else 2
 
-    def room(self) -> int:
-        """How many slots the allocation lets the key use: its running and pending jobs, no
-        more than its cap, none while paused (``allocation.usable``)."""
+    def room(self, moved: int = 0) -> int:
+        """How many slots the allocation lets the key use: its running and pending jobs (less
+        ``moved``, for what it was before they moved), no more than its cap, none while paused
+        (``allocation.usable``)."""
         if self.paused:
             return 0
-        demand = self.running + self.pending
+        demand = self.running + self.pending - moved
         return demand if demand < self.limit else self.limit
 
     @property

@@ -459,9 +459,7 @@ class Scheduler:
         reached down to its share; above its share, a key's room moves nobody's
         (``allocation.shares``). O(1)."""
         after = key.room()
-        key.pending -= by  # as it was, for a moment
-        before = key.room()
-        key.pending += by
+        before = key.room(by)
         if after != before and min(before, after) <= key.share_frac + 1e-6:
             self._reshare_due = True
 
