@@ -7,14 +7,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from celery import Celery, Task, shared_task
+from celery.backends.base import DisabledBackend
 from celery.canvas import Signature
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.utils.uuid import uuid
 
 from .core import Aging, JobType
-from .errors import ConfigurationError
+from .errors import ConfigurationError, RunTimeout
 from .routing import Shards, resolve_base
 from .submissions import submit_once
-from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED
+from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, ON_DEMAND, SUBMITTED
 
 __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
 
@@ -152,6 +154,48 @@ class FairTask(Task):
             ),
             self.AsyncResult,
         )
+
+    def run_sync(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        *,
+        fairness_key: str | None = None,
+        job_id: str | None = None,
+        timeout: float | None = None,
+        terminate: bool = False,
+        interval: float = 0.05,
+        **options: Any,
+    ) -> Any:
+        """Run the job through the fair scheduler and wait for its result (foreground work).
+
+        It is published like ``apply_async`` (same headers, same scheduler, same caps and
+        conflicts), marked on-demand (the ``fair_on_demand`` header: somebody waits for it),
+        and its result is returned; the task's exception is raised. After ``timeout``
+        seconds the job is cancelled (``terminate=True`` also stops it if it runs) and
+        ``RunTimeout`` is raised. It needs a result backend: without one it raises
+        ``ConfigurationError`` before publishing anything.
+
+        Example:
+            >>> clone.run_sync(["linux"], fairness_key=request.remote_addr,
+            ...                job_id="linux", timeout=30)  # doctest: +SKIP
+        """
+        if isinstance(self.backend, DisabledBackend):
+            raise ConfigurationError(
+                f"{self.name}.run_sync needs a result backend to wait on (Celery's "
+                "result_backend setting); none is configured"
+            )
+        headers = {**(options.pop("headers", None) or {}), ON_DEMAND: True}
+        result = self.apply_async(
+            args, kwargs, fairness_key=fairness_key, job_id=job_id, headers=headers, **options
+        )
+        try:
+            return result.get(timeout=timeout, interval=interval)
+        except CeleryTimeoutError:
+            from .control import cancel
+
+            answer = cancel(self.app, result.id, terminate=terminate)
+            raise RunTimeout(result.id, timeout or 0.0, answer["state"]) from None
 
     def fair(self, fairness_key: str | None = None, job_id: str | None = None) -> Signature:
         """A signature carrying the fairness options: ``task.fair("10.0.0.7", "linux").delay()``."""

@@ -213,6 +213,33 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
 
 
 @fair.command(cls=CeleryCommand)
+@click.argument("task_id")
+@click.option("--terminate", is_flag=True, help="if it runs, also signal its process")
+@click.option("--signal", default=None, help="the signal --terminate sends (default TERM)")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
+@click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
+@click.pass_context
+def cancel(
+    ctx: click.Context,
+    task_id: str,
+    terminate: bool,
+    signal: str | None,
+    as_json: bool,
+    timeout: float,
+) -> None:
+    """Cancel job TASK_ID: cancelled, already_running, already_done or unknown."""
+    from .control import cancel as cancel_job
+
+    found = cancel_job(ctx.obj.app, task_id, terminate=terminate, signal=signal, timeout=timeout)
+    if as_json:
+        click.echo(json.dumps(found, indent=1, sort_keys=True, default=str))
+        return
+    where = f" on {found['worker']}" if "worker" in found else ""
+    terminated = " (terminated)" if found.get("terminated") else ""
+    click.echo(f"{task_id}: {found['state']}{where}{terminated}")
+
+
+@fair.command(cls=CeleryCommand)
 @click.option("--key", "keys", multiple=True, help="a fairness key to pause (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to pause (repeatable)")
 @click.pass_context

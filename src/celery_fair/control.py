@@ -15,6 +15,18 @@ place) and, if none holds or runs it, the result backend. The answer's ``state``
 - ``unknown``: no worker has it and the backend knows nothing: still in the broker, or never
   submitted (telling these apart needs the producers' registry of submissions, not built yet).
 
+``cancel(app, task_id)`` sends Celery's own ``revoke`` to every worker inside one remote-control
+command, ``fair_cancel``, which then asks the worker's gate for the job (O(1)): a held or
+reserved job is dropped at once and its key refunded. The answer's ``state`` is one of:
+
+- ``cancelled``: a worker held it, and dropped it (``worker`` says which); or it was already
+  cancelled;
+- ``already_running``: a worker runs it; revoked, and with ``terminate=True`` its process is
+  signalled (side effects it has made stay made: see docs/operations.md);
+- ``already_done``: the result backend has its result;
+- ``unknown``: no worker has it. If it is still in the broker, every worker running now drops it
+  when it arrives (it is in their revoked set, as with ``celery revoke``).
+
 The job is named by its Celery task id; its ``job_id`` is the resource it works on.
 """
 
@@ -24,9 +36,10 @@ from typing import Any
 
 from celery.backends.base import DisabledBackend
 from celery.utils.functional import maybe_list
-from celery.worker.control import inspect_command
+from celery.worker.control import control_command, inspect_command
+from celery.worker.control import revoke as celery_revoke
 
-__all__ = ["status"]
+__all__ = ["cancel", "status"]
 
 #: What the result backend's state says of a job no worker has.
 _BACKEND_STATES = {
@@ -68,4 +81,61 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
         if result_state in _BACKEND_STATES:
             out["state"] = _BACKEND_STATES[result_state]
             out["result_state"] = result_state
+    return out
+
+
+@control_command(  # type: ignore[untyped-decorator]
+    args=[("task_id", str), ("terminate", bool), ("signal", str)],
+    signature="<task_id> [terminate [signal]]",
+)
+def fair_cancel(
+    state: Any, task_id: str, terminate: bool = False, signal: str | None = None, **kwargs: Any
+) -> dict[str, Any]:
+    """Revoke ``task_id`` as Celery's ``revoke`` does, then drop it from the gate if held
+    (worker side). Answers ``{task_id: "cancelled" | "already_running"}``, or ``{}``."""
+    celery_revoke(state, task_id, terminate=terminate, signal=signal)
+    gate = getattr(state.consumer, "fair_gate", None)
+    answer = gate.cancel(task_id) if gate is not None else None
+    return {task_id: answer} if answer else {}
+
+
+def cancel(
+    app: Any,
+    task_id: str,
+    *,
+    terminate: bool = False,
+    signal: str | None = None,
+    timeout: float = 1.0,
+) -> dict[str, Any]:
+    """Cancel job ``task_id`` fleet-wide (see the module's docstring)."""
+    backend = None if isinstance(app.backend, DisabledBackend) else app.backend
+    before = backend.get_state(task_id) if backend is not None else None
+    replies = app.control.broadcast(
+        "fair_cancel",
+        arguments={"task_id": task_id, "terminate": terminate, "signal": signal},
+        reply=True,
+        timeout=timeout,
+    )
+    found = {}
+    for reply in replies or ():
+        for worker, answer in reply.items():
+            if isinstance(answer, dict) and answer.get(task_id):
+                found[answer[task_id]] = worker
+    out: dict[str, Any] = {"task_id": task_id}
+    for state in ("cancelled", "already_running"):
+        if state in found:
+            out.update(state=state, worker=found[state])
+            if state == "already_running":
+                out["terminated"] = terminate
+            return out
+    after = backend.get_state(task_id) if backend is not None else None
+    if after in ("SUCCESS", "FAILURE"):
+        out["state"] = "already_done"
+        out["result_state"] = after
+    elif before == "REVOKED":
+        out["state"] = "cancelled"
+    elif before == "STARTED":
+        out["state"] = "already_running"
+    else:
+        out["state"] = "unknown"
     return out

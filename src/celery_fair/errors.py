@@ -10,7 +10,8 @@
      │    ├── DuplicateJob       a job reference was submitted twice
      │    ├── UnknownJob         a job reference the core does not hold
      │    └── UnknownJobType     a job names a type that was never registered
-     └── StoreUnavailable        the shared store cannot be reached (infrastructure)
+     ├── StoreUnavailable        the shared store cannot be reached (infrastructure)
+     └── RunTimeout              run_sync's job did not finish in time (it was cancelled)
 
 Expected outcomes of normal operation (a job blocked, a cancel that came too late) are
 return values, never exceptions.
@@ -23,6 +24,7 @@ __all__ = [
     "DuplicateJob",
     "FairError",
     "MessageError",
+    "RunTimeout",
     "SchedulerError",
     "StoreUnavailable",
     "TraceError",
@@ -65,3 +67,19 @@ class StoreUnavailable(FairError, ConnectionError):
 
 class UnknownJobType(SchedulerError, KeyError):
     """Raised when a job names a job type that was never registered."""
+
+
+class RunTimeout(FairError, TimeoutError):
+    """Raised by ``run_sync`` when its job did not finish within the timeout.
+
+    The job is then cancelled: ``cancel`` holds what the cancel found (``"cancelled"``: it never
+    ran; ``"already_running"``: it was running and was revoked; ...).
+    """
+
+    def __init__(self, task_id: str, timeout: float, cancel: str) -> None:
+        super().__init__(
+            f"job {task_id} did not finish within {timeout:g} s; cancel answered {cancel!r}"
+        )
+        self.task_id = task_id
+        self.timeout = timeout
+        self.cancel = cancel

@@ -161,6 +161,11 @@ def make_app(
         rec.done(f"add:{x}+{y}")
         return x + y
 
+    @fair_task(app=app, name="fairapp.boom", type="clone")
+    def boom(tag: str) -> str:
+        rec.record("start", tag)
+        raise ValueError(f"boom: {tag}")
+
     @fair_task(app=app, name="fairapp.tsum", type="clone")
     def tsum(values: list[int]) -> int:
         rec.done(f"tsum:{sum(values)}")

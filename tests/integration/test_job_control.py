@@ -13,7 +13,7 @@ from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 from test_shards import node
 
-from celery_fair.control import status
+from celery_fair.control import cancel, status
 
 # A producer of its own: it builds the test's app from the environment (fairapp.py), waits
 # for the agreed moment, submits with an idempotency key and prints the task id it got.
@@ -159,3 +159,80 @@ def test_a_held_job_revoked_by_stamped_headers_leaves_the_gate_at_once(make_run,
     clone.apply_async(["after", 0.01], fairness_key="c")
     wait_until(lambda: run.recorder.done_counts().get("after") == 1, 20, "a later job")
     assert "stamped" not in run.recorder.done_counts()
+
+
+def test_cancel_answers_for_each_place_a_job_can_be_and_refunds_what_never_ran(
+    make_run, start_worker, broker
+):
+    # Given a worker of one process that admits one job ahead of a free slot, busy with a long
+    # job; behind it one job admitted ahead (its key charged in the store) and one held,
+    run = make_run(backend=BACKEND, conf=fleet_conf(broker, fair_lookahead=1))
+    worker = start_worker(run, concurrency=1)
+    store = store_of(run)
+    clone = run.app.tasks["fairapp.clone"]
+    long = clone.apply_async(["long", 8.0], fairness_key="a")  # each cancel waits 1 s for replies
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start")
+    ahead = clone.apply_async(["ahead", 0.01], fairness_key="b")
+    wait_until(lambda: store.accumulated_cost("b") == 1.0, 20, "the next job's admission")
+    held = clone.apply_async(["held", 0.01], fairness_key="c")
+    wait_until(lambda: status(run.app, held.id)["state"] == "held", 20, "the third job held")
+    # when each is cancelled,
+    running = cancel(run.app, long.id)
+    first = cancel(run.app, ahead.id)
+    second = cancel(run.app, held.id)
+    # then the waiting ones are cancelled on that worker, the admitted one's key refunded,
+    assert first == {"task_id": ahead.id, "state": "cancelled", "worker": node(worker)}
+    assert second == {"task_id": held.id, "state": "cancelled", "worker": node(worker)}
+    wait_until(lambda: store.accumulated_cost("b") == 0.0, 20, "the refund")
+    assert store.accumulated_cost("c") == 0.0  # never admitted: never charged
+    assert run.app.AsyncResult(held.id).state == "REVOKED"  # recorded as Celery records it
+    # the running one runs on (not terminated), then is done; cancelling again says so.
+    assert running["state"] == "already_running"
+    assert running["terminated"] is False
+    wait_until(lambda: run.recorder.done_counts().get("long") == 1, 20, "the long job")
+    wait_until(
+        lambda: cancel(run.app, long.id)["state"] == "already_done", 20, "long: already_done"
+    )
+    assert cancel(run.app, held.id)["state"] == "cancelled"
+    assert cancel(run.app, "no-such-task")["state"] == "unknown"
+    shown = fair_command(run, "cancel", long.id)  # the command line says the same
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == f"{long.id}: already_done"
+    # A job still in the broker (on a queue no worker reads yet) is unknown to every worker,
+    # and dropped when it arrives; the job behind it runs.
+    queued = clone.apply_async(["queued", 0.01], fairness_key="d", queue="later")
+    clone.apply_async(["behind", 0.01], fairness_key="d", queue="later")
+    assert cancel(run.app, queued.id)["state"] == "unknown"
+    run.app.control.add_consumer("later", destination=[node(worker)], reply=True)
+    wait_until(lambda: run.recorder.done_counts().get("behind") == 1, 20, "the job behind")
+    # A running job cancelled with terminate=True is stopped.
+    slow = clone.apply_async(["slow", 60.0], fairness_key="e")
+    wait_until(lambda: status(run.app, slow.id)["state"] == "running", 20, "the slow job")
+    stopped = cancel(run.app, slow.id, terminate=True, signal="KILL")
+    assert stopped["state"] == "already_running"
+    assert stopped["terminated"] is True
+    wait_until(lambda: run.app.AsyncResult(slow.id).state == "REVOKED", 20, "slow: revoked")
+    clone.apply_async(["after", 0.01], fairness_key="f")
+    wait_until(lambda: run.recorder.done_counts().get("after") == 1, 20, "a later job")
+    done = run.recorder.done_counts()
+    assert not {"ahead", "held", "queued", "slow"} & set(done), done
+    store.close()
+
+
+def test_a_held_retry_is_found_and_cancelled_by_its_task_id(make_run, start_worker, broker):
+    # Given a worker of one process, a job that asks to be retried in 1 s, and a long job
+    # that takes the process before the retry comes back,
+    run = make_run(backend=BACKEND, conf=fleet_conf(broker))
+    start_worker(run, concurrency=1)
+    flaky = run.app.tasks["fairapp.flaky"].apply_async(["f1"], fairness_key="b")
+    wait_until(lambda: run.recorder.events(), 20, "the first attempt")
+    run.app.tasks["fairapp.clone"].apply_async(["long", 8.0], fairness_key="a")
+    # then the retry (a job of its own in the gate, under the same task id) waits there,
+    # admitted ahead of the free process (a shared store gives a lookahead of 1),
+    wait_until(lambda: status(run.app, flaky.id)["state"] == "reserved", 20, "the retry reserved")
+    # and a cancel by the task id finds it and drops it: it never runs again.
+    assert cancel(run.app, flaky.id)["state"] == "cancelled"
+    wait_until(lambda: run.recorder.done_counts().get("long") == 1, 20, "the long job")
+    assert run.app.AsyncResult(flaky.id).state == "REVOKED"
+    attempts = [e for e in run.recorder.events() if e["tag"] == "f1"]
+    assert len(attempts) == 1, attempts

@@ -13,13 +13,14 @@ def test_a_key_capped_at_2_never_runs_more_than_2_across_the_fleet(make_run, sta
     run = make_run(conf=fleet_conf(broker, fair_keys={"acme": {"max_concurrency": 2}}))
     start_fleet(run, start_worker)
     clone = run.app.tasks["fairapp.clone"]
-    # when acme publishes 12 jobs and two other tenants 8 each, all at once,
-    for i in range(12):
-        clone.apply_async([f"acme{i}", 0.2], fairness_key="acme", job_id=f"a{i}")
+    # when acme publishes 10 jobs and two other tenants 8 each, all at once (0.6 s each: long
+    # enough that a worker slowed down by a busy machine still overlaps the others),
+    for i in range(10):
+        clone.apply_async([f"acme{i}", 0.6], fairness_key="acme", job_id=f"a{i}")
     for i in range(8):
-        clone.apply_async([f"bob{i}", 0.2], fairness_key="bob", job_id=f"b{i}")
-        clone.apply_async([f"cid{i}", 0.2], fairness_key="cid", job_id=f"c{i}")
-    wait_until(lambda: len(run.recorder.done_counts()) == 28, 90, "all 28 jobs")
+        clone.apply_async([f"bob{i}", 0.6], fairness_key="bob", job_id=f"b{i}")
+        clone.apply_async([f"cid{i}", 0.6], fairness_key="cid", job_id=f"c{i}")
+    wait_until(lambda: len(run.recorder.done_counts()) == 26, 90, "all 26 jobs")
     # then acme ran 2 at a time at most, and reached 2, on more than one worker,
     events = run.recorder.events()
     spans = intervals(events)

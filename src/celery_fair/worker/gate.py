@@ -181,8 +181,11 @@ class Gate:
         self._closed = False
         # _pool_slots: the pool's size (autoscale moves it), read again by every sweep.
         self._pool_slots = self._slots()
-        # held: fair requests not yet admitted, by task id, oldest first.
+        # held: fair requests not yet admitted, by uid, oldest first.
         self.held: dict[str, Held] = {}
+        # _uids: task id -> uid for the held and running jobs whose uid is not their task id
+        # (a retry, a replacement), so that job control finds a job by its task id in O(1).
+        self._uids: dict[str, str] = {}
         self.held_peak = 0  # the most held at once since the worker started
         # runs: requests handed to the pool (fair or plain) and not finished.
         self.runs = Runs()
@@ -276,6 +279,8 @@ class Gate:
             uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
         )
         held = self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        if uid != req.id:
+            self._uids[req.id] = uid
         shards = self.settings.shards
         shard = None
         if self.turns is not None:
@@ -427,7 +432,7 @@ class Gate:
 
     def _start(self, uid: str, admission: Admission) -> None:
         """Hand an admitted job to the pool."""
-        held = self._unhold(uid)
+        held = self._unhold(uid, starts=True)
         assert held is not None
         req = held.req
         run = self.runs.add(req, uid)
@@ -513,6 +518,7 @@ class Gate:
                 return
             uid = run.uid
             if uid is not None:
+                self._unalias(run.req.id, uid)
                 # Acknowledged means the broker will not deliver it again: the store may then
                 # recognise a late copy of its message.
                 final = bool(getattr(run.req, "acknowledged", False))
@@ -637,12 +643,24 @@ class Gate:
         else:
             self.engine.cancel(uid)
 
-    def _unhold(self, uid: str) -> Held | None:
-        """Take ``uid`` out of ``held`` (and out of its shard's count). O(1)."""
+    def _unhold(self, uid: str, *, starts: bool = False) -> Held | None:
+        """Take ``uid`` out of ``held`` (and out of its shard's count); ``starts``: it goes to
+        the pool, so it is still this worker's job. O(1)."""
         held = self.held.pop(uid, None)
-        if held is not None and held.shard >= 0 and self.turns is not None:
-            self.turns.remove(held.shard)
+        if held is not None:
+            if held.shard >= 0 and self.turns is not None:
+                self.turns.remove(held.shard)
+            if not starts:
+                self._unalias(held.req.id, uid)
         return held
+
+    def _unalias(self, task_id: str, uid: str) -> None:
+        if uid != task_id and self._uids.get(task_id) == uid:
+            del self._uids[task_id]
+
+    def _uid(self, task_id: str) -> str:
+        """The uid of this worker's job named ``task_id``. O(1)."""
+        return self._uids.get(task_id, task_id)
 
     def _adjust_qos(self) -> None:
         self.window.follow(len(self.held), self._fair_inside(), self._window_limit())
@@ -789,6 +807,7 @@ class Gate:
         in words), reserved (admitted, waiting for a free process) or running; ``None`` if it
         is not here. O(held) for a held job (its place), O(1) otherwise."""
         with self._lock:
+            uid = self._uid(uid)
             if uid in self.runs.fair:
                 view = self.scheduler.status(uid)
                 out: dict[str, Any] = {"state": "running"}
@@ -817,6 +836,33 @@ class Gate:
                 "blocked_by": [r.value for r in view.blocked_by],
                 "why": self.scheduler.explain(uid),
             }
+
+    def cancel(self, task_id: str) -> str | None:
+        """Cancel job ``task_id`` if this worker has it. O(1).
+
+        Call it once ``task_id`` is in Celery's revoked set (the ``fair_cancel`` command puts it
+        there first). A held or reserved job is dropped at once the way Celery drops a revoked
+        message (acked, marked revoked in the result backend, a ``task-revoked`` event) and its
+        key gets back whatever its admission was charged: ``"cancelled"``. A job handed to the
+        pool is ``"already_running"`` (one still waiting for a pool process is dropped at the
+        pool's door, refunded, as Celery's revoke does). ``None``: not here.
+        """
+        with self._lock:
+            uid = self._uid(task_id)
+            if uid in self.runs.fair:
+                return "already_running"
+            held = self.held.get(uid)
+            if held is None:
+                return None
+            if not held.req.revoked():  # only if task_id was not put in the revoked set
+                return None
+            self._forget(uid)
+            self.observer.revoked_held()
+            logger.info(
+                "Held task %s[%s] was cancelled; dropped from the gate.", held.req.name, uid
+            )
+            self.dispatch()  # a reserved job's slot may be free now
+            return "cancelled"
 
     def pool_info(self) -> dict[str, Any]:
         """Flat statistics for ``inspect stats`` (Flower shows them on the pool tab). O(held)."""

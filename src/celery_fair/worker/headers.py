@@ -45,6 +45,7 @@ FAIRNESS_KEY = "fairness_key"
 JOB_ID = "job_id"
 JOB_TYPE = "job_type"
 SUBMITTED = "fair_submitted"
+ON_DEMAND = "fair_on_demand"  # set by run_sync: somebody waits for this job's result
 REPUBLISHED = "fair_republished"
 ERROR = "fair_error"
 # set on a paused job returned to the broker: the runtime policies' version it was returned
