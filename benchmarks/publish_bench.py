@@ -12,7 +12,11 @@ rounds, microseconds):
   hash);
 - ``hand of 2``: as ``shard``, after reading the depth of two candidate shards first, the
   price of publishing to the shorter of a hand of two (shuffle sharding): one pipelined
-  ``LLEN`` round trip on Redis, two passive ``queue_declare`` on RabbitMQ.
+  ``LLEN`` round trip on Redis, two passive ``queue_declare`` on RabbitMQ;
+- ``tracked``: as ``shard``, with ``fair_track_submits``: each submit recorded in the shared
+  store first (one script call to the local Redis; on the Redis broker, the broker's Redis);
+- ``untrack``: not a publish: what the worker pays per ended fair job with
+  ``fair_track_submits`` (one script call forgetting it, in the process that ran it).
 """
 
 from __future__ import annotations
@@ -34,9 +38,14 @@ BROKERS = {
 }
 
 
-def make_app(broker: str, queue: str, shards: int) -> tuple[Any, Any]:
+STORE = "redis://127.0.0.1:6379/4"
+
+
+def make_app(broker: str, queue: str, shards: int, tracked: bool = False) -> tuple[Any, Any]:
     app = Celery("publish", broker=broker, set_as_current=False)
     app.conf.update(task_default_queue=queue, fair_shards=shards, task_ignore_result=True)
+    if tracked:
+        app.conf.update(fair_track_submits=True, fair_store_url=STORE, fair_store_prefix=queue)
 
     @fair_task(app=app, name="publish.job", type="publish", priority=8)
     def job(i: int) -> None: ...
@@ -68,7 +77,8 @@ def depth_reader(app: Any, queue: str) -> Any:
 
 def measure(broker: str, variant: str, n: int) -> float:
     queue = f"publish-{uuid.uuid4().hex[:8]}"
-    app, job = make_app(BROKERS[broker], queue, 1 if variant == "queue" else 8)
+    tracked = variant in ("tracked", "untrack")
+    app, job = make_app(BROKERS[broker], queue, 1 if variant == "queue" else 8, tracked)
     try:
         job.apply_async([0], fairness_key="warm")  # connections, declarations
         with app.connection_for_write() as conn:  # every shard exists, as in a running fleet
@@ -77,6 +87,15 @@ def measure(broker: str, variant: str, n: int) -> float:
         depths = depth_reader(app, queue) if variant == "hand of 2" else None
         if depths is not None:
             depths([shard_name(queue, 0), shard_name(queue, 1)])
+        if variant == "untrack":
+            from celery_fair.submissions import tracked_store
+
+            store = tracked_store(app)
+            ids = [job.apply_async([i], fairness_key="c").id for i in range(n)]
+            start = time.perf_counter()
+            for task_id in ids:
+                store.untrack([task_id])
+            return 1e6 * (time.perf_counter() - start) / n
         start = time.perf_counter()
         for i in range(n):
             key = f"client{i % 50}"
@@ -89,6 +108,17 @@ def measure(broker: str, variant: str, n: int) -> float:
         with app.connection_for_write() as conn:
             for name in (queue, *(shard_name(queue, i) for i in range(8))):
                 conn.default_channel.queue_delete(name)
+        if tracked:
+            import redis
+
+            client = redis.Redis.from_url(STORE)
+            client.delete(
+                *(
+                    f"{{{queue}}}:{name}"
+                    for name in ("queued_by_key", "queued_by_time", "queued_entry")
+                )
+            )
+            client.close()
         app.close()
 
 
@@ -97,8 +127,9 @@ def main() -> None:
     parser.add_argument("--brokers", default="redis,amqp")
     parser.add_argument("--publishes", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variants", default="queue,shard,hand of 2,tracked,untrack")
     args = parser.parse_args()
-    variants = ["queue", "shard", "hand of 2"]
+    variants = args.variants.split(",")
     print(f"{'broker':6} " + " ".join(f"{v:>10}" for v in variants) + "   (us per publish)")
     for broker in args.brokers.split(","):
         got: dict[str, list[float]] = {v: [] for v in variants}

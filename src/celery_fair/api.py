@@ -15,7 +15,7 @@ from kombu.utils.uuid import uuid
 from .core import Aging, JobType
 from .errors import ConfigurationError, RunTimeout
 from .routing import Shards, resolve_base
-from .submissions import submit_once
+from .submissions import settings_of, submit_once, submit_tracked
 from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, ON_DEMAND, SUBMITTED
 
 __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
@@ -137,23 +137,43 @@ class FairTask(Task):
             queue = {"queue": own} if own else {}
             base = resolve_base(self.app, self.name, args, kwargs, {**queue, **options})
             shards.route(options, key, base)
-        if idempotency_key is None:
+        tracking = settings_of(self.app).tracking
+        if idempotency_key is None and not tracking:
             return super().apply_async(
                 args, kwargs, task_id, producer, link, link_error, shadow, headers=headers,
                 **options,
             )  # fmt: skip
         tid = task_id or uuid()
         publish = super().apply_async
-        return submit_once(
-            self.app,
-            _key_of(self.app, headers.get(FAIRNESS_KEY)),
-            idempotency_key,
-            tid,
-            lambda: publish(
+        fairness = _key_of(self.app, headers.get(FAIRNESS_KEY))
+
+        def send() -> Any:
+            return publish(
                 args, kwargs, tid, producer, link, link_error, shadow, headers=headers, **options
-            ),
-            self.AsyncResult,
-        )
+            )
+
+        def send_tracked() -> Any:
+            return submit_tracked(self.app, fairness, tid, send, self._one_job_time(job_id))
+
+        submit = send_tracked if tracking else send
+        if idempotency_key is None:
+            return submit()
+        return submit_once(self.app, fairness, idempotency_key, tid, submit, self.AsyncResult)
+
+    def _one_job_time(self, job_id: str | None) -> Callable[[Any], float]:
+        """``QueueFull.retry_after``: the fleet's learned estimate of one job of this type (on
+        this resource), else the type's default cost."""
+        name = self.job_type_name()
+
+        def hint(store: Any) -> float:
+            declared = self.declared_job_type() or settings_of(self.app).types.get(name)
+            default = declared.default_cost if declared is not None else 1.0
+            try:
+                return float(store.estimate(name, job_id, default))
+            except Exception:  # a hint only: the refusal stands without one
+                return float(default)
+
+        return hint
 
     def run_sync(
         self,

@@ -12,8 +12,10 @@ place) and, if none holds or runs it, the result backend. The answer's ``state``
 - ``running`` on ``worker``;
 - ``done`` (``result_state`` says how: ``SUCCESS``, ``FAILURE``), ``cancelled`` (revoked), as
   the result backend says;
-- ``unknown``: no worker has it and the backend knows nothing: still in the broker, or never
-  submitted (telling these apart needs the producers' registry of submissions, not built yet).
+- ``queued``: no worker has it, and the producers' registry (``fair_track_submits``) says it
+  was submitted and has not ended: it is in the broker; with its ``place_in_key`` and ``place``
+  among the submissions not ended, by time of submission;
+- ``unknown``: no worker has it and neither the backend nor the registry knows it.
 
 ``cancel(app, task_id)`` sends Celery's own ``revoke`` to every worker inside one remote-control
 command, ``fair_cancel``, which then asks the worker's gate for the job (O(1)): a held or
@@ -24,8 +26,10 @@ reserved job is dropped at once and its key refunded. The answer's ``state`` is 
 - ``already_running``: a worker runs it; revoked, and with ``terminate=True`` its process is
   signalled (side effects it has made stay made: see docs/operations.md);
 - ``already_done``: the result backend has its result;
-- ``unknown``: no worker has it. If it is still in the broker, every worker running now drops it
-  when it arrives (it is in their revoked set, as with ``celery revoke``).
+- ``unknown``: no worker has it, and no registry says it was submitted. If it is still in the
+  broker, every worker running now drops it when it arrives (it is in their revoked set, as
+  with ``celery revoke``); with ``fair_track_submits`` such a job is ``cancelled`` instead
+  (``queued: True``).
 
 The job is named by its Celery task id; its ``job_id`` is the resource it works on.
 """
@@ -81,7 +85,28 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
         if result_state in _BACKEND_STATES:
             out["state"] = _BACKEND_STATES[result_state]
             out["result_state"] = result_state
+            return out
+    found = _tracked(app, task_id)
+    if found is not None:  # submitted, not ended, at no worker: in the broker
+        out.update(
+            state="queued",
+            fairness_key=found.fairness_key,
+            submitted=found.at,
+            place_in_key=found.place_in_key,
+            in_key=found.in_key,
+            place=found.place,
+            total=found.total,
+        )
     return out
+
+
+def _tracked(app: Any, task_id: str) -> Any:
+    """The tracked submission ``task_id`` (``fair_track_submits``), or ``None``."""
+    from .submissions import settings_of, tracked_store
+
+    if not settings_of(app).tracking:
+        return None
+    return tracked_store(app).queued(task_id)
 
 
 @control_command(  # type: ignore[untyped-decorator]
@@ -136,6 +161,14 @@ def cancel(
         out["state"] = "cancelled"
     elif before == "STARTED":
         out["state"] = "already_running"
+    elif _tracked(app, task_id) is not None:
+        # submitted, not ended, at no worker: in the broker, and now in every worker's revoked
+        # set, so dropped when it arrives (which forgets it, task_revoked)
+        out["state"] = "cancelled"
+        out["queued"] = True
+        from .submissions import untrack
+
+        untrack(app, [task_id])  # its place counts against no limit from now on
     else:
         out["state"] = "unknown"
     return out

@@ -11,7 +11,8 @@
      │    ├── UnknownJob         a job reference the core does not hold
      │    └── UnknownJobType     a job names a type that was never registered
      ├── StoreUnavailable        the shared store cannot be reached (infrastructure)
-     └── RunTimeout              run_sync's job did not finish in time (it was cancelled)
+     ├── RunTimeout              run_sync's job did not finish in time (it was cancelled)
+     └── QueueFull               a submit past fair_max_queued(_per_key): nothing published
 
 Expected outcomes of normal operation (a job blocked, a cancel that came too late) are
 return values, never exceptions.
@@ -24,6 +25,7 @@ __all__ = [
     "DuplicateJob",
     "FairError",
     "MessageError",
+    "QueueFull",
     "RunTimeout",
     "SchedulerError",
     "StoreUnavailable",
@@ -83,3 +85,26 @@ class RunTimeout(FairError, TimeoutError):
         self.task_id = task_id
         self.timeout = timeout
         self.cancel = cancel
+
+
+class QueueFull(FairError):
+    """A submit refused before anything was published: the fairness key (``scope="key"``) or
+    the whole fleet (``scope="total"``) has ``limit`` jobs submitted and not ended.
+
+    ``retry_after`` is a hint in seconds: about one job's time of this type, as the fleet has
+    learned it, the time in which a running job of the key usually ends and frees a place.
+    """
+
+    def __init__(
+        self, fairness_key: str, scope: str, count: int, limit: int, retry_after: float
+    ) -> None:
+        where = f"fairness key {fairness_key!r}" if scope == "key" else "the fleet"
+        super().__init__(
+            f"{where} has {count} jobs submitted and not ended (limit {limit}); "
+            f"retry in about {retry_after:.3g} s"
+        )
+        self.fairness_key = fairness_key
+        self.scope = scope
+        self.count = count
+        self.limit = limit
+        self.retry_after = retry_after

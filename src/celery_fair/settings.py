@@ -54,6 +54,15 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # a submit with an idempotency_key publishes once per (fairness key, idempotency key)
         # within this many seconds (submissions.py)
         "fair_idempotency_seconds": 24 * 3600.0,
+        # Producers record each fair submission in the shared store until it ends
+        # (submissions.py): job control then sees jobs still in the broker, and the limits
+        # below can refuse a submit. Any limit turns it on.
+        "fair_track_submits": False,
+        "fair_track_seconds": 24 * 3600.0,  # an entry whose end is never reported lapses
+        "fair_max_queued": None,  # submitted and not ended, fleet-wide; None = no limit
+        # the same per fairness key: an int for every key, or {key: n, "*": n for the rest}
+        "fair_max_queued_per_key": None,
+        "fair_on_queue_full": "raise",  # or "return": apply_async returns the QueueFull
         "fair_max_header_length": 256,
         "fair_on_bad_message": "repair",  # or "reject": every bad message goes to dead letter
         "fair_dead_letter_queue": "celery_fair.dead_letter",
@@ -80,6 +89,8 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_metrics_top_keys": 10,
     }
 )
+
+QUEUE_FULL = ("raise", "return")
 
 STORE_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "sentinel")
 
@@ -114,6 +125,11 @@ class FairSettings:
     lifecycle: CostLifecycle = field(default_factory=CostLifecycle)
     default_fairness_key: str = ""
     idempotency_seconds: float = 24 * 3600.0
+    track_submits: bool = False
+    track_seconds: float = 24 * 3600.0
+    max_queued: int | None = None
+    max_queued_per_key: Mapping[str, int] = field(default_factory=dict)
+    on_queue_full: str = "raise"
     max_header_length: int = 256
     on_bad_message: str = "repair"
     dead_letter_queue: str = "celery_fair.dead_letter"
@@ -182,6 +198,11 @@ class FairSettings:
             lifecycle=lifecycle,
             default_fairness_key=_key("fair_default_fairness_key", v["fair_default_fairness_key"]),
             idempotency_seconds=_seconds("fair_idempotency_seconds", v["fair_idempotency_seconds"]),
+            track_submits=_bool("fair_track_submits", v["fair_track_submits"]),
+            track_seconds=_seconds("fair_track_seconds", v["fair_track_seconds"]),
+            max_queued=_optional_int("fair_max_queued", v["fair_max_queued"], minimum=1),
+            max_queued_per_key=_per_key_limits(v["fair_max_queued_per_key"]),
+            on_queue_full=_choice("fair_on_queue_full", v["fair_on_queue_full"], QUEUE_FULL),
             max_header_length=_int("fair_max_header_length", v["fair_max_header_length"], 1),
             on_bad_message=_choice(
                 "fair_on_bad_message", v["fair_on_bad_message"], BAD_MESSAGE_POLICIES
@@ -206,6 +227,16 @@ class FairSettings:
                 "fair_default_fairness_key: longer than fair_max_header_length"
             )
         return settings
+
+    @property
+    def tracking(self) -> bool:
+        """Whether producers record their submissions (asked for, or needed by a limit)."""
+        return self.track_submits or self.max_queued is not None or bool(self.max_queued_per_key)
+
+    def key_queue_limit(self, fairness_key: str) -> int | None:
+        """``fair_max_queued_per_key`` for ``fairness_key``: its own, else ``"*"``'s."""
+        limits = self.max_queued_per_key
+        return limits.get(fairness_key, limits.get("*"))
 
     def scheduler_config(self, capacity: int) -> SchedulerConfig:
         return SchedulerConfig(
@@ -237,6 +268,7 @@ class FairSettings:
             "store_prefix": self.store_prefix,
             "lease_seconds": self.lease_seconds,
             "store_outage": self.store_outage,
+            "track_submits": self.tracking,
             "metrics": "off"
             if self.metrics_port is None
             else f"{self.metrics_address}:{self.metrics_port}",
@@ -420,6 +452,20 @@ def _key(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise ConfigurationError(f"{name}: must be a string, got {value!r}")
     return value
+
+
+def _per_key_limits(value: object) -> Mapping[str, int]:
+    name = "fair_max_queued_per_key"
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping):
+        return MappingProxyType({"*": _int(name, value, minimum=1)})
+    limits = {}
+    for key, limit in value.items():
+        if not isinstance(key, str):
+            raise ConfigurationError(f"{name}: keys are fairness keys (strings), got {key!r}")
+        limits[key] = _int(f"{name}[{key!r}]", limit, minimum=1)
+    return MappingProxyType(limits)
 
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:

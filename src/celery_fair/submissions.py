@@ -1,4 +1,4 @@
-"""Submitting once: the producer's side of idempotency keys (issue 22, seed 002).
+"""Submitting once, and tracking what was submitted (issue 22, seed 002).
 
 ``task.apply_async(args, fairness_key="alice", idempotency_key="order-17")`` publishes the job
 once per ``(fairness key, idempotency key)`` within ``fair_idempotency_seconds`` (24 hours by
@@ -7,19 +7,31 @@ same task id. The record is one Redis key in the shared store, set with ``SET NX
 message is published, so it is atomic for every producer on every machine; a publish that
 fails drops the record again (if it is still its own), so the caller's retry can publish.
 
-It needs the shared store (``fair_store_url``, or a Redis broker): with none, or with the store
+With ``fair_track_submits`` (or a ``fair_max_queued*`` limit) every fair submit is recorded in
+the shared store before it is published (``Store.track``, one round trip) and forgotten when it
+ends: the worker's ``task_postrun`` (any state but ``RETRY``: a retry is the same submission)
+and ``task_revoked`` signals, and the gate's dead letter. Job control then sees a job still in
+the broker (``queued``, its place within its key and overall), and a limit refuses a submit
+with ``QueueFull`` before anything is published, atomically for every producer.
+
+Both need the shared store (``fair_store_url``, or a Redis broker): with none, or with the store
 unreachable, ``apply_async`` raises before anything is published.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
-from .errors import ConfigurationError
+from celery.signals import task_postrun, task_revoked
+from celery.utils.log import get_logger
 
-__all__ = ["submit_once"]
+from .errors import ConfigurationError, QueueFull, StoreUnavailable
+
+__all__ = ["settings_of", "submit_once", "submit_tracked", "tracked_store", "untrack"]
+
+logger = get_logger(__name__)
 
 # Each app's settings and the store its producers record submissions in, from its first
 # keyed submit on.
@@ -62,19 +74,118 @@ def submit_once(
         raise
 
 
+def submit_tracked(
+    app: Any,
+    fairness_key: str,
+    task_id: str,
+    publish: Callable[[], Any],
+    retry_after: Callable[[Any], float],
+) -> Any:
+    """Record ``task_id`` as submitted by ``fairness_key``, then call ``publish``; past a
+    limit, publish nothing and raise (or return, ``fair_on_queue_full = "return"``)
+    ``QueueFull`` with ``retry_after(store)`` as its hint. A publish that fails is forgotten.
+
+    Raises:
+        QueueFull: A limit refused the submit.
+        StoreUnavailable: The store cannot be reached (nothing was published).
+    """
+    settings, store = _store(app)
+    counted = store.track(
+        fairness_key,
+        task_id,
+        key_limit=settings.key_queue_limit(fairness_key),
+        total_limit=settings.max_queued,
+        seconds=settings.track_seconds,
+    )
+    if counted.refused_by:
+        if counted.refused_by == "key":
+            count, limit = counted.in_key, settings.key_queue_limit(fairness_key)
+        else:
+            count, limit = counted.total, settings.max_queued
+        full = QueueFull(fairness_key, counted.refused_by, count, limit, retry_after(store))
+        if settings.on_queue_full == "return":
+            return full
+        raise full
+    try:
+        return publish()
+    except BaseException:
+        if counted.added:
+            store.untrack([task_id])
+        raise
+
+
+def untrack(app: Any, task_ids: Collection[str]) -> None:
+    """Forget ended submissions (worker side); a store that cannot be reached only leaves
+    them to lapse after ``fair_track_seconds``."""
+    try:
+        _, store = _store(app)
+        store.untrack(task_ids)
+    except (StoreUnavailable, ConfigurationError) as exc:
+        logger.warning("celery-fair: could not forget ended submissions %s: %s", task_ids, exc)
+
+
+def tracked_store(app: Any) -> Any:
+    """The store the app's producers record submissions in (job control reads it)."""
+    return _store(app)[1]
+
+
+def settings_of(app: Any) -> Any:
+    """The app's ``FairSettings``, read once per app (and process)."""
+    known = _settings.get(app)
+    if known is None:
+        from .settings import FairSettings
+
+        known = _settings[app] = FairSettings.from_celery_conf(app.conf)
+    return known
+
+
+_settings: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 def _store(app: Any) -> tuple[Any, Any]:
     """The app's settings and store, read and opened once per app."""
     known = _stores.get(app)
     if known is None:
-        from .settings import FairSettings
         from .worker.bootstep import open_store
 
-        settings = FairSettings.from_celery_conf(app.conf)
+        settings = settings_of(app)
         store = open_store(settings, app)
         if store is None:
             raise ConfigurationError(
-                "idempotency_key needs a shared store, for every producer to see the others' "
-                "submissions: set fair_store_url to a Redis URL (or use a Redis broker)"
+                "idempotency keys and tracked submissions need a shared store, for every "
+                "producer to see the others' submissions: set fair_store_url to a Redis URL "
+                "(or use a Redis broker)"
             )
         known = _stores[app] = (settings, store)
     return known
+
+
+def _is_fair(task: Any) -> bool:
+    return getattr(type(task), "job_type_name", None) is not None
+
+
+def _tracking(app: Any) -> bool:
+    try:
+        return bool(settings_of(app).tracking)
+    except ConfigurationError:  # the worker has said so at startup
+        return False
+
+
+def _ended(
+    sender: Any = None, task_id: str | None = None, state: str | None = None, **_: Any
+) -> None:
+    """A fair task's run ended (in the process that ran it): its submission ended, unless the
+    run asked for a retry, which is the same submission."""
+    if task_id and state != "RETRY" and _is_fair(sender) and _tracking(sender.app):
+        untrack(sender.app, [task_id])
+
+
+def _revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """A fair task was revoked or expired (before it ran, or terminated)."""
+    task_id = getattr(request, "id", None)
+    if task_id and _is_fair(sender) and _tracking(sender.app):
+        untrack(sender.app, [task_id])
+
+
+task_postrun.connect(_ended, weak=False, dispatch_uid="celery_fair.submissions.ended")
+task_revoked.connect(_revoked, weak=False, dispatch_uid="celery_fair.submissions.revoked")

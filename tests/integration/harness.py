@@ -280,6 +280,22 @@ def wait_until_recorded_by_the_broker(run: Run, count: int, timeout: float = 30)
         client.close()
 
 
+def queue_length(run: Run, queue: str) -> int:
+    """Messages ready on ``queue`` in the broker (0 if it was never declared)."""
+    if run.broker == "redis":  # a list under the run's key prefix (Kombu's global_keyprefix)
+        client = redis.Redis.from_url(run.url)
+        try:
+            return int(client.llen(f"{run.prefix}:{queue}"))
+        finally:
+            client.close()
+    with run.app.connection_for_write() as conn:
+        try:
+            _, count, _ = conn.default_channel.queue_declare(queue, passive=True)
+        except conn.channel_errors:  # RabbitMQ: 404, no such queue
+            return 0
+    return int(count)
+
+
 def cut_broker_connections(worker: Worker) -> int:
     """Close the worker's broker connections from the broker's side; return how many."""
     port = 6379 if worker.run.broker == "redis" else 5672

@@ -93,7 +93,7 @@ def test_status_says_where_a_job_is_and_explain_says_what_holds_it(make_run, sta
     run = make_run(backend=BACKEND, conf={"fair_store_url": "memory"})
     worker = start_worker(run, concurrency=1)
     clone = run.app.tasks["fairapp.clone"]
-    long = clone.apply_async(["long", 4.0], fairness_key="a", job_id="linux")
+    long = clone.apply_async(["long", 10.0], fairness_key="a", job_id="linux")  # each ask: 1 s
     wait_until(lambda: run.recorder.events(), 20, "the long job to start")
     same = clone.apply_async(["same", 0.01], fairness_key="b", job_id="linux")
     other = clone.apply_async(["other", 0.01], fairness_key="c", job_id="git")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from harness import BACKEND, wait_until
+from harness import BACKEND, queue_length, wait_until
 from test_fleet import fleet_conf
 
 from celery_fair import ConfigurationError, RunTimeout
@@ -71,6 +71,4 @@ def test_run_sync_without_a_result_backend_says_so_and_publishes_nothing(make_ru
     run = make_run()
     with pytest.raises(ConfigurationError, match="needs a result backend"):
         run.app.tasks["fairapp.clone"].run_sync(["x"], fairness_key="a", timeout=1)
-    with run.app.connection_for_write() as conn:
-        _, count, _ = conn.default_channel.queue_declare(run.queue, passive=False)
-    assert count == 0
+    assert queue_length(run, run.queue) == 0

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import math
+import time
 
 from harness import wait_until
 
 from celery_fair.core import CostLifecycle
-from celery_fair.store import Ask, Done, Running, Verdict, conflict_field, estimate_field
+from celery_fair.store import (
+    Ask,
+    Done,
+    QueuedCount,
+    Running,
+    Verdict,
+    conflict_field,
+    estimate_field,
+)
 
 NEVER = CostLifecycle.never()
 
@@ -506,3 +515,52 @@ def test_a_failed_publish_forgets_only_its_own_record(make_store):
     assert store.claim_submission("alice", "k", "t2", 30.0) == "t1"
     store.forget_submission("alice", "k", "t1")
     assert store.claim_submission("alice", "k", "t2", 30.0) is None
+
+
+def test_tracked_submissions_count_per_key_and_in_all_in_order(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)  # two producers
+    assert one.track("alice", "a1") == QueuedCount(True, 0, 0)
+    assert two.track("bob", "b1") == QueuedCount(True, 0, 1)
+    assert one.track("alice", "a2") == QueuedCount(True, 1, 2)
+    assert two.track("alice", "a1") == QueuedCount(False, 2, 3)  # already tracked: once
+    # (keys that are prefixes of one another, or hold the separators, stay apart)
+    assert one.track("alice|0", "x1").in_key == 0
+    assert one.track("alic", "x2").in_key == 0
+    assert one.track("ålice", "x3").in_key == 0
+    found = two.queued("a2")
+    assert found is not None
+    assert (found.fairness_key, found.place_in_key, found.in_key) == ("alice", 2, 2)
+    assert (found.place, found.total) == (3, 6)
+    assert two.queued("x3").fairness_key == "ålice"
+    assert one.queued("nobody") is None
+    # Ending forgets; the places behind move up.
+    assert two.untrack(["a1", "b1", "nobody"]) == 2
+    assert two.untrack([]) == 0
+    found = one.queued("a2")
+    assert (found.place_in_key, found.in_key, found.place, found.total) == (1, 1, 1, 4)
+    assert one.queued("a1") is None
+
+
+def test_tracking_refuses_past_a_limit_and_records_nothing(make_store):
+    store = make_store(lifecycle=NEVER)
+    for i in range(3):
+        assert store.track("alice", f"a{i}", key_limit=3).added
+    assert store.track("alice", "a3", key_limit=3) == QueuedCount(False, 3, 3, "key")
+    assert store.queued("a3") is None
+    assert store.track("bob", "b0", key_limit=3, total_limit=4).added  # another key: room
+    assert store.track("cid", "c0", key_limit=3, total_limit=4) == QueuedCount(False, 0, 4, "total")
+    store.untrack(["a0"])
+    assert store.track("alice", "a3", key_limit=3).added
+
+
+def test_a_tracked_submission_whose_end_is_never_reported_lapses(make_store):
+    store = make_store(lifecycle=NEVER)
+    assert store.track("alice", "lost", seconds=0.2).added
+    wait_until(
+        lambda: (
+            store.track("bob", f"b{time.monotonic()}", seconds=0.2).added
+            and store.queued("lost") is None
+        ),
+        10,
+        "the lost entry to lapse",
+    )

@@ -14,7 +14,7 @@ from test_contract import ask
 
 from celery_fair.core import CostLifecycle
 from celery_fair.errors import ConfigurationError, StoreUnavailable
-from celery_fair.store import Done, RedisStore, Running, Verdict, conflict_field
+from celery_fair.store import Done, RedisStore, Running, Verdict, conflict_field, queued_member
 from celery_fair.store.redis import KEY_NAMES
 
 NEVER = CostLifecycle.never()
@@ -123,3 +123,19 @@ def test_an_estimate_in_use_is_noted_again_when_a_long_job_ends(redis_client, pr
         assert redis_client.zscore(estseen, field) > noted + ttl / 16
     finally:
         store.close()
+
+
+def test_the_lua_registry_writes_entries_in_the_layout_python_names(redis_client, prefix):
+    # queued.lua builds each tracked submission's entry itself; queued_member is the layout's
+    # one definition in Python. They agree, for a plain key, a key with the separators, and a
+    # key whose length in bytes is not its length in characters.
+    store = RedisStore(redis.Redis.from_url(REDIS_URL), prefix)
+    for key, task_id in (("alice", "t1"), ("a|1:b", "t2"), ("ålice", "t3")):
+        assert store.track(key, task_id).added
+        at = redis_client.zscore(f"{{{prefix}}}:queued_by_time", task_id)
+        entry = redis_client.hget(f"{{{prefix}}}:queued_entry", task_id).decode()
+        assert entry == queued_member(key, at, task_id)
+        assert redis_client.zscore(f"{{{prefix}}}:queued_by_key", entry) == 0
+    for name in ("queued_by_key", "queued_by_time", "queued_entry"):
+        assert key_slot(f"{{{prefix}}}:{name}".encode()) == key_slot(f"{{{prefix}}}:meta".encode())
+    store.close()

@@ -11,9 +11,9 @@ import redis
 from celery import Celery
 from shared_redis import REDIS_URL
 
-from celery_fair import fair_task
-from celery_fair.errors import ConfigurationError
-from celery_fair.submissions import submit_once
+from celery_fair import QueueFull, fair_task
+from celery_fair.errors import ConfigurationError, StoreUnavailable
+from celery_fair.submissions import submit_once, submit_tracked, tracked_store
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_a_publish_that_fails_leaves_the_key_free_for_the_retry(producer):
 def test_without_a_shared_store_or_with_a_bad_key_nothing_is_published(producer):
     make, published = producer
     _, alone = make(fair_store_url="memory")
-    with pytest.raises(ConfigurationError, match="idempotency_key needs a shared store"):
+    with pytest.raises(ConfigurationError, match="tracked submissions need a shared store"):
         alone.apply_async(["linux"], fairness_key="alice", idempotency_key="k")
     _, clone = make()
     with pytest.raises(ConfigurationError, match="non-empty string"):
@@ -124,3 +124,56 @@ def test_the_window_is_a_setting(producer):
 
     wait_until(published_again, 10, "the record to lapse")
     assert published() == 2
+
+
+def test_a_tracked_submit_with_the_store_unreachable_publishes_nothing(producer):
+    make, published = producer
+    _, clone = make(fair_track_submits=True, fair_store_url="redis://127.0.0.1:1/0")
+    with pytest.raises(StoreUnavailable):
+        clone.apply_async(["linux"], fairness_key="alice")
+    assert published() == 0
+
+
+def test_a_tracked_publish_that_fails_is_forgotten_and_a_duplicate_is_tracked_once(producer):
+    make, published = producer
+    app, clone = make(fair_max_queued_per_key=2)
+
+    def fail():
+        raise ConnectionError("the broker went away (test)")
+
+    with pytest.raises(ConnectionError):
+        submit_tracked(app, "alice", "t-lost", fail, lambda store: 1.0)
+    store = tracked_store(app)
+    assert store.queued("t-lost") is None
+    first = clone.apply_async(["linux"], fairness_key="alice", idempotency_key="k")
+    clone.apply_async(["linux"], fairness_key="alice", idempotency_key="k")  # the duplicate
+    assert store.queued(first.id).in_key == 1
+    clone.apply_async(["git"], fairness_key="alice")
+    with pytest.raises(QueueFull):
+        clone.apply_async(["hg"], fairness_key="alice")
+    assert published() == 2
+
+
+def test_producers_submitting_at_once_stop_at_the_limit(producer):
+    make, published = producer
+    apps = [make(fair_max_queued_per_key=5) for _ in range(8)]
+    start = threading.Barrier(len(apps))
+    outcomes: list[str] = []
+
+    def submit(clone) -> None:
+        start.wait()
+        for _ in range(3):
+            try:
+                clone.apply_async(["git"], fairness_key="ci")
+                outcomes.append("published")
+            except QueueFull:
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=submit, args=(clone,)) for _, clone in apps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("published") == 5
+    assert outcomes.count("refused") == 19
+    assert published() == 5

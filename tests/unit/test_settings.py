@@ -57,6 +57,12 @@ def test_job_types_from_settings():
             r"fair_types\['t'\].aging: aging urgent_threshold",
         ),
         ({"fair_inherit_aging": "yes"}, "fair_inherit_aging: must be True or False"),
+        ({"fair_track_submits": 1}, "fair_track_submits: must be True or False"),
+        ({"fair_max_queued": 0}, "fair_max_queued: must be an int >= 1"),
+        ({"fair_max_queued_per_key": -3}, "fair_max_queued_per_key: must be an int >= 1"),
+        ({"fair_max_queued_per_key": {"a": 1.5}}, r"fair_max_queued_per_key\['a'\]"),
+        ({"fair_max_queued_per_key": {7: 10}}, "keys are fairness keys"),
+        ({"fair_on_queue_full": "drop"}, "fair_on_queue_full: must be one of raise, return"),
     ],
 )
 def test_a_bad_value_is_an_error_that_names_the_setting(values, named):
@@ -137,3 +143,16 @@ def test_aging_reaches_the_core_per_type_and_for_the_rest():
         "urgent_threshold": 8,
     }
     assert described["types"]["rescan"]["aging"]["max_effective_priority"] == 8
+
+
+def test_queue_limits_per_key_fall_back_to_the_star_and_turn_tracking_on():
+    assert not FairSettings.from_mapping({}).tracking
+    assert FairSettings.from_mapping({"fair_track_submits": True}).tracking
+    one = FairSettings.from_mapping({"fair_max_queued_per_key": 50})
+    assert one.tracking
+    assert (one.key_queue_limit("a"), one.key_queue_limit("b")) == (50, 50)
+    some = FairSettings.from_mapping({"fair_max_queued_per_key": {"big": 500, "*": 5}})
+    assert (some.key_queue_limit("big"), some.key_queue_limit("other")) == (500, 5)
+    only = FairSettings.from_mapping({"fair_max_queued_per_key": {"big": 500}})
+    assert only.key_queue_limit("other") is None
+    assert FairSettings.from_mapping({"fair_max_queued": 10}).tracking

@@ -9,14 +9,20 @@ from importlib import resources
 import redis
 
 from celery_fair.store.base import Ask, Done, Running
-from celery_fair.store.redis import RedisStore, _source
+from celery_fair.store.redis import _SCRIPTS, _STANDALONE, RedisStore, _source
 from celery_fair.store.wire import ASK, FINISHED, HEAD, RUNNING, lua_constants
 
-SCRIPTS = sorted(
-    p.name[: -len(".lua")]
-    for p in (resources.files("celery_fair.store") / "lua").iterdir()
-    if p.name.endswith(".lua") and p.name != "common.lua"
-)
+SCRIPTS = sorted(_SCRIPTS)
+
+
+def test_every_lua_file_is_a_scheduling_script_or_a_standalone_one():
+    files = {
+        p.name[: -len(".lua")]
+        for p in (resources.files("celery_fair.store") / "lua").iterdir()
+        if p.name.endswith(".lua")
+    }
+    assert files == {"common", *_SCRIPTS, *_STANDALONE}
+    assert not set(_SCRIPTS) & set(_STANDALONE)
 
 
 def store() -> RedisStore:

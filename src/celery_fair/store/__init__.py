@@ -6,6 +6,8 @@ from .base import (
     Done,
     Finished,
     Grant,
+    Queued,
+    QueuedCount,
     Registered,
     Reply,
     Running,
@@ -14,6 +16,7 @@ from .base import (
     View,
     conflict_field,
     estimate_field,
+    queued_member,
     submission_field,
 )
 from .memory import MemoryStore
@@ -26,6 +29,8 @@ __all__ = [
     "Finished",
     "Grant",
     "MemoryStore",
+    "Queued",
+    "QueuedCount",
     "RedisStore",
     "Registered",
     "Reply",
@@ -35,5 +40,6 @@ __all__ = [
     "View",
     "conflict_field",
     "estimate_field",
+    "queued_member",
     "submission_field",
 ]

@@ -21,6 +21,8 @@ __all__ = [
     "Done",
     "Finished",
     "Grant",
+    "Queued",
+    "QueuedCount",
     "Registered",
     "Reply",
     "Running",
@@ -30,6 +32,7 @@ __all__ = [
     "conflict_field",
     "conflict_of",
     "estimate_field",
+    "queued_member",
     "submission_field",
 ]
 
@@ -77,6 +80,38 @@ def conflict_of(field: str) -> tuple[str, str] | None:
     if not sep or not size.isdigit() or int(size) > len(rest):
         return None
     return rest[: int(size)], rest[int(size) :]
+
+
+def queued_member(fairness_key: str, at: float, task_id: str) -> str:
+    """A tracked submission's entry in the store's index by key (``{prefix}:queued_by_key``,
+    a sorted set read by lexical ranges): the key with its length in bytes first (so no key is a
+    prefix of another's entries), then the time in a fixed width (so a key's entries sort by
+    it), then the task id. The Lua side (``lua/queued.lua``) reads the key back the same way.
+
+    >>> queued_member("alice", 1700000000.25, "t1")
+    '5:alice|00001700000000.250000|t1'
+    """
+    return f"{len(fairness_key.encode())}:{fairness_key}|{at:021.6f}|{task_id}"
+
+
+class QueuedCount(NamedTuple):
+    """What ``track`` found: the key's tracked jobs and all of them, before this one."""
+
+    added: bool  # False: refused by a limit (nothing recorded), or already tracked
+    in_key: int
+    total: int
+    refused_by: str = ""  # "key" or "total" when a limit refused it
+
+
+class Queued(NamedTuple):
+    """A tracked submission: submitted and not yet ended (in the broker, held or running)."""
+
+    fairness_key: str
+    at: float  # when it was tracked (the store's clock)
+    place_in_key: int  # 1 = its key's oldest
+    in_key: int
+    place: int  # among every tracked job, by time; 1 = the oldest
+    total: int
 
 
 class Verdict(str, enum.Enum):
@@ -272,6 +307,30 @@ class Store(Protocol):
     def forget_submission(self, fairness_key: str, idempotency_key: str, task_id: str) -> None:
         """Drop the record of ``(fairness_key, idempotency_key)`` if it is ``task_id``'s (its
         publish failed, so a later submit may publish)."""
+        ...
+
+    def track(
+        self,
+        fairness_key: str,
+        task_id: str,
+        *,
+        key_limit: int | None = None,
+        total_limit: int | None = None,
+        seconds: float = 86400.0,
+    ) -> QueuedCount:
+        """Record ``task_id`` as submitted by ``fairness_key`` (``fair_track_submits``), unless
+        the key already has ``key_limit`` tracked jobs or the store ``total_limit``: then it
+        records nothing (``refused_by``). Atomic for every producer. Entries older than
+        ``seconds`` are dropped as they are met (a job whose end was never reported)."""
+        ...
+
+    def untrack(self, task_ids: Collection[str]) -> int:
+        """Forget these submissions (they ended: done, failed, revoked, dead-lettered);
+        returns how many were tracked. One round trip."""
+        ...
+
+    def queued(self, task_id: str) -> Queued | None:
+        """Where ``task_id`` stands among the tracked submissions, or ``None``. O(log n)."""
         ...
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:

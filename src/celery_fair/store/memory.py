@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
@@ -22,6 +22,8 @@ from .base import (
     Finished,
     Grant,
     PolicyChange,
+    Queued,
+    QueuedCount,
     Registered,
     Reply,
     Running,
@@ -86,6 +88,10 @@ class MemoryStore:
         self.claims: dict[str, tuple[str, float]] = {}
         # Submissions by idempotency key: submission_field -> (task id, expiry).
         self._submitted: dict[str, tuple[str, float]] = {}
+        # Tracked submissions (fair_track_submits): task id -> (fairness key, when), oldest
+        # first, and how many each key has.
+        self._tracked: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._tracked_in_key: dict[str, int] = {}
 
     # -- operations ------------------------------------------------------------------------
 
@@ -227,6 +233,62 @@ class MemoryStore:
         name = submission_field(fairness_key, idempotency_key)
         if self._submitted.get(name, ("",))[0] == task_id:
             del self._submitted[name]
+
+    def track(
+        self,
+        fairness_key: str,
+        task_id: str,
+        *,
+        key_limit: int | None = None,
+        total_limit: int | None = None,
+        seconds: float = 86400.0,
+    ) -> QueuedCount:
+        now = self.clock.now()
+        tracked = self._tracked
+        while tracked:  # the entries whose end was never reported lapse
+            oldest, (_, at) = next(iter(tracked.items()))
+            if at >= now - seconds:
+                break
+            self.untrack([oldest])
+        in_key = self._tracked_in_key.get(fairness_key, 0)
+        total = len(tracked)
+        if task_id in tracked:
+            return QueuedCount(False, in_key, total)
+        if key_limit is not None and in_key >= key_limit:
+            return QueuedCount(False, in_key, total, "key")
+        if total_limit is not None and total >= total_limit:
+            return QueuedCount(False, in_key, total, "total")
+        tracked[task_id] = (fairness_key, now)
+        self._tracked_in_key[fairness_key] = in_key + 1
+        return QueuedCount(True, in_key, total)
+
+    def untrack(self, task_ids: Collection[str]) -> int:
+        n = 0
+        for task_id in task_ids:
+            found = self._tracked.pop(task_id, None)
+            if found is None:
+                continue
+            n += 1
+            left = self._tracked_in_key[found[0]] - 1
+            if left:
+                self._tracked_in_key[found[0]] = left
+            else:
+                del self._tracked_in_key[found[0]]
+        return n
+
+    def queued(self, task_id: str) -> Queued | None:
+        """O(tracked): the in-memory store serves one process, not a fleet's producers."""
+        found = self._tracked.get(task_id)
+        if found is None:
+            return None
+        key, at = found
+        place = place_in_key = 0
+        for other, (other_key, _) in self._tracked.items():
+            place += 1
+            place_in_key += other_key == key
+            if other == task_id:
+                break
+        return Queued(key, at, place_in_key, self._tracked_in_key[key], place, len(self._tracked))
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
         doc, keys, types = change(self._policies[1])

@@ -8,7 +8,7 @@ SCRIPT FLUSH). Time is the Redis server's clock (``TIME``), so worker clocks may
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -21,6 +21,8 @@ from .base import (
     Finished,
     Grant,
     PolicyChange,
+    Queued,
+    QueuedCount,
     Registered,
     Reply,
     Running,
@@ -56,6 +58,10 @@ KEY_NAMES = (
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
 _SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies")
+"""The scheduling scripts: common.lua and the generated argument names come first in each."""
+
+_STANDALONE = ("queued",)
+"""Scripts on keys of their own, with arguments of their own (each documents its ARGV)."""
 
 # Drop a submission's record only if it is still the given task's (compare and delete).
 _FORGET = """
@@ -214,6 +220,12 @@ class RedisStore:
         self._sources = {name: _source(name) for name in _SCRIPTS}
         self._scripts = {name: client.register_script(self._sources[name]) for name in _SCRIPTS}
         self._forget = client.register_script(_FORGET)
+        self._queued = client.register_script(
+            (resources.files(__package__) / "lua" / f"{_STANDALONE[0]}.lua").read_text()
+        )
+        self._queued_keys = [
+            f"{{{prefix}}}:{name}" for name in ("queued_by_key", "queued_by_time", "queued_entry")
+        ]
 
     @classmethod
     def from_url(
@@ -477,6 +489,47 @@ class RedisStore:
             )
 
     # -- inspection --------------------------------------------------------------------------
+
+    def track(
+        self,
+        fairness_key: str,
+        task_id: str,
+        *,
+        key_limit: int | None = None,
+        total_limit: int | None = None,
+        seconds: float = 86400.0,
+    ) -> QueuedCount:
+        """One round trip (``lua/queued.lua``)."""
+        args = [
+            "track",
+            fairness_key,
+            task_id,
+            "" if key_limit is None else str(key_limit),
+            "" if total_limit is None else str(total_limit),
+            repr(float(seconds)),
+        ]
+        added, in_key, total, by = self._read(
+            lambda c: self._queued(keys=self._queued_keys, args=args, client=c)
+        )
+        return QueuedCount(bool(added), int(in_key), int(total), _as_text(by))
+
+    def untrack(self, task_ids: Collection[str]) -> int:
+        if not task_ids:
+            return 0
+        args = ["untrack", *task_ids]
+        n = self._read(lambda c: self._queued(keys=self._queued_keys, args=args, client=c))
+        return int(n)
+
+    def queued(self, task_id: str) -> Queued | None:
+        found = self._read(
+            lambda c: self._queued(keys=self._queued_keys, args=["find", task_id], client=c)
+        )
+        if not found:
+            return None
+        key, at, place_in_key, in_key, place, total = found
+        return Queued(
+            _as_text(key), float(at), int(place_in_key), int(in_key), int(place), int(total)
+        )
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:
         value = self._read(lambda c: c.hget(self._key("est"), estimate_field(type, job_id)))

@@ -58,6 +58,7 @@ from ..observe import Counters, Fanout, Observer
 from ..routing import shard_of
 from ..store.base import Store
 from ..store.redis import RedisStore
+from ..submissions import untrack
 from .consumer_prefetch import ShardWindows
 from .events import attach
 from .headers import PAUSED_SPILL, TOKEN, FairHeaders, parse_headers, request_uid
@@ -798,6 +799,8 @@ class Gate:
         req.acknowledge()
         worker_state.task_ready(req)
         req.send_event("task-rejected", requeue=False)
+        if self.settings.tracking:  # its submission ended here
+            untrack(self.app, [req.id])
         logger.error("Task %s[%s] sent to dead letter queue %r: %s", req.name, req.id, queue, why)
 
     # -- inspection ----------------------------------------------------------------------

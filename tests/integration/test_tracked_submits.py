@@ -1,0 +1,141 @@
+"""Tracked submissions and backpressure (issue 22, seed 002): producers record each fair
+submit in the shared store until it ends (``fair_track_submits``), so job control sees jobs
+still in the broker and a limit refuses a submit before anything is published. Real
+``celery worker -P fair`` processes on both brokers; the registry is the real Redis store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from harness import BACKEND, HERE, queue_length, wait_until
+from test_fleet import fleet_conf, store_of
+from test_shards import node
+
+from celery_fair import QueueFull
+from celery_fair.control import cancel, status
+
+
+def test_a_job_still_in_the_broker_is_queued_with_its_place_and_cancel_drops_it(
+    make_run, start_worker, broker
+):
+    # Given producers that track their submissions, a worker busy with a long job, and three
+    # jobs of key "k" on a queue no worker reads yet (in the broker),
+    run = make_run(backend=BACKEND, conf=fleet_conf(broker, fair_track_submits=True))
+    worker = start_worker(run, concurrency=1)
+    store = store_of(run)
+    clone = run.app.tasks["fairapp.clone"]
+    long = clone.apply_async(["long", 2.0], fairness_key="a")
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start")
+    later = [
+        clone.apply_async([f"later{i}", 0.01], fairness_key="k", queue="later") for i in range(3)
+    ]
+    # then each is queued, with its place in its key and among everything not ended,
+    found = status(run.app, later[1].id)
+    assert found["state"] == "queued"
+    assert (found["fairness_key"], found["place_in_key"], found["in_key"]) == ("k", 2, 3)
+    assert (found["place"], found["total"]) == (3, 4)  # the long job was submitted first
+    # and a cancel says cancelled (not unknown): every worker drops it when it arrives.
+    assert cancel(run.app, later[1].id) == {
+        "task_id": later[1].id,
+        "state": "cancelled",
+        "queued": True,
+    }
+    assert status(run.app, later[2].id)["place_in_key"] == 2  # it no longer counts
+    run.app.control.add_consumer("later", destination=[node(worker)], reply=True)
+    wait_until(
+        lambda: {"later0", "later2", "long"} <= set(run.recorder.done_counts()), 30, "the rest"
+    )
+    # Once every job ended (ran, or was revoked), none is tracked any more.
+    for job in [long, *later]:
+        wait_until(lambda job=job: store.queued(job.id) is None, 20, f"{job.id} forgotten")
+    assert "later1" not in run.recorder.done_counts()
+    store.close()
+
+
+def test_past_a_keys_limit_a_submit_is_refused_and_nothing_is_published(
+    make_run, start_worker, broker
+):
+    # Given a limit of 3 jobs submitted and not ended per fairness key, and no worker yet,
+    run = make_run(conf=fleet_conf(broker, fair_max_queued_per_key=3, fair_shards=1))
+    clone = run.app.tasks["fairapp.clone"]
+    for i in range(3):
+        clone.apply_async([f"a{i}", 0.01], fairness_key="a")
+    # when key "a" submits a fourth, it is refused with a hint, before anything is published,
+    with pytest.raises(QueueFull) as refused:
+        clone.apply_async(["a3", 0.01], fairness_key="a")
+    assert (refused.value.scope, refused.value.count, refused.value.limit) == ("key", 3, 3)
+    assert refused.value.retry_after == 1.0  # clone's default cost: nothing learned yet
+    assert queue_length(run, run.queue) == 3
+    # while another key still submits,
+    clone.apply_async(["b0", 0.01], fairness_key="b")
+    assert queue_length(run, run.queue) == 4
+    # and once key "a"'s jobs have run, its places are free again.
+    start_worker(run, concurrency=2)
+    wait_until(lambda: len(run.recorder.done_counts()) == 4, 30, "the four jobs")
+    wait_until(lambda: _submits(clone, "a", "again"), 20, "a submit of key a to be accepted again")
+    wait_until(lambda: run.recorder.done_counts().get("again") == 1, 20, "the new job")
+
+
+def _submits(task, key, tag):
+    try:
+        task.apply_async([tag, 0.01], fairness_key=key)
+    except QueueFull:
+        return False
+    return True
+
+
+def test_on_queue_full_return_gives_the_refusal_back_instead_of_raising(make_run, broker):
+    run = make_run(conf=fleet_conf(broker, fair_max_queued=2, fair_on_queue_full="return"))
+    clone = run.app.tasks["fairapp.clone"]
+    first = [clone.apply_async([f"j{i}", 0.01], fairness_key=f"k{i}") for i in range(2)]
+    assert all(r.id for r in first)
+    full = clone.apply_async(["j2", 0.01], fairness_key="k2")
+    assert isinstance(full, QueueFull)
+    assert (full.scope, full.count, full.limit) == ("total", 2, 2)
+
+
+# A producer of its own: it waits for the agreed moment, then submits 10 jobs of key "burst"
+# and prints how many were accepted.
+PRODUCER = """
+import sys, time
+import fairapp
+from celery_fair import QueueFull
+at = float(sys.argv[1])
+while time.time() < at:
+    time.sleep(0.001)
+accepted = 0
+for i in range(10):
+    try:
+        fairapp.app.tasks["fairapp.clone"].apply_async(["x", 0.01], fairness_key="burst")
+        accepted += 1
+    except QueueFull:
+        pass
+print(accepted)
+"""
+
+
+def test_a_limit_holds_for_producers_submitting_at_once(make_run, broker):
+    # Given a limit of 10 per key, and three producer processes that each submit 10 jobs of
+    # one key at the same moment,
+    run = make_run(conf=fleet_conf(broker, fair_max_queued_per_key=10, fair_shards=1))
+    at = time.time() + 3.0
+    producers = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, repr(at)],
+            cwd=HERE,
+            env=run.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=60) for p in producers]
+    for p, (_, err) in zip(producers, outputs, strict=True):
+        assert p.returncode == 0, err
+    # then 10 were accepted in all, and exactly 10 published.
+    assert sum(int(out) for out, _ in outputs) == 10, outputs
+    assert queue_length(run, run.queue) == 10
