@@ -207,6 +207,13 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
         )
         if found.get("effective_priority") != found.get("priority"):
             line += f" (now {found['effective_priority']})"
+        if found.get("expected_wait") is not None:
+            line += f"; expected to start in about {found['expected_wait']:.1f} s"
+    elif found.get("place_in_key") is not None:  # queued: in the broker
+        line += (
+            f", {found['place_in_key']} of {found['in_key']} not ended in its key "
+            f"{found['fairness_key']!r}, {found['place']} of {found['total']} in all"
+        )
     click.echo(line)
     for reason in found.get("why", ()):
         click.echo(f"  - {reason}")

@@ -5,7 +5,9 @@
 place) and, if none holds or runs it, the result backend. The answer's ``state`` is one of:
 
 - ``held``: a worker holds its message, waiting; with ``worker``, ``place`` (among the jobs that
-  worker holds), ``place_in_key`` (among its fairness key's), ``effective_priority`` and ``why``,
+  worker holds), ``place_in_key`` (among its fairness key's), ``effective_priority``,
+  ``expected_wait`` (seconds until it is expected to start: ``Scheduler.expected_wait``) and
+  ``why``,
   the reasons in words ("type cap repack 3/3", "conflict on git:linux held by task X",
   "paused (key 'spam')", "behind 4 jobs that come first ...");
 - ``reserved``: admitted, waiting for a free process on ``worker``;

@@ -113,11 +113,15 @@ def test_status_says_where_a_job_is_and_explain_says_what_holds_it(make_run, sta
     assert blocked["why"][0].startswith(f"conflict on git:linux held by task {long.id} for ")
     waiting = wait_until(lambda: held(other), 20, "the other job held")
     assert waiting["why"][0] == "every slot busy 1/1"
+    # (and when they are expected to start: the long job's learned time left, here its
+    # default cost of 1 s, long gone, and the job ahead's)
+    assert 0 <= waiting["expected_wait"] <= 1.0 + 1e-9
     assert {blocked["place"], waiting["place"]} == {1, 2}
     # (the command line says the same)
     shown = fair_command(run, "job", same.id)
     assert shown.returncode == 0, shown.stderr
     assert f"{same.id}: held on {node(worker)}" in shown.stdout
+    assert "expected to start in about" in shown.stdout
     assert f"  - conflict on git:linux held by task {long.id} for " in shown.stdout
     # and once done, the result backend says so; an id nobody knows is unknown.
     wait_until(lambda: run.recorder.done_counts().get("same") == 1, 30, "the held jobs to run")

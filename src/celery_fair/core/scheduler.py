@@ -790,6 +790,43 @@ class Scheduler:
                     place_in_key += 1
         return self._view(job, place, place_in_key)
 
+    def expected_wait(self, ref: Hashable, slots: int | None = None) -> float | None:
+        """Seconds until pending job ``ref`` is expected to start: the work ahead of it (what
+        the running jobs have left of their estimates, plus the estimates of the pending jobs
+        that come before it) shared by ``slots`` (default: the capacity), and no less than
+        the work of its own key's jobs ahead of it at its key's share of the slots (its
+        water-filled allocation among the keys with work here). ``None`` if it is not
+        pending.
+
+        A model, not a promise: a newcomer that goes first, a conflict or a cap that keeps a
+        slot from the jobs ahead, and estimates that miss move it (docs/operations.md gives
+        the error measured). O(n)."""
+        job = self._jobs.get(ref)
+        if job is None or job.state is not JobState.PENDING:
+            return None
+        self._look()
+        now = self._clock.now()
+        mine = job.order()
+        peek = self._estimates.peek
+        slots = max(1, self._capacity if slots is None else slots)
+        work = 0.0  # everything ahead of it here
+        in_key = 0.0  # its own key's jobs ahead of it
+        for other in self._jobs.values():
+            if other.state is JobState.RUNNING:
+                work += max(0.0, other.estimate - (now - other.admitted_at))
+            elif other is not job and other.order() < mine:
+                cost = other.cost
+                if cost is None:
+                    jtype = other.lane.type
+                    cost = peek((jtype.name, other.job_id), jtype.default_cost)
+                work += cost
+                if other.key is job.key:
+                    in_key += cost
+        # and no faster than its key is served: its share of the slots (allocation.py)
+        share = shares(slots, self._demands())[0].get(job.key.name, 0.0)
+        by_key = in_key / share if share > 0 else 0.0
+        return max(work / slots, by_key)
+
     def explain(self, ref: Hashable) -> list[str]:
         """Why pending job ``ref`` is not running yet, in words, one line per reason (empty
         for a job that is not pending here). What holds it back first (a pause, its conflict,

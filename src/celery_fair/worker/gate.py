@@ -838,6 +838,7 @@ class Gate:
                 "urgent": view.urgent,
                 "blocked_by": [r.value for r in view.blocked_by],
                 "why": self.scheduler.explain(uid),
+                "expected_wait": self.scheduler.expected_wait(uid, self._pool_slots),
             }
 
     def cancel(self, task_id: str) -> str | None:
