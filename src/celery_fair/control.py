@@ -80,7 +80,7 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
         for worker, answer in reply.items():
             found = answer.get(task_id) if isinstance(answer, dict) else None
             if found:
-                return {"task_id": task_id, "worker": worker, **found}
+                return _name_the_holder(app, {"task_id": task_id, "worker": worker, **found})
     out: dict[str, Any] = {"task_id": task_id, "state": "unknown"}
     if not isinstance(app.backend, DisabledBackend):
         result_state = app.AsyncResult(task_id).state
@@ -100,6 +100,33 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
             total=found.total,
         )
     return out
+
+
+_ELSEWHERE = "held by a job on another worker"
+
+
+def _name_the_holder(app: Any, found: dict[str, Any]) -> dict[str, Any]:
+    """A held job waits for a conflict another worker's job holds: ask the shared store which
+    job, on which worker, since when (one read), and say so in its reasons."""
+    field = found.get("conflict")
+    why = found.get("why") or []
+    if not field or not any(_ELSEWHERE in reason for reason in why):
+        return found
+    from .errors import ConfigurationError, StoreUnavailable
+    from .submissions import tracked_store
+
+    try:
+        holder = tracked_store(app).holder(field)
+    except (ConfigurationError, StoreUnavailable):
+        return found
+    if holder is None:
+        return found
+    worker = holder.worker.split("/")[0] or "another worker"
+    since = f" for {holder.held_for:.1f} s" if holder.held_for is not None else ""
+    words = f"held by task {holder.uid} on {worker}{since}"
+    found["why"] = [reason.replace(_ELSEWHERE, words) for reason in why]
+    found["holder"] = holder._asdict()
+    return found
 
 
 def _tracked(app: Any, task_id: str) -> Any:

@@ -240,3 +240,26 @@ def test_a_held_retry_is_found_and_cancelled_by_its_task_id(make_run, start_work
     assert run.app.AsyncResult(flaky.id).state == "REVOKED"
     attempts = [e for e in run.recorder.events() if e["tag"] == "f1"]
     assert len(attempts) == 1, attempts
+
+
+def test_explain_names_a_conflicts_holder_on_another_worker(make_run, start_worker, broker):
+    # Given worker A running a long clone of linux, then no longer reading the queue, and
+    # worker B sharing A's store,
+    run = make_run(conf=fleet_conf(broker, fair_shards=1))
+    a = start_worker(run, concurrency=1)
+    clone = run.app.tasks["fairapp.clone"]
+    long = clone.apply_async(["long", 10.0], fairness_key="a", job_id="linux")
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start on A")
+    run.app.control.cancel_consumer(run.queue, destination=[node(a)], reply=True)
+    start_worker(run, concurrency=1)
+    # when B gets another clone of linux,
+    same = clone.apply_async(["same", 0.01], fairness_key="b", job_id="linux")
+    # then, once B has asked the store for it, its status names the job that holds the
+    # conflict, its worker and for how long.
+    found = wait_until(
+        lambda: (s := status(run.app, same.id)).get("why") and s, 20, "same: held, and why"
+    )
+    assert found["why"][0].startswith(
+        f"conflict on git:linux held by task {long.id} on {node(a)} for "
+    )
+    assert found["holder"]["uid"] == long.id

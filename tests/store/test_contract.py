@@ -564,3 +564,18 @@ def test_a_tracked_submission_whose_end_is_never_reported_lapses(make_store):
         10,
         "the lost entry to lapse",
     )
+
+
+def test_the_holder_of_a_conflict_is_named_with_its_worker_and_since_when(make_store):
+    w1, w2 = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    field = conflict_field("git", "linux")
+    assert w2.holder(field) is None
+    reply = w1.admit("w1", [ask("u1", job_id="linux")])
+    assert reply.grants[0].verdict is Verdict.ADMITTED
+    found = w2.holder(field)
+    assert (found.uid, found.worker) == ("u1", "w1")
+    assert found.held_for is not None
+    assert 0 <= found.held_for < 5
+    wait_until(lambda: w2.holder(field).held_for >= 0.2, 10, "time to pass")
+    w1.finish("w1", [Done("u1", reply.grants[0].token, 0.3, final=True)])
+    assert w2.holder(field) is None

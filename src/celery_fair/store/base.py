@@ -21,6 +21,7 @@ __all__ = [
     "Done",
     "Finished",
     "Grant",
+    "Holder",
     "Queued",
     "QueuedCount",
     "Registered",
@@ -112,6 +113,14 @@ class Queued(NamedTuple):
     in_key: int
     place: int  # among every tracked job, by time; 1 = the oldest
     total: int
+
+
+class Holder(NamedTuple):
+    """The job that holds a conflict, fleet-wide (job control's explain)."""
+
+    uid: str  # its uid (its task id, for a job that was not retried or replaced)
+    worker: str  # the store's name of its worker ("" if unknown)
+    held_for: float | None  # seconds since its admission, by the store's clock
 
 
 class Verdict(str, enum.Enum):
@@ -331,6 +340,10 @@ class Store(Protocol):
 
     def queued(self, task_id: str) -> Queued | None:
         """Where ``task_id`` stands among the tracked submissions, or ``None``. O(log n)."""
+        ...
+
+    def holder(self, conflict: str) -> Holder | None:
+        """Who holds ``conflict`` (a ``conflict_field``), or ``None``. Reads only; O(1)."""
         ...
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:

@@ -21,6 +21,7 @@ from .base import (
     Done,
     Finished,
     Grant,
+    Holder,
     PolicyChange,
     Queued,
     QueuedCount,
@@ -47,6 +48,7 @@ class _Job:
     key: str
     default_cost: float
     charged: float  # the cost charged to ``key`` at admission
+    since: float = 0.0  # when it was admitted (or registered again)
 
 
 class MemoryStore:
@@ -143,7 +145,7 @@ class MemoryStore:
                 self.conflicts[a.conflict] = a.uid
             self.jobs[a.uid] = _Job(
                 worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
-                a.default_cost, charge,
+                a.default_cost, charge, self.clock.now(),
             )  # fmt: skip
             grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc))
         tiers, types = self._counts()
@@ -276,6 +278,16 @@ class MemoryStore:
                 del self._tracked_in_key[found[0]]
         return n
 
+    def holder(self, conflict: str) -> Holder | None:
+        uid = self.conflicts.get(conflict)
+        if uid is None:
+            return None
+        job = self.jobs.get(uid)
+        now = self.clock.now()
+        if job is None:
+            return Holder(uid, "", None)
+        return Holder(uid, job.worker, now - job.since)
+
     def queued(self, task_id: str) -> Queued | None:
         """O(tracked): the in-memory store serves one process, not a fleet's producers."""
         found = self._tracked.get(task_id)
@@ -313,7 +325,7 @@ class MemoryStore:
             self._token = max(self._token, j.token)
             self.jobs[j.uid] = _Job(
                 worker, j.token, j.type, j.priority, j.conflict, j.estimate_key, j.fairness_key,
-                j.default_cost, j.estimate,
+                j.default_cost, j.estimate, now,
             )  # fmt: skip
             registered += 1
         released = 0

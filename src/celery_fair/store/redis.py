@@ -20,6 +20,7 @@ from .base import (
     Done,
     Finished,
     Grant,
+    Holder,
     PolicyChange,
     Queued,
     QueuedCount,
@@ -60,7 +61,7 @@ KEY_NAMES = (
 _SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies")
 """The scheduling scripts: common.lua and the generated argument names come first in each."""
 
-_STANDALONE = ("queued",)
+_STANDALONE = ("queued", "holder")
 """Scripts on keys of their own, with arguments of their own (each documents its ARGV)."""
 
 # Drop a submission's record only if it is still the given task's (compare and delete).
@@ -222,6 +223,9 @@ class RedisStore:
         self._forget = client.register_script(_FORGET)
         self._queued = client.register_script(
             (resources.files(__package__) / "lua" / f"{_STANDALONE[0]}.lua").read_text()
+        )
+        self._holder = client.register_script(
+            (resources.files(__package__) / "lua" / f"{_STANDALONE[1]}.lua").read_text()
         )
         self._queued_keys = [
             f"{{{prefix}}}:{name}" for name in ("queued_by_key", "queued_by_time", "queued_entry")
@@ -519,6 +523,15 @@ class RedisStore:
         args = ["untrack", *task_ids]
         n = self._read(lambda c: self._queued(keys=self._queued_keys, args=args, client=c))
         return int(n)
+
+    def holder(self, conflict: str) -> Holder | None:
+        """One round trip (``lua/holder.lua``), reading only."""
+        keys = [self._key("conflicts"), self._key("jobs")]
+        found = self._read(lambda c: self._holder(keys=keys, args=[conflict], client=c))
+        if not found:
+            return None
+        uid, worker, held_for = (_as_text(v) for v in found)
+        return Holder(uid, worker, float(held_for) if held_for else None)
 
     def queued(self, task_id: str) -> Queued | None:
         found = self._read(

@@ -56,7 +56,7 @@ from ..engine import Call, Decision, Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters, Fanout, Observer
 from ..routing import shard_of
-from ..store.base import Store
+from ..store.base import Store, conflict_field
 from ..store.redis import RedisStore
 from ..submissions import untrack
 from .consumer_prefetch import ShardWindows
@@ -839,6 +839,12 @@ class Gate:
                 "blocked_by": [r.value for r in view.blocked_by],
                 "why": self.scheduler.explain(uid),
                 "expected_wait": self.scheduler.expected_wait(uid, self._pool_slots),
+                # the conflict it waits for, for job control to name its holder fleet-wide
+                "conflict": conflict_field(
+                    self._groups.get(held.headers.job_type) or "", held.headers.job_id
+                )
+                if BlockReason.CONFLICT in view.blocked_by
+                else "",
             }
 
     def cancel(self, task_id: str) -> str | None:
