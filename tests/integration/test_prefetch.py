@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from harness import gate_stats, wait_until
 
 from celery_fair import fair_headers
@@ -69,22 +70,37 @@ def test_a_worker_takes_in_no_more_plain_tasks_than_celerys_window(make_run, sta
     wait_until(lambda: ready_in_broker(run) <= behind - (CELERYS - 1), 20, "the window to fill")
     assert prefetch_count(run, worker) == CELERYS  # (a round trip to the worker, and back)
     assert ready_in_broker(run) >= behind - CELERYS
-    if run.broker != "amqp":
-        wait_until(lambda: len(run.recorder.done_counts()) == behind + 1, 30, "every task")
-        return
-    # and on RabbitMQ, when fair jobs due later wait in a shard (Celery widens its window by
-    # one for each, and the worker consumes the shard again with a wider one of its own),
+    wait_until(lambda: len(run.recorder.done_counts()) == behind + 1, 30, "every task")
+
+
+@pytest.mark.parametrize("broker", ["amqp"])
+def test_a_wider_shard_window_on_rabbitmq_takes_no_more_of_the_backlog(make_run, start_worker):
+    """Consuming a shard again with a wider window of its own lifts the channel's window for a
+    moment (consumer_prefetch.py): the queue's own consumer must not take the backlog then."""
+    conf = {"worker_prefetch_multiplier": MULTIPLIER, "fair_intake_interval": None}
+    run = make_run(conf={**conf, "fair_sweep_interval": 0.2})
+    # Given fair jobs due later (they reach the worker first, and wait in Celery's timer: the
+    # worker then consumes their shard again with a wider window, as Celery widens its own by
+    # one for each), then a backlog of a long plain task and twelve short ones,
     clone = run.app.tasks["fairapp.clone"]
-    # (due in 12 s: the wider window lasts only while they wait, and a loaded host takes a
-    # while to answer the inspections below)
     later = 3
     for i in range(later):
-        clone.apply_async([f"later{i}", 0.01], fairness_key="A", countdown=12)
+        clone.apply_async([f"later{i}", 0.01], fairness_key="A", countdown=15)
+    run.send("fairapp.plain", "long", 20.0)
+    behind = 12
+    for i in range(behind):
+        run.send("fairapp.plain", f"p{i}", 0.01)
+    # when a worker of one process starts on them,
+    worker = start_worker(run, concurrency=CONCURRENCY)
+    wait_until(lambda: run.recorder.events(), 20, "the long task to start")
     wait_until(
         lambda: max(gate_stats(run, worker)["fair-shard-windows"].values()) > CONCURRENCY + 1,
         20,
         "the shard's window to widen",
     )
-    # the rest of the backlog still stays in the broker.
-    assert ready_in_broker(run) >= behind - CELERYS - later
-    wait_until(lambda: len(run.recorder.done_counts()) == behind + 1 + later, 30, "every task")
+    # then while the long one runs, the worker holds what Celery's window lets in (widened by
+    # one for each job due later, and by the place the gate keeps open while fair jobs are
+    # inside: the long one and 4 short ones), and the rest of the backlog stays in the broker.
+    assert run.recorder.done_counts().get("long") is None
+    assert ready_in_broker(run) >= behind - CELERYS
+    wait_until(lambda: len(run.recorder.done_counts()) == behind + 1 + later, 60, "every task")
