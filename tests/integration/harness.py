@@ -280,6 +280,28 @@ def wait_until_recorded_by_the_broker(run: Run, count: int, timeout: float = 30)
         client.close()
 
 
+def producers_at_once(run: Run, code: str, n: int, lead: float = 3.0) -> list[str]:
+    """Run ``code`` in ``n`` producer processes of the run's app that act at the same moment
+    (``sys.argv[1]``: when, ``lead`` seconds from now, long after each has started); what each
+    printed, once all exited 0."""
+    at = time.time() + lead
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, repr(at)],
+            cwd=HERE,
+            env=run.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err
+    return [out for out, _ in outputs]
+
+
 def queue_length(run: Run, queue: str) -> int:
     """Messages ready on ``queue`` in the broker (0 if it was never declared)."""
     if run.broker == "redis":  # a list under the run's key prefix (Kombu's global_keyprefix)

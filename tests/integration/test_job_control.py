@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 import uuid
 
 from celery.canvas import StampingVisitor
-from harness import BACKEND, HERE, gate_stats, wait_until
+from harness import BACKEND, gate_stats, producers_at_once, wait_until
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 from test_shards import node
@@ -35,22 +32,7 @@ def test_a_duplicate_submit_from_two_producers_at_once_runs_once(make_run, start
     # idempotency key) at the same moment,
     run = make_run(conf=fleet_conf(broker))
     start_worker(run, concurrency=2)
-    at = time.time() + 3.0  # both are started and connected well before
-    producers = [
-        subprocess.Popen(
-            [sys.executable, "-c", PRODUCER, repr(at)],
-            cwd=HERE,
-            env=run.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outputs = [p.communicate(timeout=60) for p in producers]
-    for p, (_, err) in zip(producers, outputs, strict=True):
-        assert p.returncode == 0, err
-    ids = [out.strip() for out, _ in outputs]
+    ids = [out.strip() for out in producers_at_once(run, PRODUCER, 2)]
     # then both get the same task id, and the job runs once.
     assert ids[0], ids
     assert ids[0] == ids[1], ids

@@ -5,12 +5,8 @@ still in the broker and a limit refuses a submit before anything is published. R
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
 import pytest
-from harness import BACKEND, HERE, queue_length, wait_until
+from harness import BACKEND, producers_at_once, queue_length, wait_until
 from test_fleet import fleet_conf, store_of
 from test_shards import node
 
@@ -121,21 +117,7 @@ def test_a_limit_holds_for_producers_submitting_at_once(make_run, broker):
     # Given a limit of 10 per key, and three producer processes that each submit 10 jobs of
     # one key at the same moment,
     run = make_run(conf=fleet_conf(broker, fair_max_queued_per_key=10, fair_shards=1))
-    at = time.time() + 3.0
-    producers = [
-        subprocess.Popen(
-            [sys.executable, "-c", PRODUCER, repr(at)],
-            cwd=HERE,
-            env=run.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(3)
-    ]
-    outputs = [p.communicate(timeout=60) for p in producers]
-    for p, (_, err) in zip(producers, outputs, strict=True):
-        assert p.returncode == 0, err
+    outputs = producers_at_once(run, PRODUCER, 3)
     # then 10 were accepted in all, and exactly 10 published.
-    assert sum(int(out) for out, _ in outputs) == 10, outputs
+    assert sum(int(out) for out in outputs) == 10, outputs
     assert queue_length(run, run.queue) == 10
