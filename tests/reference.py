@@ -38,6 +38,8 @@ class RefJob:
     estimate: float = 0.0
     charge: float = 0.0
     effective: tuple[int, bool] = (0, False)
+    # Its own priority when not its type's (given at submit, or by reprioritize).
+    priority: int | None = None
 
 
 @dataclass
@@ -108,7 +110,7 @@ class RefScheduler:
 
     # -- operations --
 
-    def submit(self, ref, type, job_id, key, arrival, cost, now):
+    def submit(self, ref, type, job_id, key, arrival, cost, now, priority=None):
         self.maintain(now)
         if not self.active(key):
             self.idle_since.pop(key, None)
@@ -119,8 +121,28 @@ class RefScheduler:
                     floor = min(self.acc[k] for k in others)
                     if floor > self.acc[key]:
                         self.acc[key] = floor
-        self.pending.append(RefJob(ref, type, job_id, key, arrival, self.seq, cost))
+        self.pending.append(
+            RefJob(ref, type, job_id, key, arrival, self.seq, cost, priority=priority)
+        )
         self.seq += 1
+
+    def reprioritize(self, ref, priority, now) -> str:
+        """A pending job takes ``priority`` and is taken as new: it arrives now."""
+        self.maintain(now)
+        if any(j.ref == ref for j in self.running):
+            return "running"
+        for job in self.pending:
+            if job.ref == ref:
+                job.priority = priority
+                job.arrival = now
+                job.seq = self.seq
+                self.seq += 1
+                return "ok"
+        return "unknown"
+
+    def base(self, job: RefJob) -> int:
+        """The job's own priority: the tier it counts against, and where aging starts."""
+        return self.types[job.type].priority if job.priority is None else job.priority
 
     def cancel(self, ref, now) -> bool:
         self.maintain(now)
@@ -151,9 +173,10 @@ class RefScheduler:
         # An urgent job counts only the jobs running here against its tier's and type's caps:
         # a store weighs the others (and holds the next free slot for it).
         urgent = self.urgent_passes and self.effective(job, now)[1]
-        same_tier = [r for r in self.running if self.types[r.type].priority == jt.priority]
-        elsewhere = 0 if urgent else self.elsewhere_tiers.get(jt.priority, 0)
-        if len(same_tier) + elsewhere >= self.tier_cap(jt.priority):
+        tier = self.base(job)
+        same_tier = [r for r in self.running if self.base(r) == tier]
+        elsewhere = 0 if urgent else self.elsewhere_tiers.get(tier, 0)
+        if len(same_tier) + elsewhere >= self.tier_cap(tier):
             return False
         same_type = [r for r in self.running if r.type == job.type]
         elsewhere = 0 if urgent else self.elsewhere_types.get(job.type, 0)
@@ -218,7 +241,7 @@ class RefScheduler:
         """(effective priority, urgent): base + floor((wait - grace) / interval) once the
         wait passes grace, capped by the ceiling (never below base); urgent once it has risen
         above base to the urgent threshold or beyond."""
-        base = self.types[job.type].priority
+        base = self.base(job)
         aging = self.aging_of(job.type)
         if aging is None:
             return base, False
@@ -240,7 +263,7 @@ class RefScheduler:
             aging = self.aging_of(job.type)
             if aging is None or job.key in self.paused_keys or job.type in self.paused_types:
                 continue
-            base = self.types[job.type].priority
+            base = self.base(job)
             level, urgent = self.effective(job, now)
             ceiling = aging.get("ceiling")
             if urgent or (ceiling is not None and level + 1 > ceiling):

@@ -16,6 +16,7 @@ from celery_fair.core import (
     JobState,
     JobType,
     KeyPolicies,
+    PriorityOutcome,
     Scheduler,
     SchedulerConfig,
     SimClock,
@@ -124,15 +125,29 @@ class SchedulerMachine(RuleBasedStateMachine):
         key=st.sampled_from(KEYS),
         back=st.sampled_from([0, 0, 0.5, 2]),
         cost=costs,
+        priority=st.one_of(st.none(), st.none(), st.sampled_from(PRIORITIES)),
     )
-    def submit(self, data, job_id, key, back, cost):
+    def submit(self, data, job_id, key, back, cost, priority):
         jtype = data.draw(st.sampled_from(self.types))
         ref = self.next_ref
         self.next_ref += 1
         arrival = max(0.0, self.now - back)
-        self.core.submit(ref, jtype, job_id, key, arrival=arrival, cost=cost)
-        self.ref.submit(ref, jtype, job_id, key, arrival, cost, self.now)
+        self.core.submit(ref, jtype, job_id, key, arrival=arrival, cost=cost, priority=priority)
+        self.ref.submit(ref, jtype, job_id, key, arrival, cost, self.now, priority)
         self.pending.append(ref)
+
+    @rule(data=st.data(), priority=st.one_of(st.none(), st.sampled_from(PRIORITIES)))
+    def reprioritize(self, data, priority):
+        known = self.pending + self.running + [self.next_ref]
+        ref = data.draw(st.sampled_from(known))
+        got = self.core.reprioritize(ref, priority)
+        assert got.value == self.ref.reprioritize(ref, priority, self.now)
+        if got is PriorityOutcome.OK:
+            view = self.core.status(ref)
+            assert view is not None
+            assert view.arrival == self.now
+            want = self.core.types[view.type].priority if priority is None else priority
+            assert view.priority == want
 
     @precondition(lambda self: self.pending)
     @rule(data=st.data())
@@ -147,8 +162,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def schedule(self):
         got = self.core.schedule()
         want = self.ref.schedule(self.now)
-        assert [(a.ref, a.estimate, a.effective_priority, a.urgent) for a in got] == [
-            (j.ref, j.estimate, *j.effective) for j in want
+        assert [(a.ref, a.estimate, a.priority, a.effective_priority, a.urgent) for a in got] == [
+            (j.ref, j.estimate, self.ref.base(j), *j.effective) for j in want
         ]
         for a in got:
             self.pending.remove(a.ref)
@@ -368,7 +383,14 @@ class SchedulerMachineWithStructures(SchedulerMachine):
         snap = self.core.snapshot()
         for lane in self.core._lanes.values():
             assert lane.running == snap.running_by_type[lane.type.name]
+            assert lane.pending == sum(
+                1 for v in snap.jobs if v.type == lane.type.name and v.state is JobState.PENDING
+            )
+        for (name, _), side in self.core._side.items():
+            assert side.running == self.core._lanes[name].running
         assert sum(t.pending for t in self.core._tiers) == snap.pending
+        for tier in self.core._tiers:
+            assert tier.running == snap.running_by_tier[tier.priority]
 
 
 TestSchedulerMachineWithStructures = SchedulerMachineWithStructures.TestCase

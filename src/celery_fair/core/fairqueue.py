@@ -71,6 +71,7 @@ __all__ = [
     "KeyedQueue",
     "Lane",
     "PendingJob",
+    "SideLane",
     "Tier",
     "conflict_held",
     "key_blocks",
@@ -712,6 +713,57 @@ class Lane:
         if at <= now:  # rounding: never book the present, or a decision could loop on it
             at = nextafter(now, URGENT)
         self.agenda.book(kq, at)
+
+
+def _forwarded(name: str) -> property:
+    """An attribute of a side lane that is its type's lane's (``SideLane``)."""
+
+    def get(self: SideLane) -> object:
+        return getattr(self.home, name)
+
+    def put(self: SideLane, value: object) -> None:
+        setattr(self.home, name, value)
+
+    return property(get, put, doc=f"The type's ``{name}`` (its home lane's).")
+
+
+class SideLane(Lane):
+    """The pending jobs of one type that were given a priority other than the type's own.
+
+    A job submitted or reprioritised at priority ``p`` waits in its type's side lane at ``p``:
+    in tier ``p``, with a queue and aging of its own, so it is ordered, aged and counted
+    against the tier cap at ``p`` like any job of that tier. What belongs to the type (its
+    counts, its cap and what runs elsewhere, its pause) is not the side lane's own: every one
+    of those attributes reads and writes ``home``, the type's lane, so the type's cap spans all
+    its lanes and a pause stops them all. A type without such jobs has no side lane, and the
+    type's own lane pays nothing for them.
+    """
+
+    __slots__ = ("home",)
+
+    running = _forwarded("running")
+    pending = _forwarded("pending")
+    limit = _forwarded("limit")
+    elsewhere = _forwarded("elsewhere")
+    cap = _forwarded("cap")
+    paused = _forwarded("paused")
+    pauses = _forwarded("pauses")
+
+    def __init__(
+        self,
+        home: Lane,
+        tier: Tier,
+        conflicts: dict[ConflictKey, Conflict],
+        aging: Aging | None,
+    ) -> None:
+        # Not Lane.__init__: that would reset the type's counts through the forwarded names.
+        self.home = home
+        self.type = home.type
+        self.tier = tier
+        self.neg_base = -tier.priority
+        self.agenda = home.agenda
+        self.aging = aging if aging is not None and aging.ages(tier.priority) else None
+        self.queue = KeyedQueue(self, conflicts)
 
 
 class Conflict:

@@ -16,6 +16,7 @@ from .fairqueue import (
     Conflict,
     Lane,
     PendingJob,
+    SideLane,
     Tier,
     conflict_held,
     discard,
@@ -31,12 +32,14 @@ from .fairqueue import (
 from .policy import blocked_by, select
 from .types import (
     Admission,
+    Aging,
     BlockReason,
     CancelOutcome,
     JobState,
     JobType,
     JobView,
     KeyPolicies,
+    PriorityOutcome,
     Release,
     SchedulerConfig,
     Snapshot,
@@ -77,6 +80,9 @@ class Scheduler:
         # _starved: the last decision left a slot free that no pending job could take.
         self._starved = False
         self._lanes: dict[str, Lane] = {}
+        # _side: the side lanes of types whose jobs were given another priority, by
+        # (type, priority) (fairqueue.SideLane), created when first needed.
+        self._side: dict[tuple[str, int], SideLane] = {}
         # _tiers holds one Tier per distinct priority of a registered type, highest first.
         self._tiers: list[Tier] = []
         self._jobs: dict[Hashable, PendingJob] = {}
@@ -107,6 +113,8 @@ class Scheduler:
         # Whether urgent jobs pass what other workers run against tier and type caps (the
         # store weighs it for them), or must keep within it (a share set while it is away).
         self._urgent_passes = True
+        # What other workers run by priority, as a store last said (a new tier starts so).
+        self._tiers_elsewhere: dict[int, int] = {}
         for jtype in types:
             self.register_type(jtype)
 
@@ -126,14 +134,8 @@ class Scheduler:
                     f"{lane.type} and {jtype}"
                 )
             return
-        tier = next((t for t in self._tiers if t.priority == jtype.priority), None)
-        if tier is None:
-            cap = self.config.tier_cap(jtype.priority)
-            tier = Tier(jtype.priority, UNLIMITED if cap is None else cap)
-            self._tiers.append(tier)
-            self._tiers.sort(key=lambda t: -t.priority)
-        aging = jtype.aging if jtype.aging is not None else self.config.aging
-        lane = Lane(jtype, tier, self._conflicts, self._agenda, aging)
+        tier = self._tier(jtype.priority)
+        lane = Lane(jtype, tier, self._conflicts, self._agenda, self._aging_of(jtype))
         if lane.aging is not None:
             self._agenda.active = True
         if jtype.name in self._paused_types:
@@ -143,6 +145,42 @@ class Scheduler:
             lane.recap()
         tier.lanes.append(lane)
         self._lanes[jtype.name] = lane
+
+    def _tier(self, priority: int) -> Tier:
+        """The tier of ``priority``, made (capped by the config) if no lane has it yet."""
+        tier = next((t for t in self._tiers if t.priority == priority), None)
+        if tier is None:
+            cap = self.config.tier_cap(priority)
+            tier = Tier(priority, UNLIMITED if cap is None else cap)
+            self._tiers.append(tier)
+            self._tiers.sort(key=lambda t: -t.priority)
+        return tier
+
+    def _aging_of(self, jtype: JobType) -> Aging | None:
+        return jtype.aging if jtype.aging is not None else self.config.aging
+
+    def _lane_at(self, lane: Lane, priority: int | None) -> Lane:
+        """``lane``'s type's lane for jobs of ``priority`` (``None``: the type's own): the type's
+        lane, or its side lane at that priority (made on first use). O(1), O(tiers) to make."""
+        home = lane.home if isinstance(lane, SideLane) else lane
+        if priority is None or priority == home.type.priority:
+            return home
+        side = self._side.get((home.type.name, priority))
+        if side is None:
+            tier = self._tier(priority)
+            tier.elsewhere = n = self._tiers_elsewhere.get(priority, 0)
+            tier.cap = cap_left(tier.limit, n)
+            side = SideLane(home, tier, self._conflicts, self._aging_of(home.type))
+            if side.aging is not None:
+                self._agenda.active = True
+            tier.lanes.append(side)
+            self._side[(home.type.name, priority)] = side
+        return side
+
+    def _all_lanes(self) -> Iterable[Lane]:
+        """Every lane: the types' own, then their side lanes."""
+        yield from self._lanes.values()
+        yield from self._side.values()
 
     @property
     def types(self) -> dict[str, JobType]:
@@ -173,6 +211,7 @@ class Scheduler:
         *,
         arrival: float | None = None,
         cost: float | None = None,
+        priority: int | None = None,
     ) -> None:
         """Add a pending job. O(log n).
 
@@ -184,10 +223,13 @@ class Scheduler:
             fairness_key: Who asked; ``""`` for background work.
             arrival: When the job arrived (default: now). Ties in cost go to earlier arrivals.
             cost: If given, the estimate to charge at admission instead of the learned one.
+            priority: The job's own priority, if not its type's: it is then ordered, aged and
+                counted against the tier cap at that priority, and against its type's cap.
 
         Raises:
             DuplicateJob: ``ref`` is already pending or running.
             UnknownJobType: ``type`` was never registered.
+            SchedulerError: ``priority`` (or ``cost``, ``arrival``) is not valid.
         """
         if ref in self._jobs:
             raise DuplicateJob(f"job {ref!r} is already held by the scheduler")
@@ -196,6 +238,9 @@ class Scheduler:
             raise UnknownJobType(f"unknown job type {type!r}")
         if cost is not None and not (_type_of(cost) in _NUMBER and 0 <= cost < _INF):
             raise SchedulerError(f"job {ref!r}: cost must be a finite number >= 0, got {cost!r}")
+        if priority is not None:
+            _check_priority(priority)
+            lane = self._lane_at(lane, priority)
         now = self._clock.now()
         self._maintain(now)
         if arrival is None:
@@ -219,13 +264,17 @@ class Scheduler:
         lane.pending += 1
         lane.tier.pending += 1
         self._pending += 1
+        self._enqueue(job)
+
+    def _enqueue(self, job: PendingJob) -> None:
+        """Put pending ``job`` where it waits: on its conflict if that is held (so no decision
+        ever has to step over it), else in its lane. O(log n)."""
+        ckey = job.ckey
         conflict = None if ckey is None else self._conflicts.get(ckey)
         if conflict is not None and conflict.holder is not None:
-            # Blocked on arrival: wait on the conflict at once rather than in the lane,
-            # so no decision ever has to step over it.
             conflict.park(job)
         else:
-            lane.queue.push(job)
+            job.lane.queue.push(job)
 
     def cancel(self, ref: Hashable) -> CancelOutcome:
         """Withdraw a pending job. O(log n) (O(1) unless it was lent by a conflict)."""
@@ -254,6 +303,46 @@ class Scheduler:
             self._accounts.deactivate(key, now)
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
         return CancelOutcome.CANCELLED
+
+    def reprioritize(self, ref: Hashable, priority: int | None) -> PriorityOutcome:
+        """Give pending job ``ref`` the priority ``priority`` (``None``: its type's own).
+
+        It is then ordered, aged and counted against the tier cap at ``priority`` (its type's
+        cap still counts it). It is taken as new: it arrives now, so its aging starts over
+        and it goes behind the jobs its key already has waiting at that priority. Whoever
+        asks for this asks for that job to move, and the clock that raised it is the one it
+        had at its old priority. O(log n) (a tier's first side lane: O(tiers)).
+
+        Returns:
+            ``OK`` when it was moved, ``RUNNING`` when it already runs, ``UNKNOWN`` when the
+            core holds no such job.
+
+        Raises:
+            SchedulerError: ``priority`` is not a positive int.
+        """
+        _check_priority(priority)
+        now = self._clock.now()
+        self._maintain(now)
+        job = self._jobs.get(ref)
+        if job is None:
+            return PriorityOutcome.UNKNOWN
+        if job.state is JobState.RUNNING:
+            return PriorityOutcome.RUNNING
+        old = job.lane
+        lane = self._lane_at(old, priority)
+        discard(job)
+        lent_from = job.lent_from
+        if lent_from is not None:
+            job.lent_from = None
+            lent_from.on_lent_gone()
+        old.tier.pending -= 1
+        lane.tier.pending += 1
+        # A new record: entries of the old one left behind in its queue stay dead (they would
+        # come alive at its old place if the same record came back to the same queue).
+        moved = PendingJob(ref, lane, job.job_id, job.key, now, next(self._seq), job.cost, job.ckey)
+        self._jobs[ref] = moved
+        self._enqueue(moved)
+        return PriorityOutcome.OK
 
     def complete(self, ref: Hashable, elapsed: float) -> Release:
         """A running job finished after ``elapsed`` seconds: learn from it and release it.
@@ -376,6 +465,7 @@ class Scheduler:
         unreachable). O(tiers + types + keys).
         """
         self._urgent_passes = urgent_passes
+        self._tiers_elsewhere = dict(tiers)
         for tier in self._tiers:
             tier.elsewhere = n = tiers.get(tier.priority, 0)
             tier.cap = cap_left(tier.limit, n)
@@ -538,14 +628,18 @@ class Scheduler:
             lane.pauses = PauseLog()
         (lane.pauses.pause if paused else lane.pauses.resume)(self._agenda.now)
         lane.recap()
-        if not paused and lane.aging is not None:
-            # Their waiting goes on: every key queue of the lane gets its place and booking.
-            lane.queue.refresh()
-            for conflict in list(self._conflicts.values()):
-                cl = conflict.lanes.get(lane)
-                if cl is not None:
-                    cl.parked.refresh()
-                    cl.revalidate()
+        if paused:
+            return
+        for each in self._all_lanes():
+            if each.type is lane.type and each.aging is not None:
+                # Their waiting goes on: every key queue of the lane gets its place and
+                # booking.
+                each.queue.refresh()
+                for conflict in list(self._conflicts.values()):
+                    cl = conflict.lanes.get(each)
+                    if cl is not None:
+                        cl.parked.refresh()
+                        cl.revalidate()
 
     @property
     def paused(self) -> tuple[frozenset[str], frozenset[str]]:
@@ -1092,7 +1186,7 @@ class Scheduler:
 
     def _reorder(self) -> None:
         """Accumulated costs went down: rebuild every order that used them. O(keys + loans)."""
-        for lane in self._lanes.values():
+        for lane in self._all_lanes():
             lane.queue.refresh()
         for key in self._accounts.keys.values():
             key.lent.clear()
@@ -1137,6 +1231,12 @@ _BLOCK_ORDER = (
     BlockReason.TIER_CAP,
     BlockReason.CAPACITY,
 )
+
+
+def _check_priority(priority: int | None) -> None:
+    if priority is not None and not (_type_of(priority) is int and priority >= 1):
+        raise SchedulerError(f"priority must be a positive int, got {priority!r}")
+
 
 # Exact types: bool is an int subclass but not a number of seconds. Comparisons with _INF
 # also refuse NaN and infinities.

@@ -448,6 +448,17 @@ class CancelOutcome(enum.Enum):
     """The core holds no job with that reference."""
 
 
+class PriorityOutcome(enum.Enum):
+    """The result of giving a job another priority (``Scheduler.reprioritize``)."""
+
+    OK = "ok"
+    """The job was pending and now waits at its new priority."""
+    RUNNING = "running"
+    """The job was already admitted: its priority no longer matters."""
+    UNKNOWN = "unknown"
+    """The core holds no job with that reference."""
+
+
 class Admission(NamedTuple):
     """The decision to start a job now.
 
