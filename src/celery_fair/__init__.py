@@ -27,11 +27,13 @@ from .errors import (
     QueueFull,
     RunTimeout,
     SchedulerError,
+    SlotTimeout,
     StoreUnavailable,
     TraceError,
 )
 from .routing import fair_router
 from .settings import FairSettings
+from .slots import Slot, slot
 from .worker import pool as _pool  # noqa: F401  (registers -P fair)
 
 __version__ = "0.1.0.dev0"
@@ -55,6 +57,8 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerError",
     "SimClock",
+    "Slot",
+    "SlotTimeout",
     "StoreUnavailable",
     "TraceError",
     "WallClock",
@@ -62,4 +66,5 @@ __all__ = [
     "fair_headers",
     "fair_router",
     "fair_task",
+    "slot",
 ]

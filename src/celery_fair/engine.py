@@ -216,6 +216,10 @@ class Engine:
         self.epoch = ""
         self.workers = 1
         self.observer = observer if observer is not None else Counters()
+        # foreground: every job here has a caller waiting in its own process (slots.py). Like
+        # an urgent job, refused for a full tier or type it claims the cap's next free slot,
+        # so a worker's held backlog of that type cannot take every slot that frees first.
+        self.foreground = False
         # _jobs: every job given to submit() and not yet finished or cancelled, by ref.
         self._jobs: dict[Hashable, _Job] = {}
         # _done: finished jobs the store has not been told about yet (it still counts them as
@@ -566,6 +570,8 @@ class Engine:
         if admission.urgent:
             key_cap = None
             claim = self.claim_seconds
+        elif self.foreground:
+            claim = self.claim_seconds
         if key_cap != ask.key_cap or weight != ask.weight or claim != ask.claim:
             ask = job.ask = ask._replace(key_cap=key_cap, weight=weight, claim=claim)
         return ask
@@ -621,7 +627,7 @@ class Engine:
             elif verdict is Verdict.PAUSED:
                 self._policy_version = -1  # read them whole again
                 self._policies_stale = True
-            elif admission.urgent and verdict in _SHARED_CAPS:
+            elif (admission.urgent or self.foreground) and verdict in _SHARED_CAPS:
                 # The store holds the cap's next free slot for it: ask again at the next
                 # poll, and meanwhile leave the core to jobs that other caps let run.
                 core.cancel(ref)
@@ -771,7 +777,12 @@ class Engine:
         types_else = {t: max(0, n - mine_types.get(t, 0)) for t, n in types.items()}
         mine_keys = self._mine_keys
         keys_else = {k: max(0, n - mine_keys.get(k, 0)) for k, n in self._fleet_keys.items()}
-        core.set_running_elsewhere(tiers_else, types_else, keys_else)
+        if self.foreground:
+            # Propose its jobs to the store even when other workers fill a tier or type: a
+            # refusal claims the next free slot (see ``foreground``), which no ask cannot.
+            core.set_running_elsewhere({}, {}, keys_else)
+        else:
+            core.set_running_elsewhere(tiers_else, types_else, keys_else)
         self._elsewhere_any = any(n > 0 for n in tiers_else.values()) or any(
             n > 0 for n in types_else.values()
         )
@@ -879,3 +890,22 @@ class Engine:
             job.estimate = admission.estimate
             out.append(admission._replace(token=token))
         return out
+
+    # -- for callers that wait for a slot in their own process (slots.py) -------------------
+
+    def wake(self) -> None:
+        """A job ended somewhere in the fleet: if anything here waits for what other workers
+        run or hold, the next ``decide`` looks at the store now, not at the next poll, and
+        asks again for the jobs that wait for a shared cap. O(stalled jobs)."""
+        now = self.clock.now()
+        self._poll_due = now
+        stalled = self._stalled
+        for ref, due in stalled.items():
+            if due > now:
+                stalled[ref] = now
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to ask or tell the store: no job held, no end to report, no call in flight.
+        O(1)."""
+        return not self._jobs and not self._done and self._inflight is None

@@ -12,6 +12,7 @@
      │    └── UnknownJobType     a job names a type that was never registered
      ├── StoreUnavailable        the shared store cannot be reached (infrastructure)
      ├── RunTimeout              run_sync's job did not finish in time (it was cancelled)
+     ├── SlotTimeout             fair.slot was not admitted in time (it was withdrawn)
      └── QueueFull               a submit past fair_max_queued(_per_key): nothing published
 
 Expected outcomes of normal operation (a job blocked, a cancel that came too late) are
@@ -28,6 +29,7 @@ __all__ = [
     "QueueFull",
     "RunTimeout",
     "SchedulerError",
+    "SlotTimeout",
     "StoreUnavailable",
     "TraceError",
     "UnknownJob",
@@ -85,6 +87,25 @@ class RunTimeout(FairError, TimeoutError):
         self.task_id = task_id
         self.timeout = timeout
         self.cancel = cancel
+
+
+class SlotTimeout(FairError, TimeoutError):
+    """Raised by ``fair.slot`` when the scheduler did not admit it within ``timeout`` seconds.
+
+    It was withdrawn: nothing ran, its key was not charged. ``reasons`` says what held it back
+    at that moment, as ``fair job`` would (a conflict, a cap, the jobs before it).
+    """
+
+    def __init__(
+        self, type: str, job_id: str | None, timeout: float, reasons: list[str] | None = None
+    ) -> None:
+        what = type if job_id is None else f"{type} on {job_id}"
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        super().__init__(f"slot {what} was not admitted within {timeout:g} s{why}")
+        self.type = type
+        self.job_id = job_id
+        self.timeout = timeout
+        self.reasons = list(reasons or [])
 
 
 class QueueFull(FairError):

@@ -80,6 +80,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_store_outage": "hold",  # or "local"
         "fair_store_poll_interval": 0.5,
         "fair_dedupe_seconds": 60.0,
+        # In-process work (slots.py): how many ``fair.slot`` blocks one process (a web server)
+        # runs at once; more callers wait their turn, in fair order
+        "fair_slot_capacity": 4,
         # Prometheus metrics (metrics.py, docs/metrics.md): the port this worker serves
         # /metrics on (0: one the OS picks, shown by inspect stats); None = no metrics.
         "fair_metrics_port": None,
@@ -141,6 +144,7 @@ class FairSettings:
     store_outage: str = "hold"
     store_poll_interval: float = 0.5
     dedupe_seconds: float = 60.0
+    slot_capacity: int = 4
     metrics_port: int | None = None
     metrics_address: str = "0.0.0.0"
     metrics_top_keys: int = 10
@@ -216,6 +220,7 @@ class FairSettings:
             store_outage=_choice("fair_store_outage", v["fair_store_outage"], OUTAGE_POLICIES),
             store_poll_interval=_seconds("fair_store_poll_interval", v["fair_store_poll_interval"]),
             dedupe_seconds=_non_negative("fair_dedupe_seconds", v["fair_dedupe_seconds"]),
+            slot_capacity=_int("fair_slot_capacity", v["fair_slot_capacity"], minimum=1),
             metrics_port=_optional_int("fair_metrics_port", v["fair_metrics_port"], minimum=0),
             metrics_address=_text("fair_metrics_address", v["fair_metrics_address"]),
             metrics_top_keys=_int("fair_metrics_top_keys", v["fair_metrics_top_keys"], minimum=0),

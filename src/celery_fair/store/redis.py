@@ -473,6 +473,13 @@ class RedisStore:
                 state[name] = [] if name in ("workers", "jobs") else {}
         return state
 
+    @property
+    def released_channel(self) -> str:
+        """The channel on which every script call that releases running jobs publishes how
+        many (``lua/common.lua``), for callers waiting for a slot to ask again at once
+        (``celery_fair.slot``). Under the prefix's hash tag, like the keys."""
+        return f"{{{self.prefix}}}:released"
+
     def script(self, name: str) -> tuple[str, str]:
         """A script's SHA1 and its source, for clients that send it themselves."""
         return self._scripts[name].sha, self._sources[name]

@@ -54,6 +54,7 @@ local token, token_read, maint_at = 0, 0, 0
 local mine, mine_read = 0, 0
 local renew_at = 0
 local meta_changes = {}  -- meta fields to write back, as {field, value, ...}
+local released = 0  -- running jobs this call released (drop_job), announced by close_store
 -- Urgent jobs' claims on tier and type caps, field -> {u = uid, x = expiry}, read once per
 -- call by open_store (expired ones dropped), and the time of the call.
 local claims, call_now = {}, 0
@@ -198,9 +199,15 @@ local function with_claims(values, prefix)
   return out
 end
 
+-- The channel on which a call that released running jobs says how many, so that callers
+-- waiting for a slot (celery_fair/slots.py) ask again at once: '{prefix}:released'.
+local RELEASED = string.sub(META, 1, -5) .. 'released'
+
 -- Write back what this call changed; returns the counts as flat {field, value, ...} lists,
--- each claimed slot counted as taken.
+-- each claimed slot counted as taken. A call that released jobs PUBLISHes their number on
+-- RELEASED (no key: allowed in a script on Redis Cluster, where it reaches every node).
 local function close_store()
+  if released > 0 then redis.call('PUBLISH', RELEASED, released) end
   save_hash(TIERS, tiers, changed_tiers)
   save_hash(TYPES, types, changed_types)
   local m = meta_changes
@@ -232,6 +239,7 @@ end
 -- Release one running job: its counts, its conflict (``rec.c`` is set only while it holds
 -- one), its key. The count of its worker's jobs is the caller's business.
 local function drop_job(uid, rec, snow)
+  released = released + 1
   count(rec.p, rec.t, -1)
   if rec.c ~= '' then redis.call('HDEL', CONFLICTS, rec.c) end
   redis.call('HDEL', JOBS, uid)
