@@ -13,10 +13,11 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.utils.uuid import uuid
 
 from .core import Aging, JobType
+from .core.types import check_priority
 from .errors import ConfigurationError, RunTimeout
 from .routing import Shards, resolve_base
 from .submissions import settings_of, submit_once, submit_tracked
-from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, ON_DEMAND, SUBMITTED
+from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, ON_DEMAND, PRIORITY, SUBMITTED
 
 __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
 
@@ -30,8 +31,10 @@ def fair_headers(
     fairness_key: str | None = None,
     job_id: str | None = None,
     submitted: float | None = None,
+    priority: int | None = None,
 ) -> dict[str, Any]:
     """The headers that make a message a fair job, for producers that only know plain Celery.
+    ``priority`` is the job's own, if not its type's (see ``FairTask.apply_async``).
 
     Example:
         >>> app.send_task("clone", ["linux"],
@@ -44,6 +47,9 @@ def fair_headers(
         headers[FAIRNESS_KEY] = fairness_key
     if job_id is not None:
         headers[JOB_ID] = job_id
+    if priority is not None:
+        check_priority(priority)
+        headers[PRIORITY] = priority
     return headers
 
 
@@ -108,13 +114,20 @@ class FairTask(Task):
         fairness_key: str | None = None,
         job_id: str | None = None,
         idempotency_key: str | None = None,
+        fair_priority: int | None = None,
         **options: Any,
     ) -> Any:
         """Celery's ``apply_async`` with the fairness options: ``fairness_key`` (who asked),
-        ``job_id`` (the resource the job works on) and ``idempotency_key``: a duplicate of
+        ``job_id`` (the resource the job works on), ``idempotency_key``: a duplicate of
         ``(fairness_key, idempotency_key)`` within ``fair_idempotency_seconds`` publishes
-        nothing and returns the first submission's result (submissions.py)."""
+        nothing and returns the first submission's result (submissions.py), and
+        ``fair_priority``: this job's own priority, if not its type's (its tier, where its
+        aging starts; its type's cap still counts it). Celery's own ``priority`` is the
+        broker's, and the gate does not read it."""
         headers = dict(options.pop("headers", None) or {})
+        if fair_priority is not None:
+            check_priority(fair_priority)
+            headers[PRIORITY] = fair_priority
         headers.setdefault(JOB_TYPE, self.job_type_name())
         if fairness_key is not None:
             headers[FAIRNESS_KEY] = fairness_key
@@ -217,13 +230,22 @@ class FairTask(Task):
             answer = cancel(self.app, result.id, terminate=terminate)
             raise RunTimeout(result.id, timeout or 0.0, answer["state"]) from None
 
-    def fair(self, fairness_key: str | None = None, job_id: str | None = None) -> Signature:
-        """A signature carrying the fairness options: ``task.fair("10.0.0.7", "linux").delay()``."""
+    def fair(
+        self,
+        fairness_key: str | None = None,
+        job_id: str | None = None,
+        priority: int | None = None,
+    ) -> Signature:
+        """A signature carrying the fairness options: ``task.fair("10.0.0.7", "linux").delay()``
+        (``priority``: the job's own, ``fair_priority`` of ``apply_async``)."""
         options: dict[str, Any] = {}
         if fairness_key is not None:
             options["fairness_key"] = fairness_key
         if job_id is not None:
             options["job_id"] = job_id
+        if priority is not None:
+            check_priority(priority)
+            options["fair_priority"] = priority
         return self.signature(options=options)
 
 

@@ -247,6 +247,38 @@ def cancel(
 
 
 @fair.command(cls=CeleryCommand)
+@click.argument("task_id")
+@click.argument("priority")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
+@click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
+@click.pass_context
+def reprioritize(
+    ctx: click.Context, task_id: str, priority: str, as_json: bool, timeout: float
+) -> None:
+    """Give job TASK_ID the priority PRIORITY (a positive int, or "type" for its type's own)
+    if it has not started: ok, already_running, already_done or unknown."""
+    from .control import reprioritize as reprioritize_job
+
+    wanted: int | None = None
+    if priority != "type":
+        try:
+            wanted = int(priority)
+        except ValueError:
+            wanted = 0
+        if wanted < 1:
+            raise click.BadParameter(
+                f"{priority!r} is not a positive int or 'type'", param_hint="PRIORITY"
+            )
+    found = reprioritize_job(ctx.obj.app, task_id, wanted, timeout=timeout)
+    if as_json:
+        click.echo(json.dumps(found, indent=1, sort_keys=True, default=str))
+        return
+    where = f" on {found['worker']}" if "worker" in found else ""
+    queued = " (in the broker: it takes it when it arrives)" if found.get("queued") else ""
+    click.echo(f"{task_id}: {found['state']}{where}{queued}")
+
+
+@fair.command(cls=CeleryCommand)
 @click.option("--key", "keys", multiple=True, help="a fairness key to pause (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to pause (repeatable)")
 @click.pass_context

@@ -33,6 +33,20 @@ reserved job is dropped at once and its key refunded. The answer's ``state`` is 
   with ``celery revoke``); with ``fair_track_submits`` such a job is ``cancelled`` instead
   (``queued: True``).
 
+``reprioritize(app, task_id, priority)`` gives a job that has not started its own priority
+(``None``: its type's again), through one remote-control command, ``fair_reprioritize``, which
+each worker answers from its gate in O(log held). The job is taken as arriving now: its aging
+starts over, and it goes behind the jobs of its key already waiting at that priority. The
+answer's ``state`` is one of:
+
+- ``ok``: a worker held it, and it waits at its new priority now (``worker`` says which); or
+  it is still in the broker (``queued: True``, with ``fair_track_submits``): every worker
+  remembers the priority and the job takes it when it arrives;
+- ``already_running``: a worker has admitted or runs it; nothing changed;
+- ``already_done``: the result backend has its result (or says it was revoked);
+- ``unknown``: no worker has it and no registry says it was submitted. Every worker still
+  remembers the priority (the last 50,000 given), in case the job is on its way.
+
 The job is named by its Celery task id; its ``job_id`` is the resource it works on.
 """
 
@@ -45,7 +59,10 @@ from celery.utils.functional import maybe_list
 from celery.worker.control import control_command, inspect_command
 from celery.worker.control import revoke as celery_revoke
 
-__all__ = ["cancel", "status"]
+from .core.types import check_priority
+from .errors import SchedulerError
+
+__all__ = ["cancel", "reprioritize", "status"]
 
 #: What the result backend's state says of a job no worker has.
 _BACKEND_STATES = {
@@ -198,6 +215,66 @@ def cancel(
         from .submissions import untrack
 
         untrack(app, [task_id])  # its place counts against no limit from now on
+    else:
+        out["state"] = "unknown"
+    return out
+
+
+@control_command(  # type: ignore[untyped-decorator]
+    args=[("task_id", str), ("priority", int)],
+    signature="<task_id> [priority]",
+)
+def fair_reprioritize(
+    state: Any, task_id: str, priority: int | None = None, **kwargs: Any
+) -> dict[str, Any]:
+    """Give ``task_id`` the priority ``priority`` (``None``: its type's) if this worker holds
+    it, else remember it for when it comes (worker side). Answers ``{task_id: "ok" |
+    "already_running"}``, ``{task_id: {"error": ...}}`` for a priority refused, or ``{}``."""
+    gate = getattr(state.consumer, "fair_gate", None)
+    if gate is None:
+        return {}
+    try:
+        answer = gate.reprioritize(task_id, priority)
+    except SchedulerError as exc:
+        return {task_id: {"error": str(exc)}}
+    return {task_id: answer} if answer else {}
+
+
+def reprioritize(
+    app: Any, task_id: str, priority: int | None, *, timeout: float = 1.0
+) -> dict[str, Any]:
+    """Give job ``task_id`` the priority ``priority`` fleet-wide (see the module's docstring).
+
+    Raises:
+        SchedulerError: ``priority`` is not ``None`` or a positive int (nothing is sent).
+    """
+    check_priority(priority)
+    replies = app.control.broadcast(
+        "fair_reprioritize",
+        arguments={"task_id": task_id, "priority": priority},
+        reply=True,
+        timeout=timeout,
+    )
+    found = {}
+    for reply in replies or ():
+        for worker, answer in reply.items():
+            if isinstance(answer, dict) and answer.get(task_id) in ("ok", "already_running"):
+                found[answer[task_id]] = worker
+    out: dict[str, Any] = {"task_id": task_id, "priority": priority}
+    for state in ("ok", "already_running"):
+        if state in found:
+            out.update(state=state, worker=found[state])
+            return out
+    if not isinstance(app.backend, DisabledBackend):
+        result_state = app.backend.get_state(task_id)
+        if result_state in ("SUCCESS", "FAILURE", "REVOKED"):
+            out.update(state="already_done", result_state=result_state)
+            return out
+        if result_state == "STARTED":
+            out["state"] = "already_running"
+            return out
+    if _tracked(app, task_id) is not None:  # in the broker: every worker remembers it
+        out.update(state="ok", queued=True)
     else:
         out["state"] = "unknown"
     return out

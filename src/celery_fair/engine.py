@@ -42,7 +42,16 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .core import Admission, CancelOutcome, Clock, JobType, MonotonicClock, Scheduler
+from .core import (
+    Admission,
+    CancelOutcome,
+    Clock,
+    JobType,
+    MonotonicClock,
+    PriorityOutcome,
+    Scheduler,
+)
+from .core.types import check_priority
 from .errors import ConfigurationError, DuplicateJob, UnknownJob
 from .observe import Counters, Observer
 from .policies import RuntimePolicies, apply_to
@@ -152,6 +161,7 @@ class _Job:
     job_id: str | None
     arrival: float
     cost: float | None
+    priority: int | None = None  # its own, if not its type's
     token: int = 0
     estimate: float = 0.0
     in_store: bool = False  # the store counts it as running under this worker
@@ -266,8 +276,10 @@ class Engine:
         *,
         arrival: float,
         cost: float | None = None,
+        priority: int | None = None,
     ) -> None:
-        """A job to schedule. ``ref`` is its uid in the store (``str(ref)``).
+        """A job to schedule. ``ref`` is its uid in the store (``str(ref)``); ``priority`` is
+        its own if not its type's (``Scheduler.submit``).
 
         A job cancelled while its admission was in flight may be submitted again (its message
         came back): the new submission takes over that admission.
@@ -282,12 +294,12 @@ class Engine:
         if ref in self._stalled:
             raise DuplicateJob(f"job {ref!r} is already held by the engine")
         core = self.core
-        core.submit(ref, type, job_id, fairness_key, arrival=arrival, cost=cost)
+        core.submit(ref, type, job_id, fairness_key, arrival=arrival, cost=cost, priority=priority)
         if self.store is None:
             return
         jtype = core.types[type]
-        ask = self._ask(ref, jtype, job_id, fairness_key, cost)
-        job = self._jobs[ref] = _Job(ask, jtype.conflict_group, job_id, arrival, cost)
+        ask = self._ask(ref, jtype, job_id, fairness_key, cost, priority)
+        job = self._jobs[ref] = _Job(ask, jtype.conflict_group, job_id, arrival, cost, priority)
         if self.mode is Mode.LOCAL:
             self._hold_locally(job)
 
@@ -305,6 +317,26 @@ class Engine:
             return False
         self._jobs.pop(ref, None)
         return outcome is CancelOutcome.CANCELLED
+
+    def reprioritize(self, ref: Hashable, priority: int | None) -> PriorityOutcome:
+        """Give a job that has not started the priority ``priority`` (``None``: its type's):
+        ``Scheduler.reprioritize``, which also restarts its wait. A job withdrawn from the core
+        until it is asked for again (its uid runs elsewhere, or it claims a full cap) takes
+        the new priority when it is. ``RUNNING`` for a job admitted, its admission in flight
+        included. O(log n)."""
+        check_priority(priority)
+        job = self._jobs.get(ref)
+        core = self.core
+        outcome = PriorityOutcome.OK if ref in self._stalled else core.reprioritize(ref, priority)
+        if outcome is PriorityOutcome.OK and job is not None:
+            job.arrival = core.now()  # as the core took it: a new arrival
+            job.priority = priority
+            jtype = core.types[job.ask.type]
+            own = jtype.priority if priority is None else priority
+            job.ask = job.ask._replace(priority=own, tier_cap=core.config.tier_cap(own))
+            if self.mode is Mode.LOCAL:  # a tier this worker had no share of yet
+                self._enter_local()
+        return outcome
 
     def finish(
         self,
@@ -542,13 +574,15 @@ class Engine:
         job_id: str | None,
         fairness_key: str,
         cost: float | None,
+        priority: int | None = None,
     ) -> Ask:
         key_cap, weight = self.core.key_terms(fairness_key)
+        own = jtype.priority if priority is None else priority
         return Ask(
             str(ref),
             jtype.name,
-            jtype.priority,
-            self.core.config.tier_cap(jtype.priority),
+            own,
+            self.core.config.tier_cap(own),
             jtype.max_concurrency,
             conflict_field(jtype.conflict_group, job_id),
             estimate_field(jtype.name, job_id),
@@ -810,8 +844,9 @@ class Engine:
                 job = self._jobs[ref]
                 ask = job.ask
                 self.core.submit(
-                    ref, ask.type, job.job_id, ask.fairness_key, arrival=job.arrival, cost=job.cost
-                )
+                    ref, ask.type, job.job_id, ask.fairness_key,
+                    arrival=job.arrival, cost=job.cost, priority=job.priority,
+                )  # fmt: skip
 
     # -- internals: outages ----------------------------------------------------------------
 
@@ -863,10 +898,13 @@ class Engine:
         n = self.workers
         tiers: dict[int, int] = {}
         types: dict[str, int] = {}
-        for jtype in core.types.values():
-            cap = core.config.tier_cap(jtype.priority)
+        priorities = {t.priority for t in core.types.values()}
+        priorities.update(job.ask.priority for job in self._jobs.values())
+        for priority in priorities:
+            cap = core.config.tier_cap(priority)
             if cap is not None:
-                tiers[jtype.priority] = cap - math.ceil(cap / n)
+                tiers[priority] = cap - math.ceil(cap / n)
+        for jtype in core.types.values():
             if jtype.max_concurrency is not None:
                 types[jtype.name] = jtype.max_concurrency - math.ceil(jtype.max_concurrency / n)
         keys = {k: cap - math.ceil(cap / n) for k, cap in core.key_limits().items()}

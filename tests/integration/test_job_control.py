@@ -10,7 +10,8 @@ from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 from test_shards import node
 
-from celery_fair.control import cancel, status
+from celery_fair.control import cancel, reprioritize, status
+from celery_fair.routing import DEFAULT_SHARDS, shard_of
 
 # A producer of its own: it builds the test's app from the environment (fairapp.py), waits
 # for the agreed moment, submits with an idempotency key and prints the task id it got.
@@ -245,3 +246,96 @@ def test_explain_names_a_conflicts_holder_on_another_worker(make_run, start_work
         f"conflict on git:linux held by task {long.id} on {node(a)} for "
     )
     assert found["holder"]["uid"] == long.id
+
+
+def starts(run):
+    """Tags in the order they started."""
+    return [e["tag"] for e in run.recorder.events() if e["event"] == "start"]
+
+
+def keys_apart(n, *, besides="a"):
+    """``n`` fairness keys whose shards differ from each other's and from ``besides``'s: on
+    RabbitMQ each shard's window at a worker of one process holds 2, so their jobs all reach
+    the worker (one key's backlog beyond its window waits in the broker, in order)."""
+    taken = {shard_of(besides, DEFAULT_SHARDS)}
+    out = []
+    for i in range(1000):
+        shard = shard_of(f"k{i}", DEFAULT_SHARDS)
+        if shard not in taken:
+            taken.add(shard)
+            out.append(f"k{i}")
+            if len(out) == n:
+                return out
+    raise AssertionError("not enough shards")
+
+
+def test_reprioritise_moves_a_held_job_ahead_and_a_job_in_the_broker_takes_it_on_arrival(
+    make_run, start_worker, broker
+):
+    # Given a worker of one process (nothing admitted ahead of it) running a long job of key
+    # a, and held behind it four jobs of keys that have used nothing and, last, a job of a,
+    run = make_run(backend=BACKEND, conf=fleet_conf(broker, fair_lookahead=0))
+    worker = start_worker(run, concurrency=1)
+    clone = run.app.tasks["fairapp.clone"]
+    long = clone.apply_async(["long", 10.0], fairness_key="a")  # each ask waits 1 s for replies
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start")
+    for i, key in enumerate(keys_apart(4)):
+        clone.apply_async([f"bulk{i}", 0.2], fairness_key=key)
+    late = clone.apply_async(["late", 0.2], fairness_key="a")
+    before = wait_until(
+        lambda: (s := status(run.app, late.id)).get("place") == 5 and s, 20, "late: 5th, held"
+    )
+    assert before["priority"] == 8
+    # when it is given priority 9,
+    moved = reprioritize(run.app, late.id, 9)
+    # then it is first among the held jobs, at priority 9, and starts first when the slot frees;
+    assert moved == {"task_id": late.id, "priority": 9, "state": "ok", "worker": node(worker)}
+    after = status(run.app, late.id)
+    assert (after["state"], after["place"], after["priority"]) == ("held", 1, 9)
+    # the running job answers already_running, an unknown one unknown.
+    assert reprioritize(run.app, long.id, 9)["state"] == "already_running"
+    assert reprioritize(run.app, "no-such-task", 9)["state"] == "unknown"
+    wait_until(lambda: run.recorder.done_counts().get("late") == 1, 30, "the late job")
+    assert starts(run)[:2] == ["long", "late"], starts(run)
+    shown = fair_command(run, "reprioritize", long.id, "5")  # the command line says the same
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == f"{long.id}: already_done"
+    refused = fair_command(run, "reprioritize", late.id, "0")  # and refuses a bad priority
+    assert refused.returncode == 2
+    assert "'0' is not a positive int or 'type'" in refused.stderr
+    # A job still in the broker (on a queue no worker reads yet) is unknown to every worker,
+    # which remembers its priority: when it arrives behind held jobs, it takes it and goes
+    # first.
+    clone.apply_async(["long2", 6.0], fairness_key="a")
+    wait_until(lambda: "long2" in starts(run), 20, "the second long job to start")
+    for i, key in enumerate(keys_apart(3)):
+        clone.apply_async([f"more{i}", 0.2], fairness_key=key)
+    queued = clone.apply_async(["queued", 0.2], fairness_key="a", queue="later")
+    assert reprioritize(run.app, queued.id, 9)["state"] == "unknown"
+    run.app.control.add_consumer("later", destination=[node(worker)], reply=True)
+    arrived = wait_until(
+        lambda: (s := status(run.app, queued.id)).get("place") and s, 20, "queued: held"
+    )
+    assert (arrived["place"], arrived["priority"]) == (1, 9)
+    wait_until(lambda: run.recorder.done_counts().get("queued") == 1, 30, "the queued job")
+    order = starts(run)
+    assert order[order.index("long2") + 1] == "queued", order
+
+
+def test_a_job_published_at_a_priority_of_its_own_goes_before_the_keys_that_used_less(
+    make_run, start_worker, broker
+):
+    # Given a worker of one process running a long job of key a, with jobs of keys that have
+    # used nothing held behind it, and then a job of key a published with fair_priority=9
+    # (its type's is 8),
+    run = make_run(conf=fleet_conf(broker, fair_lookahead=0))
+    start_worker(run, concurrency=1)
+    clone = run.app.tasks["fairapp.clone"]
+    clone.apply_async(["long", 2.0], fairness_key="a")
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start")
+    for i, key in enumerate(keys_apart(4)):
+        clone.apply_async([f"bulk{i}", 0.05], fairness_key=key)
+    clone.apply_async(["urgent", 0.05], fairness_key="a", fair_priority=9)
+    # then it starts right after the long job, before the jobs published before it.
+    wait_until(lambda: len(run.recorder.done_counts()) == 6, 30, "every job")
+    assert starts(run)[:2] == ["long", "urgent"], starts(run)

@@ -11,7 +11,7 @@ from test_fleet import fleet_conf, store_of
 from test_shards import node
 
 from celery_fair import QueueFull
-from celery_fair.control import cancel, status
+from celery_fair.control import cancel, reprioritize, status
 
 
 def test_a_job_still_in_the_broker_is_queued_with_its_place_and_cancel_drops_it(
@@ -40,6 +40,13 @@ def test_a_job_still_in_the_broker_is_queued_with_its_place_and_cancel_drops_it(
         "queued": True,
     }
     assert status(run.app, later[2].id)["place_in_key"] == 2  # it no longer counts
+    # A reprioritise says ok (not unknown): every worker remembers it for when it arrives.
+    assert reprioritize(run.app, later[2].id, 9) == {
+        "task_id": later[2].id,
+        "priority": 9,
+        "state": "ok",
+        "queued": True,
+    }
     run.app.control.add_consumer("later", destination=[node(worker)], reply=True)
     wait_until(
         lambda: {"later0", "later2", "long"} <= set(run.recorder.done_counts()), 30, "the rest"

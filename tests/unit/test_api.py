@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from celery import Celery, chain, group
 
-from celery_fair import ConfigurationError, FairTask, fair_headers, fair_task
+from celery_fair import ConfigurationError, FairTask, SchedulerError, fair_headers, fair_task
 from celery_fair.api import declared_types
 from celery_fair.core import Aging
 
@@ -60,6 +60,22 @@ def test_canvas_primitives_keep_the_headers(app):
     chain(clone.s("c").set(fairness_key="k3", job_id="c"), clone.s()).apply_async()
     keys = sorted(h.get("fairness_key") for h in published(app, 3))
     assert keys == ["k1", "k2", "k3"]
+
+
+def test_a_jobs_own_priority_travels_in_fair_priority_and_a_bad_one_publishes_nothing(app):
+    clone = make_clone(app)
+    clone.apply_async(["a"], fairness_key="k", fair_priority=9)
+    clone.fair("k", "b", priority=3).delay("b")
+    app.send_task("clone", ["c"], headers=fair_headers("sync-clone", "k", "c", priority=5))
+    assert [h.get("fair_priority") for h in published(app, 3)] == [9, 3, 5]
+    for bad in (0, 1.5, True, "9"):
+        with pytest.raises(SchedulerError, match="priority must be a positive int"):
+            clone.apply_async(["x"], fair_priority=bad)
+        with pytest.raises(SchedulerError, match="priority must be a positive int"):
+            fair_headers("sync-clone", priority=bad)
+    clone.apply_async(["d"])  # the queue holds only this one: nothing of the bad ones
+    (h,) = published(app)
+    assert "fair_priority" not in h
 
 
 def test_plain_producers_use_send_task_with_fair_headers(app):

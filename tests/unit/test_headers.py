@@ -10,6 +10,7 @@ from celery_fair.worker.headers import (
     FAIRNESS_KEY,
     JOB_ID,
     JOB_TYPE,
+    PRIORITY,
     SUBMITTED,
     parse_headers,
 )
@@ -83,6 +84,17 @@ def test_bad_submission_time_is_ignored(bad):
     h = parse({SUBMITTED: bad})
     assert h.submitted is None
     assert h.problems[0].header == SUBMITTED
+
+
+def test_a_jobs_own_priority_is_read_and_a_bad_one_falls_back_to_the_types():
+    assert parse({}).priority is None
+    assert parse({PRIORITY: 9}).priority == 9
+    for bad in (0, -3, 2.5, True, "9", None):
+        h = parse({PRIORITY: bad})
+        assert h.priority is None
+        assert not h.rejected
+        if bad is not None:  # an absent header is no problem
+            assert [p.header for p in h.problems] == [PRIORITY]
 
 
 def test_reject_policy_rejects_any_problem():

@@ -43,6 +43,7 @@ from .types import (
     Release,
     SchedulerConfig,
     Snapshot,
+    check_priority,
 )
 
 __all__ = ["Scheduler"]
@@ -182,6 +183,10 @@ class Scheduler:
         yield from self._lanes.values()
         yield from self._side.values()
 
+    def now(self) -> float:
+        """The time by the core's clock: what a job submitted now arrives at."""
+        return self._clock.now()
+
     @property
     def types(self) -> dict[str, JobType]:
         return {name: lane.type for name, lane in self._lanes.items()}
@@ -239,7 +244,7 @@ class Scheduler:
         if cost is not None and not (_type_of(cost) in _NUMBER and 0 <= cost < _INF):
             raise SchedulerError(f"job {ref!r}: cost must be a finite number >= 0, got {cost!r}")
         if priority is not None:
-            _check_priority(priority)
+            check_priority(priority)
             lane = self._lane_at(lane, priority)
         now = self._clock.now()
         self._maintain(now)
@@ -320,7 +325,7 @@ class Scheduler:
         Raises:
             SchedulerError: ``priority`` is not a positive int.
         """
-        _check_priority(priority)
+        check_priority(priority)
         now = self._clock.now()
         self._maintain(now)
         job = self._jobs.get(ref)
@@ -749,6 +754,10 @@ class Scheduler:
             (name, lane.tier.priority, lane.pending, lane.running)
             for name, lane in self._lanes.items()
         ]
+
+    def running_by_tier(self) -> dict[int, int]:
+        """Admitted, not yet released jobs by priority (each job's own). O(tiers)."""
+        return {t.priority: t.running for t in self._tiers}
 
     def blocked_counts(self) -> dict[str, int]:
         """Pending jobs by what holds each back now (``BlockReason`` values), and
@@ -1231,11 +1240,6 @@ _BLOCK_ORDER = (
     BlockReason.TIER_CAP,
     BlockReason.CAPACITY,
 )
-
-
-def _check_priority(priority: int | None) -> None:
-    if priority is not None and not (_type_of(priority) is int and priority >= 1):
-        raise SchedulerError(f"priority must be a positive int, got {priority!r}")
 
 
 # Exact types: bool is an int subclass but not a number of seconds. Comparisons with _INF

@@ -10,7 +10,7 @@ from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import NamedTuple, NewType
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, SchedulerError
 
 __all__ = [
     "Admission",
@@ -446,6 +446,12 @@ class CancelOutcome(enum.Enum):
     """The job was already admitted; cancelling it is the caller's business."""
     UNKNOWN = "unknown"
     """The core holds no job with that reference."""
+
+
+def check_priority(priority: object) -> None:
+    """Refuse a job's own priority that is not ``None`` or a positive int (never a bool)."""
+    if priority is not None and not (type(priority) is int and priority >= 1):
+        raise SchedulerError(f"priority must be a positive int, got {priority!r}")
 
 
 class PriorityOutcome(enum.Enum):

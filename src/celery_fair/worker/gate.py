@@ -51,7 +51,16 @@ from typing import Any
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 
-from ..core import Admission, BlockReason, JobType, ReserveDepth, Scheduler, WallClock
+from ..core import (
+    Admission,
+    BlockReason,
+    JobType,
+    PriorityOutcome,
+    ReserveDepth,
+    Scheduler,
+    WallClock,
+)
+from ..core.types import check_priority
 from ..engine import Call, Decision, Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters, Fanout, Observer
@@ -91,6 +100,9 @@ REDIS_VISIBILITY_TIMEOUT = 3600.0
 GATHER_SECONDS = 0.02
 #: The deepest the adaptive reserve grows (``fair_lookahead`` unset, with a shared store).
 RESERVE_MAX = 8
+#: How many priorities given to jobs this worker does not have it remembers (Gate.reprioritize),
+#: for when they arrive: as many task ids as Celery's revoked set keeps by default.
+REMEMBERED = 50_000
 
 
 @dataclass(slots=True)
@@ -103,6 +115,7 @@ class Held:
     arrival: float
     events: dict[str, Any] | None = None  # the fields its task events carry (events.py)
     shard: int = -1  # the shard of its fairness key, counted by ShardTurns (-1: not counted)
+    priority: int | None = None  # its own priority, if not its type's
 
 
 class Gate:
@@ -187,6 +200,9 @@ class Gate:
         # _uids: task id -> uid for the held and running jobs whose uid is not their task id
         # (a retry, a replacement), so that job control finds a job by its task id in O(1).
         self._uids: dict[str, str] = {}
+        # _priorities: task id -> the priority job control gave a job this worker did not have
+        # (still in the broker, or held elsewhere), oldest first, taken if it comes here.
+        self._priorities: dict[str, int | None] = {}
         self.held_peak = 0  # the most held at once since the worker started
         # runs: requests handed to the pool (fair or plain) and not finished.
         self.runs = Runs()
@@ -276,10 +292,20 @@ class Gate:
             ack_quietly(req)
             return
         arrival = parsed.submitted if parsed.submitted is not None else time.time()
+        priority = parsed.priority
+        if self._priorities and req.id in self._priorities:
+            priority = self._priorities.pop(req.id)  # given while it was on its way
+            arrival = time.time()  # and a new priority restarts its wait, as reprioritize does
         self.engine.submit(
-            uid, parsed.job_type, parsed.job_id, parsed.fairness_key, arrival=arrival
+            uid,
+            parsed.job_type,
+            parsed.job_id,
+            parsed.fairness_key,
+            arrival=arrival,
+            priority=priority,
         )
         held = self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        held.priority = priority
         if uid != req.id:
             self._uids[req.id] = uid
         shards = self.settings.shards
@@ -874,6 +900,42 @@ class Gate:
             self.dispatch()  # a reserved job's slot may be free now
             return "cancelled"
 
+    def reprioritize(self, task_id: str, priority: int | None) -> str | None:
+        """Give job ``task_id`` the priority ``priority`` (``None``: its type's) if it has not
+        started. O(log held).
+
+        A held job moves at once (``Engine.reprioritize``: it is taken as arriving now) and
+        may start at this very decision: ``"ok"``. A job admitted or running is
+        ``"already_running"``. ``None``: not here; the priority is then remembered for it
+        (the last ``REMEMBERED`` of them), so that it takes it if it arrives later: a job
+        still in the broker, or redelivered here when the worker holding it dies.
+
+        Raises:
+            SchedulerError: ``priority`` is not ``None`` or a positive int.
+        """
+        check_priority(priority)
+        with self._lock:
+            uid = self._uid(task_id)
+            if uid in self.runs.fair or uid in self._reserve:
+                return "already_running"
+            held = self.held.get(uid)
+            if held is None:
+                remembered = self._priorities
+                remembered.pop(task_id, None)
+                remembered[task_id] = priority
+                if len(remembered) > REMEMBERED:
+                    del remembered[next(iter(remembered))]
+                return None
+            outcome = self.engine.reprioritize(uid, priority)
+            if outcome is PriorityOutcome.RUNNING:
+                return "already_running"
+            if outcome is not PriorityOutcome.OK:
+                return None
+            held.priority = priority
+            logger.info("Held task %s[%s] now has priority %s.", held.req.name, uid, priority)
+            self.dispatch()  # it may go first now
+            return "ok"
+
     def pool_info(self) -> dict[str, Any]:
         """Flat statistics for ``inspect stats`` (Flower shows them on the pool tab). O(held)."""
         with self._lock:
@@ -881,8 +943,13 @@ class Gate:
             blocked = self.scheduler.blocked_counts()
             tiers: dict[int, list[int]] = {}  # tier: [held, running]
             for h in self.held.values():
-                tiers.setdefault(self.types[h.headers.job_type].priority, [0, 0])[0] += 1
-            for _, priority, _, running in self.scheduler.by_type():
+                p = (
+                    h.priority
+                    if h.priority is not None
+                    else self.types[h.headers.job_type].priority
+                )
+                tiers.setdefault(p, [0, 0])[0] += 1
+            for priority, running in self.scheduler.running_by_tier().items():
                 tiers.setdefault(priority, [0, 0])[1] += running
             return {
                 "fair-oldest-held-seconds": round(time.monotonic() - oldest.received, 3)

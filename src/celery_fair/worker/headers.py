@@ -14,6 +14,7 @@ header             absent                      malformed (wrong type, too long, 
                    cost learned per type       otherwise dead letter (exclusion unsafe)
 ``fair_submitted`` the time the worker first   the time the worker first received it
                    received it
+``fair_priority``  the type's priority         the type's priority
 =================  ==========================  =========================================
 
 With ``fair_on_bad_message = "reject"`` every problem sends the message to the dead letter
@@ -32,6 +33,7 @@ __all__ = [
     "JOB_ID",
     "JOB_TYPE",
     "PAUSED_SPILL",
+    "PRIORITY",
     "SUBMITTED",
     "TOKEN",
     "FairHeaders",
@@ -45,6 +47,7 @@ FAIRNESS_KEY = "fairness_key"
 JOB_ID = "job_id"
 JOB_TYPE = "job_type"
 SUBMITTED = "fair_submitted"
+PRIORITY = "fair_priority"  # the job's own priority, if not its type's (a positive int)
 ON_DEMAND = "fair_on_demand"  # set by run_sync: somebody waits for this job's result
 REPUBLISHED = "fair_republished"
 ERROR = "fair_error"
@@ -101,6 +104,7 @@ class FairHeaders:
             or an unusable one.
         problems: What was wrong and repaired (or, with ``rejected``, not repairable).
         rejected: The message must go to the dead letter queue instead of running.
+        priority: The job's own priority (``fair_priority``), or ``None``: its type's.
     """
 
     job_type: str
@@ -109,6 +113,7 @@ class FairHeaders:
     submitted: float | None
     problems: tuple[HeaderProblem, ...] = ()
     rejected: bool = False
+    priority: int | None = None
 
 
 def parse_headers(
@@ -181,9 +186,17 @@ def parse_headers(
         else:
             problems.append(HeaderProblem(SUBMITTED, f"not a finite number: {_short(stamp)}"))
 
+    priority = None
+    if headers.get(PRIORITY) is not None:
+        value = headers[PRIORITY]
+        if type(value) is int and value >= 1:
+            priority = value
+        else:
+            problems.append(HeaderProblem(PRIORITY, f"not a positive int: {_short(value)}"))
+
     if reject_all and problems:
         rejected = True
-    return FairHeaders(job_type, job_id, key, submitted, tuple(problems), rejected)
+    return FairHeaders(job_type, job_id, key, submitted, tuple(problems), rejected, priority)
 
 
 def _text(value: object, max_length: int) -> str | HeaderProblem:
