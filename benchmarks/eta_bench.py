@@ -5,6 +5,7 @@ Run by hand; results go to docs/benchmarks.md with the command:
     python benchmarks/eta_bench.py                       # Redis broker, 3 runs
     python benchmarks/eta_bench.py --broker amqp --runs 1
     python benchmarks/eta_bench.py --when mixed          # once every client's jobs are held
+    python benchmarks/eta_bench.py --when queued         # jobs still in the broker
 
 Each run starts one ``celery worker -P fair -c 2`` (burst_app.py) on a fresh queue, teaches it
 the jobs' time with a warm-up of 40 jobs, then three clients publish 30 jobs each, of 50 to
@@ -14,7 +15,12 @@ the jobs' time with a warm-up of 40 jobs, then three clients publish 30 jobs eac
 ahead of it here shared by the slots, ``Scheduler.expected_wait``) gives its predicted start.
 With ``--when mixed`` it asks once the gate holds jobs of every client instead (the burst's
 first jobs are all client A's). When all have run, each prediction is compared with the start
-the job recorded. The table gives,
+the job recorded. With ``--when queued`` producers track their submissions
+(``fair_track_submits``) and each client publishes 60 jobs; once every client's rate of ends is
+known (a second after its first end), the jobs that no worker holds yet (in the broker) are
+read from the registry (``Store.queued``): each one's ``expected_wait`` is its key's jobs ahead
+of it at its key's rate of ends (``Queued.expected_wait``, what ``fair job`` says of a queued
+job). The table gives,
 per run, the median and 90th percentile of |actual - predicted|, the median of actual -
 predicted (positive: later than predicted), the median actual wait, and the median of |error| /
 actual wait for the jobs that waited at least 1 s.
@@ -68,11 +74,14 @@ def wait_for(predicate: Any, timeout: float, what: str) -> Any:
         time.sleep(0.05)
 
 
-def run_once(broker: str, seed: int, mixed: bool) -> tuple[float, list[tuple[float, float]]]:
-    """When the jobs were asked for, and (predicted start, actual start) per held job, in
-    epoch seconds."""
+def run_once(broker: str, seed: int, when: str) -> tuple[float, list[tuple[float, float]]]:
+    """When the jobs were asked for, and (predicted start, actual start) per job asked about,
+    in epoch seconds."""
     queue = f"eta-{uuid.uuid4().hex[:8]}"
     key = f"eta-{queue}"
+    mixed = when == "mixed"
+    queued = when == "queued"
+    os.environ["BURST_SETTINGS"] = "{'fair_track_submits': True}" if queued else ""
     module = app_for(BROKERS[broker], queue, key)
     app, job = module.app, module.job
     record = redis.Redis.from_url(RECORD)
@@ -95,7 +104,7 @@ def run_once(broker: str, seed: int, mixed: bool) -> tuple[float, list[tuple[flo
         wait_for(lambda: record.zcard(f"{key}:end:warm") == 40, 120, "the warm-up")
         ids = []
         for client in CLIENTS:
-            for _ in range(30):
+            for _ in range(60 if queued else 30):
                 ids.append(
                     job.apply_async([client, rng.uniform(0.05, 0.35)], fairness_key=client).id
                 )
@@ -119,7 +128,10 @@ def run_once(broker: str, seed: int, mixed: bool) -> tuple[float, list[tuple[flo
             moment.append(before)
             return waiting
 
-        waiting = wait_for(held, 60, "the burst to be held")
+        if queued:
+            waiting = wait_for(lambda: in_the_broker(app, ids, moment), 60, "rates of ends")
+        else:
+            waiting = wait_for(held, 60, "the burst to be held")
         asked = moment[0]
         ends = lambda: sum(record.zcard(f"{key}:end:{c}") for c in CLIENTS)  # noqa: E731
         wait_for(lambda: ends() == len(ids), 300, "the burst to run")
@@ -145,6 +157,27 @@ def run_once(broker: str, seed: int, mixed: bool) -> tuple[float, list[tuple[flo
         app.close()
 
 
+def in_the_broker(app: Any, ids: list[str], moment: list[float]) -> dict[str, Any] | None:
+    """Once every client's rate of ends is known: the jobs no worker holds, each with its
+    ``expected_wait`` from the registry (``None`` before)."""
+    from celery_fair.submissions import tracked_store
+
+    store = tracked_store(app)
+    before = time.time()
+    found = {task_id: store.queued(task_id) for task_id in ids}
+    rates = {q.fairness_key: q.rate for q in found.values() if q is not None}
+    if len(rates) < len(CLIENTS) or not all(rates.values()):
+        return None
+    replies = app.control.broadcast("fair_status", arguments={"ids": ids}, reply=True, timeout=1.0)
+    at_worker = {k for r in replies for answer in r.values() for k in answer}
+    moment.append(before)
+    return {
+        task_id: {"expected_wait": q.expected_wait}
+        for task_id, q in found.items()
+        if q is not None and task_id not in at_worker and q.expected_wait is not None
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--broker", default="redis", choices=sorted(BROKERS))
@@ -152,8 +185,9 @@ def main() -> None:
     parser.add_argument(
         "--when",
         default="first",
-        choices=("first", "mixed"),
-        help="ask once 6 jobs are held (first), or once every client's jobs are (mixed)",
+        choices=("first", "mixed", "queued"),
+        help="ask once 6 jobs are held (first), once every client's jobs are (mixed), or of "
+        "the jobs still in the broker once every client's rate of ends is known (queued)",
     )
     args = parser.parse_args()
     print(
@@ -161,7 +195,7 @@ def main() -> None:
         "  median |err|/wait (wait >= 1 s)"
     )
     for run in range(args.runs):
-        asked, pairs = run_once(args.broker, seed=run, mixed=args.when == "mixed")
+        asked, pairs = run_once(args.broker, seed=run, when=args.when)
         errors = sorted(abs(actual - predicted) for predicted, actual in pairs)
         waits = [actual - asked for _, actual in pairs]
         relative = [

@@ -200,7 +200,7 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
         return
     where = f" on {found['worker']}" if "worker" in found else ""
     line = f"{task_id}: {found['state']}{where}"
-    if found.get("place") is not None:
+    if found["state"] == "held" and found.get("place") is not None:
         line += (
             f", {found['place']} of {found['held']} held there, {found['place_in_key']} in its "
             f"key {found['fairness_key']!r}, priority {found['priority']}"
@@ -209,11 +209,16 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
             line += f" (now {found['effective_priority']})"
         if found.get("expected_wait") is not None:
             line += f"; expected to start in about {found['expected_wait']:.1f} s"
-    elif found.get("place_in_key") is not None:  # queued: in the broker
+    elif found["state"] == "queued":  # in the broker
         line += (
             f", {found['place_in_key']} of {found['in_key']} not ended in its key "
             f"{found['fairness_key']!r}, {found['place']} of {found['total']} in all"
         )
+        if found.get("expected_wait") is not None:
+            line += (
+                f"; expected to start in about {found['expected_wait']:.1f} s (its key ends "
+                f"{found['key_rate']:.2f} jobs/s)"
+            )
     click.echo(line)
     for reason in found.get("why", ()):
         click.echo(f"  - {reason}")

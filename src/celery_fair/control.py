@@ -16,7 +16,9 @@ place) and, if none holds or runs it, the result backend. The answer's ``state``
   the result backend says;
 - ``queued``: no worker has it, and the producers' registry (``fair_track_submits``) says it
   was submitted and has not ended: it is in the broker; with its ``place_in_key`` and ``place``
-  among the submissions not ended, by time of submission;
+  among the submissions not ended, by time of submission, ``key_rate`` (its key's submissions
+  ended per second lately, 0 until known) and, once that is known, ``expected_wait``: its
+  key's jobs ahead of it at that pace;
 - ``unknown``: no worker has it and neither the backend nor the registry knows it.
 
 ``cancel(app, task_id)`` sends Celery's own ``revoke`` to every worker inside one remote-control
@@ -115,7 +117,10 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
             in_key=found.in_key,
             place=found.place,
             total=found.total,
+            key_rate=found.rate,
         )
+        if found.expected_wait is not None:
+            out["expected_wait"] = found.expected_wait
     return out
 
 

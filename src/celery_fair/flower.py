@@ -10,7 +10,7 @@ starts, which is where this module hooks in:
 
 - **Task fields.** Fair workers put ``fairness_key``, ``job_type``, ``job_id``, ``shard``,
   ``queue_wait``, ``place_in_key``, ``held_at_receipt``, ``fencing_token``,
-  ``effective_priority`` and ``urgent`` in their task
+  ``effective_priority``, ``urgent`` and ``fair_priority`` in their task
   events (worker/events.py). Celery's event state keeps every field but lists only its own in
   ``Task._fields``, which Flower's task page, ``/api/tasks`` and ``/api/task/info`` show; the
   fair fields are added there.
@@ -20,7 +20,8 @@ starts, which is where this module hooks in:
 - **Metrics.** Flower's ``/metrics`` serves Prometheus' default registry; a collector there reads
   the fleet's shared store at each scrape: live workers, running jobs by tier and type against
   their caps, by fairness key (the top ``TOP_KEYS`` and ``other``), conflicts held, accumulated
-  cost and service lag per top key, and Jain's fairness index. One exporter for the fleet:
+  cost and service lag per top key, Jain's fairness index, and the submits a limit refused
+  (``QueueFull``, counted by the producers' registry in the store). One exporter for the fleet:
   nothing is counted per worker here (workers serve their own metrics, metrics.py).
 
 Each hook is applied on its own; one whose names moved in another Flower or Celery version is
@@ -57,6 +58,7 @@ COLUMNS = {
     "fencing_token": "Fencing token",
     "effective_priority": "Effective priority",
     "urgent": "Urgent",
+    "fair_priority": "Priority",
 }
 
 #: Flower's ``tasks_columns`` option, set by ``from celery_fair.flower import *``.
@@ -202,7 +204,7 @@ def fleet_metrics(
     top: int | None = None,
 ) -> Iterator[Any]:
     """The fleet metrics of one ``RedisStore.inspect()`` document. Pure: no I/O."""
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     top = TOP_KEYS if top is None else top
     workers = GaugeMetricFamily(
@@ -282,6 +284,15 @@ def fleet_metrics(
     )
     jain.add_metric([], keys.jain_index)
     yield jain
+    refused = CounterMetricFamily(
+        "celery_fair_fleet_queue_full",
+        "Submits a limit refused before anything was published (QueueFull), fleet-wide since "
+        "the store began: scope key (fair_max_queued_per_key) or total (fair_max_queued).",
+        labels=["scope"],
+    )
+    for scope in ("key", "total"):
+        refused.add_metric([scope], float(state.get("queue_full", {}).get(scope, 0)))
+    yield refused
 
 
 def _label(key: str) -> str:

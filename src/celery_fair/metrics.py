@@ -118,8 +118,11 @@ AGED = _Spec("aging_promotions", "Levels fair jobs had risen by aging when they 
              ("job_type",))  # fmt: skip
 URGENT = _Spec("urgent_admissions", "Fair jobs admitted after aging to the urgent threshold "
                "(they pass their key's cap and go before all others).", ("job_type",))  # fmt: skip
+CONTROLLED = _Spec("job_control", "Job control's requests this worker's gate answered "
+                   "(fair cancel, fair reprioritize), by operation and answer; elsewhere: "
+                   "it did not have the job.", ("operation", "answer"))  # fmt: skip
 SPECS = (WAIT, STARTED, RUNTIME, RELEASED, REFUSED, DECISION, CALLS, ERRORS, LEASE, OUTAGES,
-         RETURNED, DROPPED, GIVEN_BACK, MOVED, AGED, URGENT)  # fmt: skip
+         RETURNED, DROPPED, GIVEN_BACK, MOVED, AGED, URGENT, CONTROLLED)  # fmt: skip
 
 
 class WorkerMetrics(Observer):
@@ -236,6 +239,9 @@ class WorkerMetrics(Observer):
 
     def moved(self, queue: str, n: int) -> None:
         self._add(MOVED, (queue,), n)
+
+    def controlled(self, operation: str, answer: str) -> None:
+        self._add(CONTROLLED, (operation, answer))
 
 
 class _EventCollector:

@@ -26,6 +26,8 @@ from typing import Any
 __all__ = [
     "BLOCK_REASONS",
     "CALL_KINDS",
+    "CONTROL_ANSWERS",
+    "CONTROL_OPERATIONS",
     "GATE_COUNTS",
     "STORE_COUNTS",
     "Counters",
@@ -37,6 +39,9 @@ __all__ = [
 #: or type (``type_cap``) as the cap allows, another worker holds its conflict (``conflict``),
 #: or the store came back empty and workers are re-registering (``recovering``).
 BLOCK_REASONS = ("tier_cap", "type_cap", "conflict", "recovering")
+#: Job control's operations on one gate, and its answers (control.py).
+CONTROL_OPERATIONS = ("cancel", "reprioritize")
+CONTROL_ANSWERS = ("cancelled", "ok", "already_running", "elsewhere")
 #: The store calls the engine makes.
 CALL_KINDS = ("admit", "beat", "register")
 #: The gate's counters, shown by ``inspect stats`` as ``fair-<name>``.
@@ -139,6 +144,11 @@ class Observer:
 
     def moved(self, queue: str, n: int) -> None:
         """The intake moved ``n`` messages from ``queue`` into its shards."""
+
+    def controlled(self, operation: str, answer: str) -> None:
+        """Job control asked this worker's gate for a job: ``operation`` (one of
+        ``CONTROL_OPERATIONS``) and what it answered (``CONTROL_ANSWERS``; ``"elsewhere"``: it
+        does not have the job)."""
 
 
 class Fanout(Observer):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from harness import BACKEND, producers_at_once, queue_length, wait_until
+from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 from test_shards import node
 
@@ -56,6 +57,33 @@ def test_a_job_still_in_the_broker_is_queued_with_its_place_and_cancel_drops_it(
         wait_until(lambda job=job: store.queued(job.id) is None, 20, f"{job.id} forgotten")
     assert "later1" not in run.recorder.done_counts()
     store.close()
+
+
+def test_a_queued_job_is_expected_to_start_after_its_keys_jobs_ahead_at_their_pace(
+    make_run, start_worker, broker
+):
+    # Given tracked submissions and a worker of one process running key k's jobs one after
+    # another, and one more job of k on a queue no worker reads (in the broker),
+    run = make_run(conf=fleet_conf(broker, fair_track_submits=True, fair_lookahead=0))
+    start_worker(run, concurrency=1)
+    clone = run.app.tasks["fairapp.clone"]
+    for i in range(30):
+        clone.apply_async([f"k{i}", 0.1], fairness_key="k")
+    later = clone.apply_async(["later", 0.01], fairness_key="k", queue="later")
+    # once k's jobs have ended for a second, its status says when it is expected to start:
+    # its key's jobs ahead of it at the pace they end,
+    found = wait_until(
+        lambda: (s := status(run.app, later.id)).get("expected_wait") is not None and s,
+        30,
+        "k's rate of ends",
+    )
+    assert found["state"] == "queued"
+    assert 0 < found["key_rate"] <= 12  # one process, jobs of 0.1 s: at most 10 a second
+    assert found["expected_wait"] == pytest.approx((found["place_in_key"] - 1) / found["key_rate"])
+    shown = fair_command(run, "job", later.id)  # and the command line says so
+    assert shown.returncode == 0, shown.stderr
+    assert "expected to start in about" in shown.stdout, shown.stdout
+    wait_until(lambda: run.recorder.done_counts().get("k29") == 1, 30, "k's jobs")
 
 
 def test_past_a_keys_limit_a_submit_is_refused_and_nothing_is_published(

@@ -57,8 +57,10 @@ def test_task_events_flow_for_fair_tasks(make_run, start_worker):
         thread.start()
         wait_until(listening.is_set, 20, "a worker event")
         # When a fair task runs,
-        result = run.send("fairapp.clone", "evented", 0.01, headers=fair_headers("clone", "k", "r"))
+        headers = fair_headers("clone", "k", "r", priority=9)  # a priority of its own
+        result = run.send("fairapp.clone", "evented", 0.01, headers=headers)
         thread.join(40)
-    # Then Flower sees the same task events as for a plain worker.
-    types = [e["type"] for e in seen if e.get("uuid") == result.id]
-    assert types == ["task-received", "task-started", "task-succeeded"]
+    # Then Flower sees the same task events as for a plain worker, and the job's own priority.
+    mine = [e for e in seen if e.get("uuid") == result.id]
+    assert [e["type"] for e in mine] == ["task-received", "task-started", "task-succeeded"]
+    assert mine[1]["fair_priority"] == 9

@@ -541,6 +541,32 @@ def test_tracked_submissions_count_per_key_and_in_all_in_order(make_store):
     assert one.queued("a1") is None
 
 
+def test_a_keys_rate_of_ends_is_known_a_second_after_its_first_and_lapses_are_no_ends(
+    make_store,
+):
+    store = make_store(lifecycle=NEVER)
+    for i in range(5):
+        assert store.track("alice", f"a{i}").added
+    assert store.track("bob", "lost", seconds=3600).added
+    store.untrack(["a0"])
+    store.untrack(["a1", "a2"])
+    assert store.queued("a4").rate == 0.0  # not within a second of the first end
+    found = wait_until(lambda: store.queued("a4").rate, 10, "a second of ends", every=0.05)
+    assert 0 < found <= 2.0  # two ends after the first, a second or more after it
+    assert store.queued("lost").rate == 0.0  # bob: nothing ended
+    # An entry that lapses is not an end: bob's rate stays unknown.
+    wait_until(
+        lambda: (
+            store.track("carol", f"c{time.monotonic()}", seconds=0.3).added
+            and store.queued("lost") is None
+        ),
+        10,
+        "bob's entry to lapse",
+    )
+    assert store.track("bob", "b1").added
+    assert store.queued("b1").rate == 0.0
+
+
 def test_tracking_refuses_past_a_limit_and_records_nothing(make_store):
     store = make_store(lifecycle=NEVER)
     for i in range(3):

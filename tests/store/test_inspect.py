@@ -66,6 +66,17 @@ def test_inspect_shows_workers_jobs_counts_conflicts_and_costs(make_store):
     assert store.inspect()["jobs"] == state["jobs"]
 
 
+def test_inspect_counts_the_submits_a_limit_refused_by_scope(make_store):
+    store = make_store(lifecycle=NEVER)
+    assert store.inspect()["queue_full"] == {}
+    assert store.track("alice", "a0", key_limit=1).added
+    for i in range(2):  # alice's limit refuses twice, the total once
+        assert store.track("alice", f"a{i + 1}", key_limit=1).refused_by == "key"
+    assert store.track("bob", "b0", total_limit=1).refused_by == "total"
+    assert store.track("bob", "b1", total_limit=2).added
+    assert store.inspect()["queue_full"] == {"key": 2, "total": 1}
+
+
 def test_celery_fair_store_prints_the_state_as_json_and_as_a_table(redis_client, capsys):
     from celery_fair.store import RedisStore
 

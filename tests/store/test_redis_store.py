@@ -15,6 +15,7 @@ from test_contract import ask
 from celery_fair.core import CostLifecycle
 from celery_fair.errors import ConfigurationError, StoreUnavailable
 from celery_fair.store import Done, RedisStore, Running, Verdict, conflict_field, queued_member
+from celery_fair.store.base import rate_after, service_rate
 from celery_fair.store.redis import KEY_NAMES
 
 NEVER = CostLifecycle.never()
@@ -136,6 +137,44 @@ def test_the_lua_registry_writes_entries_in_the_layout_python_names(redis_client
         entry = redis_client.hget(f"{{{prefix}}}:queued_entry", task_id).decode()
         assert entry == queued_member(key, at, task_id)
         assert redis_client.zscore(f"{{{prefix}}}:queued_by_key", entry) == 0
-    for name in ("queued_by_key", "queued_by_time", "queued_entry"):
+    for name in (
+        "queued_by_key",
+        "queued_by_time",
+        "queued_entry",
+        "queued_rate",
+        "queued_refused",
+    ):
         assert key_slot(f"{{{prefix}}}:{name}".encode()) == key_slot(f"{{{prefix}}}:meta".encode())
+    store.close()
+
+
+def test_the_lua_keeps_a_keys_rate_of_ends_as_python_names_it(redis_client, prefix):
+    # queued.lua keeps each key's record of ends and computes its rate itself; rate_after and
+    # service_rate are the rule's one definition in Python. Fed the same ends, they agree.
+    store = RedisStore(redis.Redis.from_url(REDIS_URL), prefix)
+    for i in range(6):
+        assert store.track("alice", f"a{i}").added
+    assert store.track("bob", "b0").added
+    record = None
+
+    def server_now():
+        seconds, micros = redis_client.time()
+        return seconds + micros / 1e6
+
+    for ids in (["a0", "a1"], ["a2", "b0", "gone"]):
+        before = server_now()
+        store.untrack(ids)
+        after = server_now()
+        raw = redis_client.hget(f"{{{prefix}}}:queued_rate", "alice").decode()
+        n, since, last = (float(v) for v in raw.split("|"))
+        assert before <= last <= after
+        record = rate_after(record, ids.count("a0") + ids.count("a1") + ids.count("a2"), last)
+        assert (n, since, last) == pytest.approx(record, abs=1e-6)
+    assert redis_client.hget(f"{{{prefix}}}:queued_rate", "bob").decode().startswith("1.0")
+    # Not known until a second after the first end; then the Lua's rate is the Python one's.
+    assert store.queued("a5").rate == 0.0
+    found = wait_until(lambda: store.queued("a5").rate, 10, "a second of ends", every=0.05)
+    now = server_now()
+    assert found == pytest.approx(service_rate(record, now), rel=0.05)
+    assert 0 < found <= 2.0  # two ends after the first, a second or more since it
     store.close()

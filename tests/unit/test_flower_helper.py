@@ -103,6 +103,10 @@ def test_fleet_metrics_name_the_top_keys_and_sum_the_rest_as_other():
              if n == "celery_fair_fleet_service_share"}  # fmt: skip
     assert share == pytest.approx({"a": 30 / 60, "c": 20 / 60})  # of 60 in all
     assert got[("celery_fair_fleet_jain_index", ())] == pytest.approx(60**2 / (4 * 1400))
+    assert got[("celery_fair_fleet_queue_full_total", (("scope", "key"),))] == 0
+    refused = samples({**STATE, "queue_full": {"key": 7, "total": 2}}, top=2)
+    assert refused[("celery_fair_fleet_queue_full_total", (("scope", "key"),))] == 7
+    assert refused[("celery_fair_fleet_queue_full_total", (("scope", "total"),))] == 2
 
 
 def test_the_background_key_is_named_and_nothing_running_is_perfectly_fair():

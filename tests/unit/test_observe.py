@@ -27,7 +27,8 @@ EVENTS = [n for n, v in vars(Observer).items() if callable(v) and not n.startswi
 # Arguments for each event, by the names of its parameters.
 ARGS = {"job_type": "clone", "priority": 8, "wait": 0.5, "elapsed": 1.5, "kind": "admit",
         "seconds": 0.002, "ok": True, "admitted": 2, "reason": "type_cap", "n": 3, "mode": "hold",
-        "queue": "celery", "levels": 2, "urgent": True}  # fmt: skip
+        "queue": "celery", "levels": 2, "urgent": True, "operation": "cancel",
+        "answer": "cancelled"}  # fmt: skip
 
 
 def args_for(name: str) -> tuple[object, ...]:

@@ -34,6 +34,9 @@ def test_events_move_the_counters_and_histograms_by_bounded_labels():
     m.dropped()
     m.revoked_held()
     m.moved("celery", 500)
+    m.controlled("cancel", "cancelled")
+    m.controlled("reprioritize", "elsewhere")
+    m.controlled("reprioritize", "elsewhere")
     clone = {"job_type": "clone", "tier": "8"}
     assert value(m, "celery_fair_queue_wait_seconds_count", **clone) == 3
     assert value(m, "celery_fair_queue_wait_seconds_bucket", le="0.005", **clone) == 1
@@ -51,6 +54,10 @@ def test_events_move_the_counters_and_histograms_by_bounded_labels():
     assert value(m, "celery_fair_dropped_total", reason="duplicate") == 2
     assert value(m, "celery_fair_dropped_total", reason="revoked") == 1
     assert value(m, "celery_fair_intake_moved_total", queue="celery") == 500
+    control = "celery_fair_job_control_total"
+    assert value(m, control, operation="cancel", answer="cancelled") == 1
+    assert value(m, control, operation="reprioritize", answer="elsewhere") == 2
+    assert value(m, control, operation="reprioritize", answer="ok") is None
     [info] = [s for f in m.registry.collect() for s in f.samples if s.name.endswith("_info")]
     assert info.labels["worker"] == "w1@host"
     assert info.labels["version"] == celery_fair.__version__

@@ -34,6 +34,8 @@ __all__ = [
     "conflict_of",
     "estimate_field",
     "queued_member",
+    "rate_after",
+    "service_rate",
     "submission_field",
 ]
 
@@ -113,6 +115,48 @@ class Queued(NamedTuple):
     in_key: int
     place: int  # among every tracked job, by time; 1 = the oldest
     total: int
+    rate: float = 0.0  # its key's tracked jobs ended per second lately (0: not known yet)
+
+    @property
+    def expected_wait(self) -> float | None:
+        """Seconds until it is expected to start: its key's jobs ahead of it, at the pace its
+        key's jobs end (``rate``); ``None`` while that pace is not known. Since the jobs ahead
+        include the key's running ones, it errs late by about one job's time for each slot
+        the key holds beyond the first (docs/operations.md gives the error measured)."""
+        return (self.place_in_key - 1) / self.rate if self.rate > 0 else None
+
+
+RATE_WINDOW = 60.0
+"""Seconds of a key's ends that its service rate (``Queued.rate``) looks back over."""
+
+
+def rate_after(
+    record: tuple[float, float, float] | None, ended: int, now: float
+) -> tuple[float, float, float]:
+    """A key's record of tracked jobs ended, ``(n, since, last)``: ``n`` ended between
+    ``since`` and ``last``, after ``ended`` more at ``now``. A gap of ``RATE_WINDOW`` without
+    ends starts it over; past ``RATE_WINDOW`` it keeps the last half window's share of ``n``.
+    ``lua/queued.lua`` (``rate_after``) keeps the same record the same way."""
+    if record is None or now - record[2] > RATE_WINDOW:
+        return (float(ended), now, now)
+    n, since, _ = record
+    n += ended
+    if now - since > RATE_WINDOW:
+        n = n * (RATE_WINDOW / 2) / (now - since)
+        since = now - RATE_WINDOW / 2
+    return (n, since, now)
+
+
+def service_rate(record: tuple[float, float, float] | None, now: float) -> float:
+    """Ends per second by ``record`` (``rate_after``) at ``now``: the ends after the first over
+    the time since it, so a pause in the ends lowers it. 0.0 until two ends a second apart
+    or more, and after a window without any. (The Lua computes it the same way.)"""
+    if record is None:
+        return 0.0
+    n, since, last = record
+    if n < 2 or now - since < 1.0 or now - last > RATE_WINDOW:
+        return 0.0
+    return (n - 1) / (now - since)
 
 
 class Holder(NamedTuple):

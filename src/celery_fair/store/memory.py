@@ -31,6 +31,8 @@ from .base import (
     Verdict,
     View,
     estimate_field,
+    rate_after,
+    service_rate,
     submission_field,
 )
 
@@ -94,6 +96,8 @@ class MemoryStore:
         # first, and how many each key has.
         self._tracked: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._tracked_in_key: dict[str, int] = {}
+        # each key's record of tracked jobs ended (base.rate_after), for Queued.rate
+        self._rates: dict[str, tuple[float, float, float]] = {}
 
     # -- operations ------------------------------------------------------------------------
 
@@ -251,7 +255,7 @@ class MemoryStore:
             oldest, (_, at) = next(iter(tracked.items()))
             if at >= now - seconds:
                 break
-            self.untrack([oldest])
+            self._forget_tracked(oldest)  # lapsed: not an end, so no rate
         in_key = self._tracked_in_key.get(fairness_key, 0)
         total = len(tracked)
         if task_id in tracked:
@@ -265,18 +269,27 @@ class MemoryStore:
         return QueuedCount(True, in_key, total)
 
     def untrack(self, task_ids: Collection[str]) -> int:
-        n = 0
+        ended: dict[str, int] = {}
         for task_id in task_ids:
-            found = self._tracked.pop(task_id, None)
-            if found is None:
-                continue
-            n += 1
-            left = self._tracked_in_key[found[0]] - 1
-            if left:
-                self._tracked_in_key[found[0]] = left
-            else:
-                del self._tracked_in_key[found[0]]
-        return n
+            key = self._forget_tracked(task_id)
+            if key is not None:
+                ended[key] = ended.get(key, 0) + 1
+        now = self.clock.now()
+        for key, n in ended.items():
+            self._rates[key] = rate_after(self._rates.get(key), n, now)
+        return sum(ended.values())
+
+    def _forget_tracked(self, task_id: str) -> str | None:
+        found = self._tracked.pop(task_id, None)
+        if found is None:
+            return None
+        key = found[0]
+        left = self._tracked_in_key[key] - 1
+        if left:
+            self._tracked_in_key[key] = left
+        else:
+            del self._tracked_in_key[key]
+        return key
 
     def holder(self, conflict: str) -> Holder | None:
         uid = self.conflicts.get(conflict)
@@ -300,7 +313,10 @@ class MemoryStore:
             place_in_key += other_key == key
             if other == task_id:
                 break
-        return Queued(key, at, place_in_key, self._tracked_in_key[key], place, len(self._tracked))
+        rate = service_rate(self._rates.get(key), self.clock.now())
+        return Queued(
+            key, at, place_in_key, self._tracked_in_key[key], place, len(self._tracked), rate
+        )
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
         doc, keys, types = change(self._policies[1])

@@ -228,7 +228,14 @@ class RedisStore:
             (resources.files(__package__) / "lua" / f"{_STANDALONE[1]}.lua").read_text()
         )
         self._queued_keys = [
-            f"{{{prefix}}}:{name}" for name in ("queued_by_key", "queued_by_time", "queued_entry")
+            f"{{{prefix}}}:{name}"
+            for name in (
+                "queued_by_key",
+                "queued_by_time",
+                "queued_entry",
+                "queued_rate",
+                "queued_refused",
+            )
         ]
 
     @classmethod
@@ -464,6 +471,8 @@ class RedisStore:
         (lease expiry, job count), running jobs, counts by tier and type, conflicts held, the
         accumulated costs of the keys that run, and how many costs, estimates and tombstones
         it keeps. Times are the Redis server's (``now`` says it). See ``celery-fair store``.
+        ``queue_full`` counts the submits a limit refused since the store began (``QueueFull``,
+        by scope: ``key``, ``total``), read in a second round trip.
         """
         import json
 
@@ -471,6 +480,8 @@ class RedisStore:
         for name in ("workers", "jobs", "conflicts", "costs", "tiers", "types"):
             if not state[name]:  # Lua's cjson writes an empty table as {}
                 state[name] = [] if name in ("workers", "jobs") else {}
+        refused = self._read(lambda c: c.hgetall(self._queued_keys[4]))
+        state["queue_full"] = {_as_text(k): int(v) for k, v in refused.items()}
         return state
 
     @property
@@ -546,9 +557,15 @@ class RedisStore:
         )
         if not found:
             return None
-        key, at, place_in_key, in_key, place, total = found
+        key, at, place_in_key, in_key, place, total, rate = found
         return Queued(
-            _as_text(key), float(at), int(place_in_key), int(in_key), int(place), int(total)
+            _as_text(key),
+            float(at),
+            int(place_in_key),
+            int(in_key),
+            int(place),
+            int(total),
+            float(rate),
         )
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:

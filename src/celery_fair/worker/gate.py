@@ -436,6 +436,7 @@ class Gate:
             if held.events is not None:
                 held.events["queue_wait"] = round(wait, 6)
                 held.events["fencing_token"] = admission.token
+                held.events["fair_priority"] = admission.priority  # its own, reprioritised too
                 if effective is not None:
                     held.events["effective_priority"] = effective
                     held.events["urgent"] = admission.urgent
@@ -883,6 +884,11 @@ class Gate:
         pool is ``"already_running"`` (one still waiting for a pool process is dropped at the
         pool's door, refunded, as Celery's revoke does). ``None``: not here.
         """
+        answer = self._cancel(task_id)
+        self.observer.controlled("cancel", answer or "elsewhere")
+        return answer
+
+    def _cancel(self, task_id: str) -> str | None:
         with self._lock:
             uid = self._uid(task_id)
             if uid in self.runs.fair:
@@ -914,6 +920,11 @@ class Gate:
             SchedulerError: ``priority`` is not ``None`` or a positive int.
         """
         check_priority(priority)
+        answer = self._reprioritize(task_id, priority)
+        self.observer.controlled("reprioritize", answer or "elsewhere")
+        return answer
+
+    def _reprioritize(self, task_id: str, priority: int | None) -> str | None:
         with self._lock:
             uid = self._uid(task_id)
             if uid in self.runs.fair or uid in self._reserve:

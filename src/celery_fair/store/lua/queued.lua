@@ -6,33 +6,76 @@
 --                     queued_member), so a key's entries are one range, in order of time
 --   2 queued_by_time  zset  task id -> when it was tracked (the server's clock)
 --   3 queued_entry    hash  task id -> its entry in queued_by_key
+--   4 queued_rate     hash  fairness key -> 'n|since|last': n of its tracked jobs ended
+--                     between since and last (store/base.py, rate_after: the same record)
+--   5 queued_refused  hash  'key' | 'total' -> submits a limit refused, ever (QueueFull)
 -- ARGV[1] is the operation:
 --   track   key, task id, key limit ('' none), total limit ('' none), seconds to keep
 --           -> {added 0/1, jobs of the key, jobs in all, '' | 'key' | 'total'}
 --   untrack task id...                       -> how many were tracked
---   find    task id -> {} | {key, time, place in key, jobs of key, place, jobs in all}
+--   find    task id -> {} | {key, time, place in key, jobs of key, place, jobs in all,
+--           its key's ends per second lately ('0': not known)}
 
-local by_key, by_time, entries = KEYS[1], KEYS[2], KEYS[3]
+local by_key, by_time, entries, rates, refused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op = ARGV[1]
+local WINDOW = 60.0  -- store/base.py, RATE_WINDOW
+
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1e6
+end
+
+-- The fairness key of an entry ('<bytes of key>:<key>|...'), and the entry's prefix.
+local function key_of(entry)
+  local colon = string.find(entry, ':', 1, true)
+  local length = tonumber(string.sub(entry, 1, colon - 1))
+  return string.sub(entry, colon + 1, colon + length), string.sub(entry, 1, colon + length + 1)
+end
+
+local function read_rate(key)
+  local raw = redis.call('HGET', rates, key)
+  if not raw then return nil end
+  local n, since, last = string.match(raw, '^([^|]+)|([^|]+)|([^|]+)$')
+  return {tonumber(n), tonumber(since), tonumber(last)}
+end
+
+-- store/base.py, rate_after
+local function rate_after(rec, ended, now)
+  if rec == nil or now - rec[3] > WINDOW then return {ended, now, now} end
+  local n, since = rec[1] + ended, rec[2]
+  if now - since > WINDOW then
+    n = n * (WINDOW / 2) / (now - since)
+    since = now - WINDOW / 2
+  end
+  return {n, since, now}
+end
+
+-- store/base.py, service_rate
+local function service_rate(rec, now)
+  if rec == nil then return 0 end
+  local n, since, last = rec[1], rec[2], rec[3]
+  if n < 2 or now - since < 1.0 or now - last > WINDOW then return 0 end
+  return (n - 1) / (now - since)
+end
 
 local function key_range(prefix)
   -- every entry of the key whose entries start with prefix: the time's digits follow it
   return '[' .. prefix, '(' .. prefix .. ':'
 end
 
+-- Forget a submission; returns its entry, or nil if it was not tracked.
 local function forget(id)
   local entry = redis.call('HGET', entries, id)
-  if not entry then return 0 end
+  if not entry then return nil end
   redis.call('ZREM', by_key, entry)
   redis.call('ZREM', by_time, id)
   redis.call('HDEL', entries, id)
-  return 1
+  return entry
 end
 
 if op == 'track' then
   local key, id = ARGV[2], ARGV[3]
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+  local now = server_now()
   -- entries whose end was never reported (their worker's store call failed) lapse
   local old = redis.call('ZRANGEBYSCORE', by_time, '-inf', '(' .. (now - tonumber(ARGV[6])),
     'LIMIT', 0, 100)
@@ -42,8 +85,14 @@ if op == 'track' then
   local in_key = redis.call('ZLEXCOUNT', by_key, low, high)
   local total = redis.call('ZCARD', by_time)
   if redis.call('HEXISTS', entries, id) == 1 then return {0, in_key, total, ''} end
-  if ARGV[4] ~= '' and in_key >= tonumber(ARGV[4]) then return {0, in_key, total, 'key'} end
-  if ARGV[5] ~= '' and total >= tonumber(ARGV[5]) then return {0, in_key, total, 'total'} end
+  if ARGV[4] ~= '' and in_key >= tonumber(ARGV[4]) then
+    redis.call('HINCRBY', refused, 'key', 1)
+    return {0, in_key, total, 'key'}
+  end
+  if ARGV[5] ~= '' and total >= tonumber(ARGV[5]) then
+    redis.call('HINCRBY', refused, 'total', 1)
+    return {0, in_key, total, 'total'}
+  end
   local entry = prefix .. string.format('%021.6f', now) .. '|' .. id
   redis.call('ZADD', by_key, 0, entry)
   redis.call('ZADD', by_time, now, id)
@@ -52,8 +101,23 @@ if op == 'track' then
 end
 
 if op == 'untrack' then
-  local n = 0
-  for i = 2, #ARGV do n = n + forget(ARGV[i]) end
+  local n, ended = 0, {}
+  for i = 2, #ARGV do
+    local entry = forget(ARGV[i])
+    if entry then
+      n = n + 1
+      local key = key_of(entry)
+      ended[key] = (ended[key] or 0) + 1
+    end
+  end
+  if n > 0 then
+    local now = server_now()
+    for key, count in pairs(ended) do
+      local rec = rate_after(read_rate(key), count, now)
+      redis.call('HSET', rates, key,
+        string.format('%.6f|%.6f|%.6f', rec[1], rec[2], rec[3]))
+    end
+  end
   return n
 end
 
@@ -61,10 +125,7 @@ if op == 'find' then
   local id = ARGV[2]
   local entry = redis.call('HGET', entries, id)
   if not entry then return {} end
-  local colon = string.find(entry, ':', 1, true)
-  local length = tonumber(string.sub(entry, 1, colon - 1))
-  local key = string.sub(entry, colon + 1, colon + length)
-  local prefix = string.sub(entry, 1, colon + length + 1)
+  local key, prefix = key_of(entry)
   local low, high = key_range(prefix)
   return {
     key,
@@ -73,6 +134,7 @@ if op == 'find' then
     redis.call('ZLEXCOUNT', by_key, low, high),
     redis.call('ZRANK', by_time, id) + 1,
     redis.call('ZCARD', by_time),
+    string.format('%.6f', service_rate(read_rate(key), server_now())),
   }
 end
 
