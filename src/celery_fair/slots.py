@@ -150,6 +150,8 @@ class SlotScheduler:
         self.tick = min(poll_interval, lease / 3)
         channel = getattr(store, "released_channel", None)
         self._listening = threading.Event()  # set while callers wait: the listener subscribes
+        # set while the listener is subscribed to the store's releases (for a look, and tests)
+        self.subscribed = threading.Event()
         self._store_lock = store_lock(store) if store is not None and channel is None else None
         if self._store_lock is not None:
             with _shared_lock:
@@ -396,19 +398,24 @@ class SlotScheduler:
         while not self._closed:
             if not self._listening.is_set():
                 if pubsub is not None:
+                    self.subscribed.clear()
                     _close_quietly(pubsub)
                     pubsub = None
                 self._listening.wait()
                 continue
             try:
                 if pubsub is None:
-                    pubsub = client.pubsub(ignore_subscribe_messages=True)
+                    pubsub = client.pubsub()
                     pubsub.subscribe(channel)
-                    self.released()  # what ended before the subscription: look once
-                if pubsub.get_message(timeout=self.tick) is not None:
-                    self.released()
+                message = pubsub.get_message(timeout=self.tick)
+                if message is None:
+                    continue
+                if message["type"] == "subscribe":  # confirmed: no release is missed now
+                    self.subscribed.set()
+                self.released()  # a release, or what ended before the subscription: look
             except Exception as exc:  # the fallback look goes on; subscribe again later
                 logger.debug("celery-fair: slot release listener: %s", exc)
+                self.subscribed.clear()
                 if pubsub is not None:
                     _close_quietly(pubsub)
                     pubsub = None

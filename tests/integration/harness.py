@@ -27,6 +27,7 @@ from celery import Celery
 from fairapp import RECORD_URL, Recorder, make_app
 
 from celery_fair.routing import Shards, shard_name
+from spans import max_overlap  # noqa: F401  (the integration tests import it from here)
 
 HERE = Path(__file__).parent
 BROKERS = {
@@ -377,13 +378,3 @@ def intervals(events: list[dict], kind: str | None = None) -> dict[str, tuple[fl
         elif e["event"] == "end" and e["tag"] in starts:
             out[e["tag"]] = (starts[e["tag"]], e["t"])
     return out
-
-
-def max_overlap(spans: list[tuple[float, float]]) -> int:
-    """The largest number of intervals that were open at one instant."""
-    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    best = now = 0
-    for _, step in points:
-        now += step
-        best = max(best, now)
-    return best

@@ -62,8 +62,9 @@ def test_every_release_is_announced_with_how_many(make_store):
         assert listener.next(0.3) is None
         # A dead worker's jobs, reclaimed when its lease expired, are announced too.
         store.admit("dead", [ask("d", job_id="x")])
-        time.sleep(0.7)
-        store.heartbeat("live", [], [])
+        deadline = time.monotonic() + 10
+        while not store.heartbeat("live", [], []).reclaimed:  # once its lease has expired
+            assert time.monotonic() < deadline, "the dead worker's lease to expire"
         assert listener.next() == 1
     finally:
         listener.close()
@@ -88,12 +89,14 @@ def test_a_slot_waiting_in_one_process_wakes_on_a_release_in_another(make_store)
                 with Slot("solo", scheduler=b, timeout=20):
                     entered.append(time.monotonic())
 
+            refused = b.engine.observer.counts["refused"]
             t = threading.Thread(target=body)
             t.start()
-            deadline = time.monotonic() + 5
-            while b.waiting == 0 and time.monotonic() < deadline:
+            # refused (the type is full), and subscribed to the releases
+            deadline = time.monotonic() + 10
+            while b.engine.observer.counts["refused"] == refused or not b.subscribed.is_set():
+                assert time.monotonic() < deadline, "the refusal and the subscription"
                 time.sleep(0.01)
-            time.sleep(0.3)  # refused (the type is full), and subscribed
             assert not entered
             # then it enters right after the release, not at the next look.
             released = time.monotonic()

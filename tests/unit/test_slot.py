@@ -16,6 +16,7 @@ from celery_fair.engine import Engine
 from celery_fair.errors import UnknownJobType
 from celery_fair.slots import SlotScheduler, store_lock
 from celery_fair.store import MemoryStore, estimate_field
+from spans import max_overlap
 
 REPACK = JobType("repack", 4, max_concurrency=2, conflict_group="git", default_cost=1.0)
 SOLO = JobType("solo", 4, max_concurrency=1, default_cost=1.0)
@@ -40,15 +41,6 @@ def made():
     yield factory
     for s in schedulers:
         s.close()
-
-
-def max_overlap(spans):
-    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    best = now = 0
-    for _, step in points:
-        now += step
-        best = max(best, now)
-    return best
 
 
 def run_threads(targets):
@@ -132,7 +124,8 @@ def test_a_slot_waits_for_a_conflict_that_a_worker_job_holds(made):
 
     t = threading.Thread(target=body)
     t.start()
-    time.sleep(0.2)
+    # it waits on the conflict, which the core knows a worker holds since the first refusal
+    wait_for(lambda: s.core.blocked_counts().get("conflict") == 1, "it to wait on the conflict")
     assert not entered
     ended = time.time()
     worker.finish("job1", 0.5, final=True)
@@ -157,12 +150,11 @@ def test_a_release_in_one_process_wakes_a_caller_waiting_in_another(made):
             with Slot("solo", scheduler=b, timeout=10):
                 entered.append(time.monotonic())
 
+        refused = b.engine.observer.counts["refused"]
         t = threading.Thread(target=body)
         t.start()
-        deadline = time.monotonic() + 5
-        while b.waiting == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.1)  # its first ask is refused: the type is full
+        # its first ask is refused: the type is full
+        wait_for(lambda n=refused: b.engine.observer.counts["refused"] > n, "the refusal")
         assert not entered
         # then it enters right after the release, not at the next look.
         released = time.monotonic()
