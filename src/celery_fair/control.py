@@ -151,6 +151,19 @@ def _name_the_holder(app: Any, found: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _answered(replies: Any, task_id: str) -> dict[str, str]:
+    """The workers that answered a job-control broadcast for ``task_id`` in words (``"ok"``,
+    ``"cancelled"``, ``"already_running"``), by answer; an empty answer (the worker does not
+    have the job), an error and a non-fair worker's reply are left out."""
+    found = {}
+    for reply in replies or ():
+        for worker, answer in reply.items():
+            said = answer.get(task_id) if isinstance(answer, dict) else None
+            if isinstance(said, str):
+                found[said] = worker
+    return found
+
+
 def _tracked(app: Any, task_id: str) -> Any:
     """The tracked submission ``task_id`` (``fair_track_submits``), or ``None``."""
     from .submissions import settings_of, tracked_store
@@ -192,11 +205,7 @@ def cancel(
         reply=True,
         timeout=timeout,
     )
-    found = {}
-    for reply in replies or ():
-        for worker, answer in reply.items():
-            if isinstance(answer, dict) and answer.get(task_id):
-                found[answer[task_id]] = worker
+    found = _answered(replies, task_id)
     out: dict[str, Any] = {"task_id": task_id}
     for state in ("cancelled", "already_running"):
         if state in found:
@@ -260,11 +269,7 @@ def reprioritize(
         reply=True,
         timeout=timeout,
     )
-    found = {}
-    for reply in replies or ():
-        for worker, answer in reply.items():
-            if isinstance(answer, dict) and answer.get(task_id) in ("ok", "already_running"):
-                found[answer[task_id]] = worker
+    found = _answered(replies, task_id)
     out: dict[str, Any] = {"task_id": task_id, "priority": priority}
     for state in ("ok", "already_running"):
         if state in found:

@@ -137,14 +137,9 @@ def test_the_lua_registry_writes_entries_in_the_layout_python_names(redis_client
         entry = redis_client.hget(f"{{{prefix}}}:queued_entry", task_id).decode()
         assert entry == queued_member(key, at, task_id)
         assert redis_client.zscore(f"{{{prefix}}}:queued_by_key", entry) == 0
-    for name in (
-        "queued_by_key",
-        "queued_by_time",
-        "queued_entry",
-        "queued_rate",
-        "queued_refused",
-    ):
-        assert key_slot(f"{{{prefix}}}:{name}".encode()) == key_slot(f"{{{prefix}}}:meta".encode())
+    assert len(store._queued_keys) == 5  # every key queued.lua touches, in the prefix's slot
+    for name in store._queued_keys:
+        assert key_slot(name.encode()) == key_slot(f"{{{prefix}}}:meta".encode())
     store.close()
 
 

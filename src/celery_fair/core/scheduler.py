@@ -271,6 +271,16 @@ class Scheduler:
         self._pending += 1
         self._enqueue(job)
 
+    @staticmethod
+    def _unqueue(job: PendingJob) -> None:
+        """Take pending ``job`` out of wherever it waits; a conflict that lent it lends its
+        next waiter. O(1), O(log n) if it was lent."""
+        discard(job)
+        lent_from = job.lent_from
+        if lent_from is not None:
+            job.lent_from = None
+            lent_from.on_lent_gone()
+
     def _enqueue(self, job: PendingJob) -> None:
         """Put pending ``job`` where it waits: on its conflict if that is held (so no decision
         ever has to step over it), else in its lane. O(log n)."""
@@ -290,7 +300,7 @@ class Scheduler:
             return CancelOutcome.RUNNING
         now = self._clock.now()
         self._maintain(now)
-        discard(job)
+        self._unqueue(job)
         del self._jobs[ref]
         lane = job.lane
         lane.pending -= 1
@@ -300,10 +310,6 @@ class Scheduler:
         key.pending -= 1
         if self._sharing:
             self._demand_moved(key, -1)
-        lent_from = job.lent_from
-        if lent_from is not None:
-            job.lent_from = None
-            lent_from.on_lent_gone()
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
@@ -335,11 +341,7 @@ class Scheduler:
             return PriorityOutcome.RUNNING
         old = job.lane
         lane = self._lane_at(old, priority)
-        discard(job)
-        lent_from = job.lent_from
-        if lent_from is not None:
-            job.lent_from = None
-            lent_from.on_lent_gone()
+        self._unqueue(job)
         old.tier.pending -= 1
         lane.tier.pending += 1
         # A new record: entries of the old one left behind in its queue stay dead (they would
