@@ -237,10 +237,16 @@ def test_explain_names_a_conflicts_holder_on_another_worker(make_run, start_work
     start_worker(run, concurrency=1)
     # when B gets another clone of linux,
     same = clone.apply_async(["same", 0.01], fairness_key="b", job_id="linux")
-    # then, once B has asked the store for it, its status names the job that holds the
-    # conflict, its worker and for how long.
+
+    # then, once B has asked the store for it and been refused (before that, B's core sees
+    # the job first in line), its status names the job that holds the conflict, its worker
+    # and for how long.
+    def refused():
+        s = status(run.app, same.id)
+        return s if any(w.startswith("conflict on") for w in s.get("why", ())) else None
+
     found = wait_until(
-        lambda: (s := status(run.app, same.id)).get("why") and s, 20, "same: held, and why"
+        refused, 20, "same: held, refused on its conflict", show=lambda: status(run.app, same.id)
     )
     assert found["why"][0].startswith(
         f"conflict on git:linux held by task {long.id} on {node(a)} for "
