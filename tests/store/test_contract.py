@@ -541,6 +541,19 @@ def test_tracked_submissions_count_per_key_and_in_all_in_order(make_store):
     assert one.queued("a1") is None
 
 
+def wait_lapsed(store, task_id, *, seconds, tracking):
+    """Track new submissions of key ``tracking``, kept ``seconds`` (each track lets older
+    entries lapse), until ``task_id``'s entry has lapsed."""
+    wait_until(
+        lambda: (
+            store.track(tracking, f"{tracking}{time.monotonic()}", seconds=seconds).added
+            and store.queued(task_id) is None
+        ),
+        10,
+        f"{task_id}'s entry to lapse",
+    )
+
+
 def test_a_keys_rate_of_ends_is_known_a_second_after_its_first_and_lapses_are_no_ends(
     make_store,
 ):
@@ -555,14 +568,7 @@ def test_a_keys_rate_of_ends_is_known_a_second_after_its_first_and_lapses_are_no
     assert 0 < found <= 2.0  # two ends after the first, a second or more after it
     assert store.queued("lost").rate == 0.0  # bob: nothing ended
     # An entry that lapses is not an end: bob's rate stays unknown.
-    wait_until(
-        lambda: (
-            store.track("carol", f"c{time.monotonic()}", seconds=0.3).added
-            and store.queued("lost") is None
-        ),
-        10,
-        "bob's entry to lapse",
-    )
+    wait_lapsed(store, "lost", seconds=0.3, tracking="carol")
     assert store.track("bob", "b1").added
     assert store.queued("b1").rate == 0.0
 
@@ -582,14 +588,7 @@ def test_tracking_refuses_past_a_limit_and_records_nothing(make_store):
 def test_a_tracked_submission_whose_end_is_never_reported_lapses(make_store):
     store = make_store(lifecycle=NEVER)
     assert store.track("alice", "lost", seconds=0.2).added
-    wait_until(
-        lambda: (
-            store.track("bob", f"b{time.monotonic()}", seconds=0.2).added
-            and store.queued("lost") is None
-        ),
-        10,
-        "the lost entry to lapse",
-    )
+    wait_lapsed(store, "lost", seconds=0.2, tracking="bob")
 
 
 def test_the_holder_of_a_conflict_is_named_with_its_worker_and_since_when(make_store):
