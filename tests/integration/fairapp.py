@@ -67,6 +67,11 @@ def make_app(
             "worker_prefetch_multiplier": 1,
             "broker_connection_retry_on_startup": True,
             "task_create_missing_queues": True,
+            # Remote control and events on exchanges of the run's own, so that tests running
+            # side by side (pytest-xdist) on RabbitMQ's one vhost never hear each other's
+            # workers (Redis keeps them apart by the run's global_keyprefix as well).
+            "control_exchange": f"{queue}-control",
+            "event_exchange": f"{queue}-events",
             **(conf or {}),
         }
     )
