@@ -90,6 +90,10 @@ class Run:
             options = dict(self.conf.get("broker_transport_options", {}))
             options.setdefault("global_keyprefix", f"{self.prefix}:")
             self.conf["broker_transport_options"] = options
+        if self.backend is not None:  # results under the run's prefix too: cleanup is a SCAN
+            options = dict(self.conf.get("result_backend_transport_options", {}))
+            options.setdefault("global_keyprefix", f"{self.prefix}:")
+            self.conf["result_backend_transport_options"] = options
         self.recorder = Recorder(self.prefix)
         self.extra_queues: list[str] = []  # other queues a test uses, deleted with its own
         self._app: Celery | None = None
@@ -137,7 +141,7 @@ class Run:
                         channel = conn.channel()
         if self.backend:
             client = redis.Redis.from_url(self.backend)
-            for key in client.scan_iter(match="celery-task-meta-*", count=1000):
+            for key in client.scan_iter(match=f"{self.prefix}:*", count=1000):
                 client.delete(key)
         if self._app is not None:
             self._app.close()

@@ -86,8 +86,8 @@ def test_record_writes_the_live_traffic_as_a_trace_the_simulator_replays(
     # Given a worker (started without -E: record turns task events on, as Flower does),
     run = make_run()
     worker = start_worker(run, concurrency=2)
-    # (record sums the slots of every fair worker on the broker: on RabbitMQ's shared vhost,
-    # wait until an earlier test's worker that is still shutting down has gone)
+    # (record sums the slots of every fair worker that answers the app's remote control: the
+    # run's own control exchange makes that this test's worker alone; wait until it answers)
     ours = f"{worker.name}@{socket.gethostname()}"
     wait_until(
         lambda: fair_workers(run) == [ours], 60, "this test's worker to be the only fair one"

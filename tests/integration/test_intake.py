@@ -118,9 +118,23 @@ def test_a_call_looks_at_no_more_than_its_batch_and_the_rest_waits_for_the_next(
     for i in range(25):
         run.send("fairapp.clone", f"k-{i}", headers=fair_headers("clone", f"k{i}"))
     with intake_for(run) as intake:
-        assert intake.move(run.queue, batch=10) == (10, 10)
-        assert intake.move(run.queue, batch=10) == (10, 10)
-        assert intake.move(run.queue, batch=10) == (5, 5)
+        if run.broker == "redis":  # one script call takes exactly what it looks at
+            assert intake.move(run.queue, batch=10) == (10, 10)
+            assert intake.move(run.queue, batch=10) == (10, 10)
+            assert intake.move(run.queue, batch=10) == (5, 5)
+            assert intake.move(run.queue, batch=10) == (0, 0)
+            return
+        # RabbitMQ: a pass works on the deliveries that reached it within DELIVERY_WAIT of
+        # each other, so a loaded host may see fewer per pass, never more than the batch.
+        passes: list[tuple[int, int]] = []
+
+        def all_moved() -> bool:
+            passes.append(intake.move(run.queue, batch=10))
+            return sum(moved for moved, _ in passes) >= 25
+
+        wait_until(all_moved, 20, "the 25 messages moved", show=lambda: passes)
+        assert all(moved == looked <= 10 for moved, looked in passes), passes
+        assert sum(moved for moved, _ in passes) == 25, passes
         assert intake.move(run.queue, batch=10) == (0, 0)
 
 
