@@ -138,6 +138,9 @@ def test_fair_submitted_is_kept_between_the_horizon_and_the_receipt():
     retry = submitted(950.0)  # a retry's or a returned message's own clock, within it
     assert (retry.submitted, retry.bounded) == (950.0, ())
     assert parse({SUBMITTED: 1.0}).submitted == 1.0  # no receipt given: taken as it is
+    # a job with a countdown reaches the gate when it is due: bounded, but not counted
+    later = parse({SUBMITTED: 1.0, "eta": "1970-01-01T00:16:40"}, received=1000.0, horizon=60.0)
+    assert (later.submitted, later.bounded) == (940.0, ())
 
 
 def test_an_undeclared_priority_runs_at_the_types_priority_and_is_counted_not_dead_lettered():

@@ -225,7 +225,10 @@ def parse_headers(
         if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
             submitted = float(stamp)
             if received is not None:
-                submitted = _bound_submitted(submitted, received, horizon, bounded)
+                # An ETA or countdown (a retry's too) reaches the gate when it is due: the time
+                # before it is not a claim to check, only to bound.
+                noted = bounded if headers.get("eta") is None else []
+                submitted = _bound_submitted(submitted, received, horizon, noted)
         else:
             problems.append(HeaderProblem(SUBMITTED, f"not a finite number: {_short(stamp)}"))
 
