@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from celery_fair.routing import shard_of
+from celery_fair.worker.events import received_fields
 from celery_fair.worker.headers import (
     FAIRNESS_KEY,
     JOB_ID,
@@ -204,3 +206,12 @@ def test_fuzz_parser_never_raises_and_returns_only_safe_values(headers, declared
     assert h.republished >= 0
     assert h.paused_spill is None or type(h.paused_spill) is int
     assert not (reject_all and h.problems)
+
+
+def test_task_received_events_leave_out_a_header_that_is_not_unicode_text():
+    # The strategy reads the raw headers before the gate (with -E): it must not meet the
+    # shard hash with a lone surrogate either.
+    message = SimpleNamespace(headers={FAIRNESS_KEY: LONE, JOB_ID: "linux", JOB_TYPE: "clone"})
+    assert received_fields(message, shards=8) == {JOB_ID: "linux", JOB_TYPE: "clone"}
+    message.headers[FAIRNESS_KEY] = "k"
+    assert received_fields(message, shards=8)["shard"] == shard_of("k", 8)
