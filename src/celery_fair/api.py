@@ -13,11 +13,20 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.utils.uuid import uuid
 
 from .core import Aging, JobType
-from .core.types import check_priority
+from .core.types import check_declared_priority, check_priority
 from .errors import ConfigurationError, RunTimeout
 from .routing import Shards, resolve_base
 from .submissions import settings_of, submit_once, submit_tracked
-from .worker.headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, ON_DEMAND, PRIORITY, SUBMITTED
+from .worker.headers import (
+    FAIRNESS_KEY,
+    JOB_ID,
+    JOB_TYPE,
+    ON_DEMAND,
+    PRIORITY,
+    SUBMITTED,
+    check_text,
+    header_text,
+)
 
 __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
 
@@ -34,12 +43,20 @@ def fair_headers(
     priority: int | None = None,
 ) -> dict[str, Any]:
     """The headers that make a message a fair job, for producers that only know plain Celery.
-    ``priority`` is the job's own, if not its type's (see ``FairTask.apply_async``).
+    ``priority`` is the job's own, if not its type's (see ``FairTask.apply_async``); without
+    an app to read the declared priorities from, only its form is checked here, and a worker
+    runs an undeclared one at the type's priority.
+
+    Raises:
+        MessageError: ``job_type``, ``fairness_key`` or ``job_id`` is not Unicode text.
+        SchedulerError: ``priority`` is not a positive int.
 
     Example:
         >>> app.send_task("clone", ["linux"],
         ...               headers=fair_headers("sync-clone", "10.0.0.7", "linux"))  # doctest: +SKIP
     """
+    for name, value in ((JOB_TYPE, job_type), (FAIRNESS_KEY, fairness_key), (JOB_ID, job_id)):
+        check_text(name, value)
     headers: dict[str, Any] = {SUBMITTED: time.time() if submitted is None else submitted}
     if job_type is not None:
         headers[JOB_TYPE] = job_type
@@ -122,11 +139,18 @@ class FairTask(Task):
         ``(fairness_key, idempotency_key)`` within ``fair_idempotency_seconds`` publishes
         nothing and returns the first submission's result (submissions.py), and
         ``fair_priority``: this job's own priority, if not its type's (its tier, where its
-        aging starts; its type's cap still counts it). Celery's own ``priority`` is the
-        broker's, and the gate does not read it."""
+        aging starts; its type's cap still counts it): one a job type or ``fair_tier_caps``
+        declares. Celery's own ``priority`` is the broker's, and the gate does not read it.
+
+        Raises:
+            MessageError: ``fairness_key``, ``job_id`` or the task id is not Unicode text
+                (a lone surrogate, as ``json.loads('"\\ud800"')`` gives): nothing is
+                published or recorded.
+            SchedulerError: ``fair_priority`` is not a declared priority: the same.
+        """
         headers = dict(options.pop("headers", None) or {})
         if fair_priority is not None:
-            check_priority(fair_priority)
+            check_declared_priority(fair_priority, _declared_priorities(self.app))
             headers[PRIORITY] = fair_priority
         headers.setdefault(JOB_TYPE, self.job_type_name())
         if fairness_key is not None:
@@ -137,6 +161,9 @@ class FairTask(Task):
                 headers[FAIRNESS_KEY] = inherited
         if job_id is not None:
             headers[JOB_ID] = job_id
+        for name in (FAIRNESS_KEY, JOB_ID):  # before the shard hash or the store meets them
+            check_text(name, headers.get(name))
+        check_text("task_id", options.get("task_id", task_id))
         # A retry keeps the first submission time: the job has waited that long already.
         if SUBMITTED not in headers:
             retry = bool(options.get("retries")) and options.get("task_id", task_id) is not None
@@ -249,6 +276,18 @@ class FairTask(Task):
         return self.signature(options=options)
 
 
+def _declared_priorities(app: Celery) -> frozenset[int]:
+    """The priorities a job's own priority may take, as far as this app knows: its
+    ``fair_types``, its ``fair_tier_caps`` and the types its fair tasks declare."""
+    types = list(settings_of(app).types.values())
+    for task in list(app.tasks.values()):
+        if isinstance(task, FairTask):
+            declared = type(task).declared_job_type()
+            if declared is not None:
+                types.append(declared)
+    return frozenset(settings_of(app).declared_priorities(types))
+
+
 def _key_of(app: Celery, header: object) -> str:
     """The fairness key a worker will read from ``header``: the default one when absent."""
     if isinstance(header, str):
@@ -282,8 +321,7 @@ def _current_fairness_key() -> str | None:
     request = getattr(current_task, "request", None)
     if request is None:
         return None
-    key = getattr(request, FAIRNESS_KEY, None)
-    return key if isinstance(key, str) else None
+    return header_text(getattr(request, FAIRNESS_KEY, None))  # a bad one is not passed on
 
 
 def fair_task(

@@ -109,6 +109,9 @@ RETURNED = _Spec("returned", "Held messages returned to the broker: to unblock i
 DROPPED = _Spec("dropped", "Fair messages dropped unrun: a copy of a job held, running or "
                 "done (duplicate), revoked or expired while held (revoked), bad headers sent "
                 "to the dead letter queue (dead_letter).", ("reason",))  # fmt: skip
+REPAIRED = _Spec("headers_repaired", "Fairness headers the gate repaired and ran the job "
+                 "with: malformed ones, and those out of bounds (an undeclared fair_priority, "
+                 "a fair_submitted before the horizon).", ("header",))  # fmt: skip
 GIVEN_BACK = _Spec("given_back", "Admitted jobs that had not started, given back to let a "
                    "newcomer go first.")  # fmt: skip
 MOVED = _Spec("intake_moved", "Messages the intake moved from a queue into its fair shards.",
@@ -122,7 +125,7 @@ CONTROLLED = _Spec("job_control", "Job control's requests this worker's gate ans
                    "(fair cancel, fair reprioritize), by operation and answer; elsewhere: "
                    "it did not have the job.", ("operation", "answer"))  # fmt: skip
 SPECS = (WAIT, STARTED, RUNTIME, RELEASED, REFUSED, DECISION, CALLS, ERRORS, LEASE, OUTAGES,
-         RETURNED, DROPPED, GIVEN_BACK, MOVED, AGED, URGENT, CONTROLLED)  # fmt: skip
+         RETURNED, DROPPED, REPAIRED, GIVEN_BACK, MOVED, AGED, URGENT, CONTROLLED)  # fmt: skip
 
 
 class WorkerMetrics(Observer):
@@ -227,6 +230,9 @@ class WorkerMetrics(Observer):
 
     def dead_lettered(self) -> None:
         self._add(DROPPED, ("dead_letter",))
+
+    def repaired(self, header: str) -> None:
+        self._add(REPAIRED, (header,))
 
     def revoked_held(self) -> None:
         self._add(DROPPED, ("revoked",))

@@ -50,6 +50,7 @@ GATE_COUNTS = (
     "spilled",
     "refreshed",
     "dead_lettered",
+    "repaired",
     "revoked_held",
     "duplicates",
     "moved",
@@ -135,6 +136,10 @@ class Observer:
 
     def dead_lettered(self) -> None:
         """A message with bad fairness headers went to the dead letter queue."""
+
+    def repaired(self, header: str) -> None:
+        """A message's ``header`` was bad or out of bounds and the gate repaired it (the
+        default key, the type's priority, the horizon...); the job goes on (headers.py)."""
 
     def revoked_held(self) -> None:
         """A held job was revoked or expired and dropped from the gate."""
@@ -226,6 +231,9 @@ class Counters(Observer):
 
     def dead_lettered(self) -> None:
         self.counts["dead_lettered"] += 1
+
+    def repaired(self, header: str) -> None:
+        self.counts["repaired"] += 1
 
     def revoked_held(self) -> None:
         self.counts["revoked_held"] += 1

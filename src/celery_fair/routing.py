@@ -28,7 +28,7 @@ from typing import Any
 from kombu.entity import Queue
 
 from .errors import ConfigurationError
-from .worker.headers import FAIRNESS_KEY
+from .worker.headers import FAIRNESS_KEY, check_text
 
 __all__ = [
     "DEFAULT_SHARDS",
@@ -235,6 +235,7 @@ class _FairRouter:
         shards = Shards.of(self.app)
         if not isinstance(key, str) or not key or not shards.enabled:
             return route
+        check_text(FAIRNESS_KEY, key)  # refused here: the shard hash cannot read it
         base = options.get("queue") or (route or {}).get("queue")
         shard = shards.queue_for(base or self.app.conf.task_default_queue, key)
         if "queue" in options:  # an explicit queue beats what a router returns: replace it too

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig
+from .core.types import declared_priorities
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
 from .routing import DEFAULT_SHARDS, shard_count
@@ -64,6 +65,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "fair_max_queued_per_key": None,
         "fair_on_queue_full": "raise",  # or "return": apply_async returns the QueueFull
         "fair_max_header_length": 256,
+        # a fair_submitted header earlier than this many seconds before the worker received
+        # the message counts from then (one later than the receipt counts from the receipt)
+        "fair_submitted_horizon_seconds": 3600.0,
         "fair_on_bad_message": "repair",  # or "reject": every bad message goes to dead letter
         "fair_dead_letter_queue": "celery_fair.dead_letter",
         # Fair shard queues (routing.py): a fair job with a fairness key goes to one of its
@@ -134,6 +138,7 @@ class FairSettings:
     max_queued_per_key: Mapping[str, int] = field(default_factory=dict)
     on_queue_full: str = "raise"
     max_header_length: int = 256
+    submitted_horizon_seconds: float = 3600.0
     on_bad_message: str = "repair"
     dead_letter_queue: str = "celery_fair.dead_letter"
     shards: int = DEFAULT_SHARDS
@@ -208,6 +213,9 @@ class FairSettings:
             max_queued_per_key=_per_key_limits(v["fair_max_queued_per_key"]),
             on_queue_full=_choice("fair_on_queue_full", v["fair_on_queue_full"], QUEUE_FULL),
             max_header_length=_int("fair_max_header_length", v["fair_max_header_length"], 1),
+            submitted_horizon_seconds=_seconds(
+                "fair_submitted_horizon_seconds", v["fair_submitted_horizon_seconds"]
+            ),
             on_bad_message=_choice(
                 "fair_on_bad_message", v["fair_on_bad_message"], BAD_MESSAGE_POLICIES
             ),
@@ -243,6 +251,11 @@ class FairSettings:
         limits = self.max_queued_per_key
         return limits.get(fairness_key, limits.get("*"))
 
+    def declared_priorities(self, types: Iterable[JobType]) -> frozenset[int]:
+        """The priorities a job's own ``fair_priority`` may take, given every job type
+        (``declared_priorities``: the types' and ``fair_tier_caps``'s)."""
+        return declared_priorities(types, self.tier_caps)
+
     def scheduler_config(self, capacity: int) -> SchedulerConfig:
         return SchedulerConfig(
             capacity=capacity,
@@ -269,6 +282,7 @@ class FairSettings:
             "max_held": self.max_held,
             "max_hold_seconds": self.max_hold_seconds or "from broker",
             "on_bad_message": self.on_bad_message,
+            "submitted_horizon_seconds": self.submitted_horizon_seconds,
             "store": redact_url(self.store_url) if self.store_url else "from broker",
             "store_prefix": self.store_prefix,
             "lease_seconds": self.lease_seconds,

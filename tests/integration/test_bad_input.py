@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from harness import wait_until
 
 from celery_fair import fair_headers
@@ -54,3 +56,35 @@ def test_reject_policy_sends_any_bad_message_to_the_dead_letter_queue(make_run, 
     (rejected,) = dead_letters(run, 1)
     assert rejected["fair_error"].startswith("fairness_key: not a string")
     assert "int-key" not in run.recorder.done_counts()
+
+
+def test_a_header_that_is_not_unicode_text_stops_neither_the_worker_nor_the_jobs_behind_it(
+    make_run, start_worker
+):
+    # Given a fair worker with shards (the default) and a producer that knows nothing of
+    # celery-fair, whose tenant names and resources come from a JSON API: a lone surrogate
+    # is a str that travels through both brokers but that no encoder takes as UTF-8,
+    run = make_run()
+    worker = start_worker(run, concurrency=2)
+    lone = json.loads('"\\ud800"')
+    good = fair_headers("clone", "k", "ok")
+    run.send("fairapp.clone", "lone-key", 0.01, headers={**good, "fairness_key": f"t-{lone}"})
+    run.send("fairapp.clone", "lone-id", 0.01, headers={**good, "job_id": lone})
+    free = fair_headers("snapshot", "k")
+    run.send("fairapp.snapshot", "lone-id-free", 0.01, headers={**free, "job_id": lone})
+    for i in range(3):
+        run.send("fairapp.clone", f"after-{i}", 0.01, headers=fair_headers("clone", f"k{i}", "r"))
+    # when the worker reads them, the key is repaired to the default key, the resource of a
+    # type without a conflict group is dropped, the one of a type with a conflict group is
+    # dead-lettered, and the jobs behind them run, on a worker that keeps running.
+    expected = {"lone-key", "lone-id-free", "after-0", "after-1", "after-2"}
+    wait_until(lambda: expected <= set(run.recorder.done_counts()), 30, "the jobs")
+    (rejected,) = dead_letters(run, 1)
+    assert rejected["fair_error"].startswith("job_id: not Unicode text")
+    assert set(run.recorder.done_counts()) == expected
+    assert worker.proc is not None
+    assert worker.proc.poll() is None
+    log = worker.log()
+    assert "Unrecoverable error" not in log
+    assert "store unreachable" not in log.lower()
+    assert log.count("has bad fairness headers") == 3

@@ -333,8 +333,8 @@ def test_a_job_published_at_a_priority_of_its_own_goes_before_the_keys_that_used
 ):
     # Given a worker of one process running a long job of key a, with jobs of keys that have
     # used nothing held behind it, and then a job of key a published with fair_priority=9
-    # (its type's is 8),
-    run = make_run(conf=fleet_conf(broker, fair_lookahead=0))
+    # (its type's is 8; tier 9 is declared by fair_tier_caps),
+    run = make_run(conf=fleet_conf(broker, fair_lookahead=0, fair_tier_caps={9: 9}))
     start_worker(run, concurrency=1)
     clone = run.app.tasks["fairapp.clone"]
     clone.apply_async(["long", 2.0], fairness_key="a")

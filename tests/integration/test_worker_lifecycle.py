@@ -36,7 +36,7 @@ def test_max_tasks_per_child_replaces_processes_and_jobs_keep_flowing(make_run, 
 
 def test_task_events_flow_for_fair_tasks(make_run, start_worker):
     # Given a fair worker sending events (-E) and a listener that has heard it,
-    run = make_run()
+    run = make_run(conf={"fair_tier_caps": {9: 9}})  # a tier of its own for the job below
     start_worker(run, concurrency=1, args=("-E",))
     seen: list[dict] = []
     listening = threading.Event()

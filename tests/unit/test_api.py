@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from celery import Celery, chain, group
 
-from celery_fair import ConfigurationError, FairTask, SchedulerError, fair_headers, fair_task
+from celery_fair import (
+    ConfigurationError,
+    FairTask,
+    MessageError,
+    SchedulerError,
+    fair_headers,
+    fair_router,
+    fair_task,
+)
 from celery_fair.api import declared_types
 from celery_fair.core import Aging
 
@@ -63,6 +73,7 @@ def test_canvas_primitives_keep_the_headers(app):
 
 
 def test_a_jobs_own_priority_travels_in_fair_priority_and_a_bad_one_publishes_nothing(app):
+    app.conf.fair_tier_caps = {9: 1, 3: 3}  # tiers of their own, beside the type's 8
     clone = make_clone(app)
     clone.apply_async(["a"], fairness_key="k", fair_priority=9)
     clone.fair("k", "b", priority=3).delay("b")
@@ -76,6 +87,54 @@ def test_a_jobs_own_priority_travels_in_fair_priority_and_a_bad_one_publishes_no
     clone.apply_async(["d"])  # the queue holds only this one: nothing of the bad ones
     (h,) = published(app)
     assert "fair_priority" not in h
+
+
+def test_a_priority_no_type_or_tier_declares_is_refused_and_publishes_nothing(app):
+    app.conf.fair_tier_caps = {9: 1}
+    clone = make_clone(app)
+
+    @fair_task(app=app, type="gc", priority=2)
+    def gc(): ...
+
+    for declared in (8, 9, 2):  # the type's, a fair_tier_caps tier, another type's
+        clone.apply_async(["ok"], fair_priority=declared)
+    assert [h["fair_priority"] for h in published(app, 3)] == [8, 9, 2]
+    with pytest.raises(SchedulerError, match=r"priority 1000000000 is not declared.*2, 8, 9"):
+        clone.apply_async(["x"], fair_priority=10**9)
+    with pytest.raises(SchedulerError, match="priority 5 is not declared"):
+        clone.fair("k", "x", priority=5).delay("x")
+    clone.apply_async(["d"])  # the queue holds only this one: nothing of the refused ones
+    (h,) = published(app)
+    assert "fair_priority" not in h
+
+
+def test_a_header_that_is_not_unicode_text_is_refused_and_nothing_is_published_or_recorded(app):
+    app.conf.fair_shards = 8  # the shard hash would meet the key first
+    app.conf.fair_track_submits = True  # and the store would record it
+    clone = make_clone(app)
+    lone = json.loads('"\\ud800"')
+    attempts = [
+        lambda: clone.apply_async(["x"], fairness_key=f"tenant-{lone}"),
+        lambda: clone.apply_async(["x"], fairness_key="k", job_id=lone),
+        lambda: clone.apply_async(["x"], headers={"fairness_key": lone}),
+        lambda: clone.apply_async(["x"], fairness_key="k", task_id=lone),
+        lambda: clone.apply_async(["x"], fairness_key=lone, idempotency_key="once"),
+        lambda: clone.fair(lone, "linux").delay("x"),
+        lambda: fair_headers("sync-clone", lone, "linux"),
+        lambda: fair_headers("sync-clone", "k", lone),
+    ]
+    for attempt in attempts:
+        with pytest.raises(MessageError, match="not Unicode text"):
+            attempt()
+    app.conf.task_routes = [fair_router(app)]
+    with pytest.raises(MessageError, match="fairness_key is not Unicode text"):
+        app.send_task("clone", ["x"], headers={"fairness_key": lone, "job_type": "sync-clone"})
+    with app.connection_for_read() as conn:
+        assert all(conn.SimpleQueue(q).qsize() == 0 for q in ["q", *shard_queues(8)])
+
+
+def shard_queues(n):
+    return [f"q.fair.{i}" for i in range(n)]
 
 
 def test_plain_producers_use_send_task_with_fair_headers(app):

@@ -14,6 +14,7 @@ MODULES = [
     "celery_fair.core.scheduler",
     "celery_fair.store.base",
     "celery_fair.worker.consumer_prefetch",
+    "celery_fair.worker.episodes",
     "celery_fair.worker.headers",
     "celery_fair.worker.shard_turns",
 ]

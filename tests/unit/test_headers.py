@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from celery_fair.routing import shard_of
+from celery_fair.worker.events import received_fields
 from celery_fair.worker.headers import (
     FAIRNESS_KEY,
     JOB_ID,
     JOB_TYPE,
+    PAUSED_SPILL,
     PRIORITY,
+    REPUBLISHED,
     SUBMITTED,
     parse_headers,
 )
 
 TYPES = {"clone": "git", "snapshot": ""}
+#: What a tenant name read from a JSON API can be: a str that no encoder takes as UTF-8.
+LONE = json.loads('"\\ud800"')
 
 
 def parse(headers, declared="clone", **kw):
@@ -101,19 +110,82 @@ def test_reject_policy_rejects_any_problem():
     assert parse({FAIRNESS_KEY: 7}, reject_all=True).rejected
 
 
+def test_a_header_that_is_not_unicode_text_is_repaired_or_dead_lettered_like_any_bad_one():
+    # A lone surrogate travels through both brokers as a str, but the shard hash and the
+    # store cannot encode it: it must never get past the parser.
+    h = parse({FAIRNESS_KEY: f"tenant-{LONE}"}, default_key="")
+    assert (h.fairness_key, h.rejected) == ("", False)
+    assert [p.header for p in h.problems] == [FAIRNESS_KEY]
+    assert "not Unicode text" in str(h.problems[0])
+    assert parse({JOB_ID: LONE}).rejected  # clone has a conflict group: exclusion unsafe
+    free = parse({JOB_ID: LONE}, declared="snapshot")
+    assert (free.job_id, free.rejected) == (None, False)
+    assert parse({JOB_TYPE: LONE}, declared=None).rejected
+    assert parse({"id": f"task-{LONE}", FAIRNESS_KEY: "k"}).rejected  # its identity in the store
+    pair = json.loads('"\\ud83d\\ude00"')  # a surrogate pair in JSON is one character: fine
+    assert parse({FAIRNESS_KEY: pair}).fairness_key == pair == "\U0001f600"
+
+
+def test_fair_submitted_is_kept_between_the_horizon_and_the_receipt():
+    def submitted(stamp, **kw):
+        return parse({SUBMITTED: stamp}, received=1000.0, horizon=60.0, **kw)
+
+    forged = submitted(1.0)
+    assert forged.submitted == 940.0  # counts as 60 s of waiting, not 999
+    assert [p.header for p in forged.bounded] == [SUBMITTED]
+    assert forged.problems == ()
+    assert not submitted(1.0, reject_all=True).rejected  # a bound, not a malformed header
+    ahead = submitted(1500.0)  # a producer's clock ahead of the worker's
+    assert (ahead.submitted, ahead.bounded) == (1000.0, ())
+    retry = submitted(950.0)  # a retry's or a returned message's own clock, within it
+    assert (retry.submitted, retry.bounded) == (950.0, ())
+    assert parse({SUBMITTED: 1.0}).submitted == 1.0  # no receipt given: taken as it is
+    # a job with a countdown reaches the gate when it is due: bounded, but not counted
+    later = parse({SUBMITTED: 1.0, "eta": "1970-01-01T00:16:40"}, received=1000.0, horizon=60.0)
+    assert (later.submitted, later.bounded) == (940.0, ())
+
+
+def test_an_undeclared_priority_runs_at_the_types_priority_and_is_counted_not_dead_lettered():
+    declared = frozenset({8, 4, 9})
+    assert parse({PRIORITY: 9}, priorities=declared).priority == 9
+    for reject_all in (False, True):
+        h = parse({PRIORITY: 10**9}, priorities=declared, reject_all=reject_all)
+        assert (h.priority, h.rejected, h.problems) == (None, False, ())
+        assert [p.header for p in h.bounded] == [PRIORITY]
+
+
+def test_a_bad_bookkeeping_header_counts_as_absent():
+    assert (parse({}).republished, parse({}).paused_spill) == (0, None)
+    assert parse({REPUBLISHED: 3, PAUSED_SPILL: 5}).republished == 3
+    assert parse({REPUBLISHED: 3, PAUSED_SPILL: 5}).paused_spill == 5
+    for bad in ("x", -1, 2.5, True, [1], None):
+        h = parse({REPUBLISHED: bad, PAUSED_SPILL: bad})
+        assert (h.republished, h.paused_spill, h.problems, h.rejected) == (0, None, (), False)
+
+
+surrogates = st.integers(0xD800, 0xDFFF).map(chr)
+# Text as producers send it, lone surrogates included (st.text() alone never makes them).
+texts = st.text(st.characters() | surrogates, max_size=20)
 values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    st.none() | st.booleans() | st.integers() | st.floats() | texts | st.binary(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
     max_leaves=5,
 )
-header_maps = st.dictionaries(
-    st.sampled_from([FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED, "other"]), values | st.text()
-)
+NAMES = [FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED, PRIORITY, REPUBLISHED, PAUSED_SPILL, "id"]
+header_maps = st.dictionaries(st.sampled_from([*NAMES, "other"]), values | texts)
+DECLARED = frozenset({2, 8})
 
 
 @given(header_maps, st.sampled_from(["clone", "snapshot", None]), st.booleans())
 def test_fuzz_parser_never_raises_and_returns_only_safe_values(headers, declared, reject_all):
-    h = parse(headers, declared=declared, reject_all=reject_all)
+    h = parse(
+        headers,
+        declared=declared,
+        reject_all=reject_all,
+        received=1000.0,
+        horizon=60.0,
+        priorities=DECLARED,
+    )
     if h is None:
         assert declared is None
         return
@@ -124,5 +196,22 @@ def test_fuzz_parser_never_raises_and_returns_only_safe_values(headers, declared
     assert isinstance(h.fairness_key, str)
     assert len(h.fairness_key) <= 16
     assert h.job_id is None or (isinstance(h.job_id, str) and len(h.job_id) <= 16)
-    assert h.submitted is None or isinstance(h.submitted, float)
+    for text in (h.fairness_key, h.job_id or "", headers.get("id") or ""):
+        if isinstance(text, str):
+            text.encode("utf-8")  # what the store and the logs do with them
+    shard_of(h.fairness_key, 8)
+    assert h.submitted is None or 940.0 <= h.submitted <= 1000.0
+    assert h.priority is None or h.priority in DECLARED
+    assert type(h.republished) is int
+    assert h.republished >= 0
+    assert h.paused_spill is None or type(h.paused_spill) is int
     assert not (reject_all and h.problems)
+
+
+def test_task_received_events_leave_out_a_header_that_is_not_unicode_text():
+    # The strategy reads the raw headers before the gate (with -E): it must not meet the
+    # shard hash with a lone surrogate either.
+    message = SimpleNamespace(headers={FAIRNESS_KEY: LONE, JOB_ID: "linux", JOB_TYPE: "clone"})
+    assert received_fields(message, shards=8) == {JOB_ID: "linux", JOB_TYPE: "clone"}
+    message.headers[FAIRNESS_KEY] = "k"
+    assert received_fields(message, shards=8)["shard"] == shard_of("k", 8)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from types import MappingProxyType
@@ -452,6 +452,37 @@ def check_priority(priority: object) -> None:
     """Refuse a job's own priority that is not ``None`` or a positive int (never a bool)."""
     if priority is not None and not (type(priority) is int and priority >= 1):
         raise SchedulerError(f"priority must be a positive int, got {priority!r}")
+
+
+def declared_priorities(
+    types: Iterable[JobType], tier_caps: Mapping[int, int | None]
+) -> frozenset[int]:
+    """The priorities a job's own priority may take: every job type's, and every tier
+    ``tier_caps`` names. Any other would open a tier nobody declared, capped at its own value
+    and ranked by it (``10**9``: ahead of every tier, with a cap of a billion). Aging's
+    ``max_effective_priority`` and ``urgent_threshold`` are levels a job rises to, not tiers:
+    they declare none.
+
+    >>> sorted(declared_priorities([JobType("clone", priority=8)], {9: 1}))
+    [8, 9]
+    """
+    return frozenset({t.priority for t in types} | set(tier_caps))
+
+
+def check_declared_priority(priority: object, declared: Collection[int]) -> None:
+    """``check_priority``, and refuse a priority ``declared`` does not hold
+    (``declared_priorities``).
+
+    Raises:
+        SchedulerError: ``priority`` is not ``None``, a positive int, or declared.
+    """
+    check_priority(priority)
+    if priority is not None and priority not in declared:
+        known = ", ".join(map(str, sorted(declared))) or "none"
+        raise SchedulerError(
+            f"priority {priority} is not declared: a job's own priority must be a job type's "
+            f"priority or a tier of fair_tier_caps (declared: {known})"
+        )
 
 
 class PriorityOutcome(enum.Enum):

@@ -26,7 +26,7 @@ from kombu.entity import Queue
 from kombu.messaging import Consumer, Producer
 
 from ..routing import Shards
-from ..worker.headers import FAIRNESS_KEY
+from ..worker.headers import FAIRNESS_KEY, header_text
 from ..worker.returns import publish_copy
 from . import BATCH, drain
 
@@ -130,8 +130,9 @@ class AmqpIntake:
     def _move(self, conn: Any, channel: Any, queue: str, messages: list[Any]) -> int:
         keyed = []
         for message in messages:
-            key = (message.headers or {}).get(FAIRNESS_KEY)
-            if isinstance(key, str) and key:
+            # A key that is not Unicode text has no shard: it stays, and the gate repairs it.
+            key = header_text((message.headers or {}).get(FAIRNESS_KEY))
+            if key:
                 keyed.append((message, key))
             else:
                 message.reject(requeue=True)  # back in its place

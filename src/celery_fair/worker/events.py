@@ -31,7 +31,7 @@ from typing import Any
 from celery.worker.strategy import default as _default_strategy
 
 from ..routing import shard_count, shard_of
-from .headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE
+from .headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, header_text
 
 __all__ = ["EVENT_FIELDS", "attach", "fair_strategy", "received_fields"]
 
@@ -54,13 +54,13 @@ _LONGEST = 256
 
 
 def received_fields(message: Any, shards: int) -> dict[str, Any]:
-    """The fields of a message's ``task-received`` event, from its raw headers: strings only,
-    none longer than 256 characters (the gate validates them when it holds the job)."""
+    """The fields of a message's ``task-received`` event, from its raw headers: Unicode text
+    only, none longer than 256 characters (the gate validates them when it holds the job)."""
     headers = message.headers or {}
     fields: dict[str, Any] = {}
     for name in (FAIRNESS_KEY, JOB_TYPE, JOB_ID):
-        value = headers.get(name)
-        if isinstance(value, str) and len(value) <= _LONGEST:
+        value = header_text(headers.get(name))
+        if value is not None and len(value) <= _LONGEST:
             fields[name] = value
     key = fields.get(FAIRNESS_KEY)
     if key is not None and shards > 1:

@@ -69,8 +69,17 @@ from ..store.base import Store, conflict_field
 from ..store.redis import RedisStore
 from ..submissions import untrack
 from .consumer_prefetch import ShardWindows
+from .episodes import Episodes
 from .events import attach
-from .headers import PAUSED_SPILL, TOKEN, FairHeaders, parse_headers, request_uid
+from .headers import (
+    PAUSED_SPILL,
+    PRIORITY,
+    SUBMITTED,
+    TOKEN,
+    FairHeaders,
+    parse_headers,
+    request_uid,
+)
 from .internals import (
     ack_quietly,
     already_revoked,
@@ -100,6 +109,13 @@ REDIS_VISIBILITY_TIMEOUT = 3600.0
 GATHER_SECONDS = 0.02
 #: The deepest the adaptive reserve grows (``fair_lookahead`` unset, with a shared store).
 RESERVE_MAX = 8
+#: Seconds without a bounded header (headers.py) after which the next one is logged again.
+BOUNDED_QUIET_SECONDS = 300.0
+#: What the gate does with a header out of bounds, for its warning.
+BOUNDED_OUTCOME = {
+    SUBMITTED: "its wait counts from fair_submitted_horizon_seconds before its receipt",
+    PRIORITY: "it runs at its type's priority",
+}
 #: How many priorities given to jobs this worker does not have it remembers (Gate.reprioritize),
 #: for when they arrive: as many task ids as Celery's revoked set keeps by default.
 REMEMBERED = 50_000
@@ -137,6 +153,11 @@ class Gate:
         self.settings = settings
         self.types = dict(types)
         self._groups = {name: t.conflict_group for name, t in self.types.items()}
+        # _declared: the priorities a job's own fair_priority may take (headers.py repairs
+        # any other to its type's); _bounds: when each bounded header was last repaired, so
+        # that a producer sending them logs one warning per episode, not one per message.
+        self._declared = settings.declared_priorities(self.types.values())
+        self._bounds = Episodes(BOUNDED_QUIET_SECONDS)
         self.process_task = process_task
         # lookahead: jobs admitted beyond the free slots, kept in the gate's reserve until a
         # pool process frees, which then starts one with no store round trip in between. By
@@ -247,6 +268,9 @@ class Gate:
                 default_key=self.settings.default_fairness_key,
                 max_length=self.settings.max_header_length,
                 reject_all=self.settings.on_bad_message == "reject",
+                received=time.time(),
+                horizon=self.settings.submitted_horizon_seconds,
+                priorities=self._declared,
             )
             if parsed is None:
                 self._start_plain(req)
@@ -262,6 +286,20 @@ class Gate:
             if parsed.rejected:
                 self._dead_letter(req, "; ".join(map(str, parsed.problems)))
                 return
+            for problem in parsed.problems:
+                self.observer.repaired(problem.header)
+            for problem in parsed.bounded:
+                self.observer.repaired(problem.header)
+                if self._bounds.due(problem.header, time.monotonic()):
+                    logger.warning(
+                        "Task %s[%s]: %s; %s (counted in fair-repaired; logged again after "
+                        "%.0f s without another).",
+                        req.name,
+                        req.id,
+                        problem,
+                        BOUNDED_OUTCOME.get(problem.header, "repaired"),
+                        self._bounds.quiet,
+                    )
             self._hold(req, parsed)
             scheduler = self.scheduler
             if scheduler.running < scheduler.capacity or self._runner is not None:
@@ -781,17 +819,16 @@ class Gate:
     def _paused_mark(self, uid: object) -> int | None:
         """The policies' version a held message was returned under while paused, if any."""
         held = self.held.get(uid)  # type: ignore[call-overload]
-        if held is None:
-            return None
-        mark = (held.req.request_dict or {}).get(PAUSED_SPILL)
-        return mark if isinstance(mark, int) and not isinstance(mark, bool) else None
+        return None if held is None else held.headers.paused_spill
 
     def _republish(self, held: Held, *, reason: str, extra: dict[str, Any] | None = None) -> bool:
         """Put a held message back on its queue (all headers kept, ``extra`` added), then ack
         it."""
         req = held.req
         try:
-            return_to_queue(self.app, req, held.arrival, self._shard_key(held), extra)
+            return_to_queue(
+                self.app, req, held.arrival, held.headers.republished, self._shard_key(held), extra
+            )
         except Exception:
             logger.exception(
                 "Could not return held task %s[%s] to the broker (%s); still holding it.",

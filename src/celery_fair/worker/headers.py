@@ -5,7 +5,8 @@ fair task (which declares one). Everything the parser finds wrong becomes a ``He
 with a documented outcome (docs/failure-modes.md); it never raises.
 
 =================  ==========================  =========================================
-header             absent                      malformed (wrong type, too long, unknown)
+header             absent                      malformed (wrong type, too long, unknown,
+                                               not Unicode text)
 =================  ==========================  =========================================
 ``job_type``       the task's declared type    the task's declared type; if it has none,
                    (else: not a fair job)      dead letter
@@ -15,18 +16,32 @@ header             absent                      malformed (wrong type, too long, 
 ``fair_submitted`` the time the worker first   the time the worker first received it
                    received it
 ``fair_priority``  the type's priority         the type's priority
+``id`` (Celery's)  (Celery's own problem)      not Unicode text: dead letter
 =================  ==========================  =========================================
+
+"Not Unicode text" is a ``str`` holding a lone surrogate (what ``json.loads('"\\ud800"')``
+gives): it travels through both brokers but cannot be encoded as UTF-8, for the shard hash or
+the store, so it never gets past this module.
 
 With ``fair_on_bad_message = "reject"`` every problem sends the message to the dead letter
 queue instead of being repaired.
+
+Two headers are *bounded* rather than malformed (``FairHeaders.bounded``; never dead-lettered,
+counted, and logged once per episode by the gate): a ``fair_submitted`` earlier than
+``horizon`` seconds before the worker received the message becomes that, and one later than
+the receipt becomes the receipt; a ``fair_priority`` that no job type and no ``fair_tier_caps``
+entry declares becomes the type's priority. The bookkeeping headers the worker writes itself
+(``fair_republished``, ``fair_paused_spill``) are read here too; a bad one counts as absent.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ..errors import MessageError
 
 __all__ = [
     "FAIRNESS_KEY",
@@ -38,6 +53,9 @@ __all__ = [
     "TOKEN",
     "FairHeaders",
     "HeaderProblem",
+    "check_text",
+    "header_text",
+    "is_text",
     "job_uid",
     "parse_headers",
     "request_uid",
@@ -105,6 +123,13 @@ class FairHeaders:
         problems: What was wrong and repaired (or, with ``rejected``, not repairable).
         rejected: The message must go to the dead letter queue instead of running.
         priority: The job's own priority (``fair_priority``), or ``None``: its type's.
+        bounded: What was outside the worker's bounds and brought within them (an
+            undeclared ``fair_priority``, a ``fair_submitted`` before the horizon); not
+            among ``problems``: it never dead-letters the message.
+        republished: How many times a worker returned the message to the broker
+            (``fair_republished``; 0 when absent or not a non-negative int).
+        paused_spill: The runtime policies' version it was returned under while paused
+            (``fair_paused_spill``), or ``None``.
     """
 
     job_type: str
@@ -114,6 +139,9 @@ class FairHeaders:
     problems: tuple[HeaderProblem, ...] = ()
     rejected: bool = False
     priority: int | None = None
+    bounded: tuple[HeaderProblem, ...] = ()
+    republished: int = 0
+    paused_spill: int | None = None
 
 
 def parse_headers(
@@ -124,16 +152,24 @@ def parse_headers(
     default_key: str = "",
     max_length: int = 256,
     reject_all: bool = False,
+    received: float | None = None,
+    horizon: float = math.inf,
+    priorities: Container[int] | None = None,
 ) -> FairHeaders | None:
     """Validate the fairness headers of one message.
 
     Args:
-        headers: The message headers.
+        headers: The message headers (Celery's request dict: its ``id`` is checked too).
         declared_type: The job type the task declares, or ``None`` for a plain task.
         types: Every known job type's name mapped to its conflict group (``""`` for none).
         default_key: The fairness key of a message that has none or a bad one.
         max_length: The longest fairness key or job id accepted, in characters.
         reject_all: Reject on any problem instead of repairing.
+        received: When the worker received the message (epoch seconds): ``fair_submitted``
+            is kept within ``[received - horizon, received]``; ``None``: taken as given.
+        horizon: Seconds before ``received`` that ``fair_submitted`` may claim.
+        priorities: The declared priorities a job's own ``fair_priority`` may take;
+            ``None``: any positive int.
 
     Returns:
         ``None`` when the message is not a fair job (plain task, no ``job_type`` header),
@@ -159,6 +195,10 @@ def parse_headers(
     if job_type not in types:
         problems.append(HeaderProblem(JOB_TYPE, f"the task's type {job_type!r} is not declared"))
         rejected = True
+    task_id = headers.get("id")
+    if isinstance(task_id, str) and not is_text(task_id):  # the job's identity: no repair
+        problems.append(HeaderProblem("id", f"not Unicode text: {_short(task_id)}"))
+        rejected = True
 
     key = default_key
     if headers.get(FAIRNESS_KEY) is not None:
@@ -178,25 +218,106 @@ def parse_headers(
             if types.get(job_type):  # exclusion cannot be honoured without the id
                 rejected = True
 
+    bounded: list[HeaderProblem] = []
     submitted = None
     if headers.get(SUBMITTED) is not None:
         stamp = headers[SUBMITTED]
         if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
             submitted = float(stamp)
+            if received is not None:
+                # An ETA or countdown (a retry's too) reaches the gate when it is due: the time
+                # before it is not a claim to check, only to bound.
+                noted = bounded if headers.get("eta") is None else []
+                submitted = _bound_submitted(submitted, received, horizon, noted)
         else:
             problems.append(HeaderProblem(SUBMITTED, f"not a finite number: {_short(stamp)}"))
 
     priority = None
     if headers.get(PRIORITY) is not None:
         value = headers[PRIORITY]
-        if type(value) is int and value >= 1:
-            priority = value
-        else:
+        if not (type(value) is int and value >= 1):
             problems.append(HeaderProblem(PRIORITY, f"not a positive int: {_short(value)}"))
+        elif priorities is not None and value not in priorities:
+            bounded.append(HeaderProblem(PRIORITY, f"{_short(value)} is not a declared priority"))
+        else:
+            priority = value
 
     if reject_all and problems:
         rejected = True
-    return FairHeaders(job_type, job_id, key, submitted, tuple(problems), rejected, priority)
+    return FairHeaders(
+        job_type,
+        job_id,
+        key,
+        submitted,
+        tuple(problems),
+        rejected,
+        priority,
+        tuple(bounded),
+        republished=_count(headers.get(REPUBLISHED)),
+        paused_spill=_version(headers.get(PAUSED_SPILL)),
+    )
+
+
+def _bound_submitted(
+    stamp: float, received: float, horizon: float, bounded: list[HeaderProblem]
+) -> float:
+    """``stamp`` within ``[received - horizon, received]``. A stamp after the receipt is a
+    producer's clock running ahead (not counted); one before the horizon claims more waiting
+    than the worker credits (counted in ``bounded``)."""
+    if stamp > received:
+        return received
+    earliest = received - horizon
+    if stamp < earliest:
+        ago = received - stamp
+        bounded.append(HeaderProblem(SUBMITTED, f"{ago:.0f} s before receipt, past the horizon"))
+        return earliest
+    return stamp
+
+
+def _count(value: object) -> int:
+    """A bookkeeping count: a non-negative int, else 0 (as if absent)."""
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _version(value: object) -> int | None:
+    """A policies' version: a non-negative int, else ``None`` (as if absent)."""
+    return value if type(value) is int and value >= 0 else None
+
+
+def is_text(value: str) -> bool:
+    """Whether ``value`` can be encoded as UTF-8 (it holds no lone surrogate), as the shard
+    hash, the store and every log need.
+
+    >>> is_text("10.0.0.7"), is_text("\\ud800")
+    (True, False)
+    """
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def header_text(value: object) -> str | None:
+    """``value`` if it is a string that is Unicode text (``is_text``), else ``None``: for the
+    code that reads a header before the gate has validated it (events, the intake)."""
+    return value if isinstance(value, str) and is_text(value) else None
+
+
+def check_text(header: str, value: object) -> None:
+    """Refuse, at the producer, a header that is a string but not Unicode text: the worker
+    could not take it as it is.
+
+    Raises:
+        MessageError: ``value`` holds a lone surrogate; the message names ``header``.
+    """
+    if isinstance(value, str) and not is_text(value):
+        raise MessageError(
+            f"{header} is not Unicode text (it holds a lone surrogate): {_short(value)}; "
+            "nothing was published"
+        )
 
 
 def _text(value: object, max_length: int) -> str | HeaderProblem:
@@ -210,6 +331,8 @@ def _text(value: object, max_length: int) -> str | HeaderProblem:
         return HeaderProblem("", f"not a string but {type(value).__name__}: {_short(value)}")
     if len(value) > max_length:
         return HeaderProblem("", f"{len(value)} characters, more than {max_length}")
+    if not is_text(value):
+        return HeaderProblem("", f"not Unicode text (a lone surrogate): {_short(value)}")
     return value
 
 

@@ -22,12 +22,14 @@ def return_to_queue(
     app: Any,
     req: Any,
     arrival: float,
+    republished: int = 0,
     shard_key: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> None:
     """Publish ``req``'s message again to the exchange and routing key it came by, every header
-    kept (``fair_submitted`` keeps its place in the fair order, ``fair_republished`` counts the
-    trips), then acknowledge it.
+    kept (``fair_submitted`` keeps its place in the fair order), then acknowledge it.
+    ``fair_republished`` counts the trips: ``republished`` (the count the gate read,
+    headers.py) plus this one.
 
     With ``shard_key``, a message that came to a queue by name (the default exchange) goes to
     the back of that key's shard of the queue instead: where the intake puts the messages
@@ -40,7 +42,7 @@ def return_to_queue(
     message = message_of(req)
     headers = _headers(message)
     headers.setdefault(SUBMITTED, arrival)
-    headers[REPUBLISHED] = int(headers.get(REPUBLISHED) or 0) + 1
+    headers[REPUBLISHED] = republished + 1
     if extra:
         headers.update(extra)
     info = message.delivery_info or {}
