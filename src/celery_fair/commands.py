@@ -397,12 +397,12 @@ def _summarise(state: dict[str, Any], settings: Any, types: dict[str, Any]) -> d
 
     keys = service(state, TOP_KEYS)
     tiers = {int(p): int(n) for p, n in state["tiers"].items()}
-    for jtype in types.values():
-        tiers.setdefault(jtype.priority, 0)
+    for tier in (*(t.priority for t in types.values()), *settings.tier_caps):
+        tiers.setdefault(tier, 0)  # declared or overridden, idle: shown with its cap
     return {
         "workers": len(state["workers"]),
         "tiers": [
-            {"tier": p, "running": n, "cap": settings.tier_caps.get(p)}
+            {"tier": p, "running": n, "cap": settings.tier_cap(p)}
             for p, n in sorted(tiers.items(), reverse=True)
         ],
         "types": [
@@ -551,7 +551,7 @@ def render(state: dict[str, Any]) -> Any:
 
 def _against(running: int, cap: int | None) -> tuple[str, str, str]:
     if cap is None:
-        return str(running), "-", ""
+        return str(running), "no cap", ""
     share = running / cap if cap else math.inf
     bar = "#" * min(10, round(10 * share)) if cap else ""
     return str(running), str(cap), f"{bar:<10} {share:.0%}" if cap else "never"

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig
+from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig, tier_cap
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
 from .routing import DEFAULT_SHARDS, shard_count
@@ -242,6 +242,10 @@ class FairSettings:
         """``fair_max_queued_per_key`` for ``fairness_key``: its own, else ``"*"``'s."""
         limits = self.max_queued_per_key
         return limits.get(fairness_key, limits.get("*"))
+
+    def tier_cap(self, priority: int) -> int | None:
+        """The cap in force of the tier ``priority``: ``fair_tier_caps``'s, else its value."""
+        return tier_cap(self.tier_caps, priority)
 
     def scheduler_config(self, capacity: int) -> SchedulerConfig:
         return SchedulerConfig(

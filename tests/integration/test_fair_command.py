@@ -59,6 +59,8 @@ def test_status_and_top_show_the_fleet_the_gates_and_the_queues(make_run, start_
         ]
         [clone] = [t for t in store["types"] if t["type"] == "clone"]
         assert (clone["running"], clone["tier"]) == (1, 8)
+        [tier] = [t for t in store["tiers"] if t["tier"] == 8]
+        assert (tier["running"], tier["cap"]) == (1, 8)  # the cap in force: its priority
         assert store["jain_index"] == 1.0
     else:
         assert state["store"] is None  # RabbitMQ and no fair_store_url: each worker alone

@@ -79,6 +79,7 @@ from .types import (
     Release,
     SchedulerConfig,
     Snapshot,
+    tier_cap,
 )
 
 __all__ = [
@@ -102,4 +103,5 @@ __all__ = [
     "SimClock",
     "Snapshot",
     "WallClock",
+    "tier_cap",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "SchedulerConfig",
     "Snapshot",
     "TypeName",
+    "tier_cap",
 ]
 
 TypeName = NewType("TypeName", str)
@@ -410,7 +411,18 @@ class SchedulerConfig:
 
     def tier_cap(self, priority: int) -> int | None:
         """The concurrency cap of the tier ``priority`` (``None`` = unlimited)."""
-        return self.tier_caps.get(priority, priority)
+        return tier_cap(self.tier_caps, priority)
+
+
+def tier_cap(tier_caps: Mapping[int, int | None], priority: int) -> int | None:
+    """The cap in force of the tier ``priority``: ``tier_caps``'s entry for it (``None`` =
+    unlimited), else the priority value itself.
+
+    Example:
+        >>> tier_cap({4: 6, 8: None}, 4), tier_cap({4: 6, 8: None}, 8), tier_cap({}, 3)
+        (6, None, 3)
+    """
+    return tier_caps.get(priority, priority)
 
 
 class JobState(enum.Enum):
