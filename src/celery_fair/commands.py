@@ -144,7 +144,7 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
 @click.option("--max-concurrency", type=int, help="the most of its jobs that run at once")
 @click.option("--no-cap", is_flag=True, help="remove the runtime max_concurrency")
 @click.option("--reset", is_flag=True, help="drop NAME's runtime policy: its configured one again")
-@click.option("--json", "as_json", is_flag=True, help="print the runtime policies as JSON")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.pass_context
 def weights(
     ctx: click.Context,
@@ -157,7 +157,10 @@ def weights(
     as_json: bool,
 ) -> None:
     """Show, or change while the fleet runs, a fairness key's (or pattern's) weight, minimum
-    of slots and cap. Every worker follows within about a second (docs/configuration.md)."""
+    of slots and cap. Every worker follows within about a second (docs/configuration.md).
+
+    With no NAME: every policy entry in force, fair_keys' and runtime ones. With NAME alone:
+    the policy key NAME gets, and where each value comes from."""
     options: dict[str, Any] = {}
     if weight is not None:
         options["weight"] = weight
@@ -177,12 +180,14 @@ def weights(
                 policies.reset(name)
             elif options:
                 policies.set(name, **options)
-            elif name is not None:
-                raise click.UsageError("give --weight, --min-slots, --max-concurrency or --reset")
             version, runtime = policies.show()
+            configured = policies.configured()
         except ConfigurationError as exc:
             raise click.UsageError(f"celery-fair: {exc}") from None
-    _show_policies(version, runtime, as_json)
+    if name is not None and not options and not reset:
+        _show_key(version, configured, runtime, name, as_json)
+    else:
+        _show_policies(version, configured, runtime, as_json)
 
 
 @fair.command(cls=CeleryCommand)
@@ -311,7 +316,11 @@ def _pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...], on
         for jtype in types:
             (policies.pause_type if on else policies.resume_type)(jtype)
         version, runtime = policies.show()
-    _show_policies(version, runtime, False)
+        try:
+            configured = policies.configured()
+        except ConfigurationError as exc:
+            raise click.UsageError(f"celery-fair: {exc}") from None
+    _show_policies(version, configured, runtime, False)
 
 
 class _policies:
@@ -333,21 +342,68 @@ class _policies:
         self.policies.close()
 
 
-def _show_policies(version: int, runtime: Any, as_json: bool) -> None:
-    from .policies import describe
+def _show_policies(version: int, configured: Any, runtime: Any, as_json: bool) -> None:
+    """Every key policy entry in force (``fair_keys``' and runtime ones) and the pauses."""
+    from .policies import describe, entries
 
-    data = {"version": version, **describe(runtime)}
+    found = entries(configured, runtime)
     if as_json:
+        data = {"version": version, **describe(runtime), "entries": found}
         click.echo(json.dumps(data, indent=1, sort_keys=True))
         return
-    click.echo(f"runtime policies, version {version} (on top of fair_keys):")
-    if not runtime.keys:
-        click.echo("  keys: none")
-    for name, options in runtime.keys.items():
-        terms = ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or "(defaults)"
-        click.echo(f"  {name}: {terms}")
+    click.echo(f"key policies (fair_keys, with runtime ones on top, version {version}):")
+    click.echo("\n".join(policy_lines(found)))
     click.echo(f"  paused keys: {', '.join(sorted(runtime.paused_keys)) or 'none'}")
     click.echo(f"  paused types: {', '.join(sorted(runtime.paused_types)) or 'none'}")
+
+
+def policy_lines(found: list[dict[str, Any]]) -> list[str]:
+    """``policies.entries`` as lines: each entry, what it sets, and where it comes from."""
+    lines = []
+    for entry in found:
+        name = "* (any other key)" if entry["name"] == "*" else entry["name"]
+        if entry["from"] == "default":
+            lines.append(f"  {name}: weight=1.0, min_slots=0, no cap (the defaults)")
+            continue
+        where = entry["from"]
+        if entry["replaces"] is not None:
+            where += f"; replaces fair_keys' {_terms(entry['replaces'])}"
+        lines.append(f"  {name}: {_terms(entry['options'])} ({where})")
+    return lines
+
+
+def _show_key(version: int, configured: Any, runtime: Any, key: str, as_json: bool) -> None:
+    from .policies import explain
+
+    found = explain(configured, runtime, key)
+    if as_json:
+        click.echo(json.dumps({"version": version, **found}, indent=1, sort_keys=True))
+        return
+    click.echo("\n".join(key_lines(found, version)))
+
+
+def key_lines(found: dict[str, Any], version: int) -> list[str]:
+    """``policies.explain`` as lines: the entry a key follows, then each value and its source."""
+    entry = found["entry"]
+    if found["from"] == "default":
+        head = "no entry matches it: the defaults"
+    else:
+        head = f"{found['from']} entry {entry!r}"
+        if found["replaces"] is not None:
+            head += f" (replaces fair_keys' {_terms(found['replaces'])})"
+    lines = [f"{found['key']}: {head}; runtime policies version {version}"]
+    for option, value in found["policy"].items():
+        source = found["sources"][option]
+        if source != "default":
+            source = f"{source} {entry!r}"
+        shown = "no cap" if option == "max_concurrency" and value is None else value
+        lines.append(f"  {option}: {shown} ({source})")
+    lines.append(f"  paused: {'yes' if found['paused'] else 'no'}")
+    return lines
+
+
+def _terms(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or "(the defaults)"
 
 
 def _rich() -> None:

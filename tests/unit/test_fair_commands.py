@@ -6,6 +6,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from celery_fair import commands
+from celery_fair.core import KeyPolicies
+from celery_fair.policies import RuntimePolicies, entries, explain
 from celery_fair.settings import FairSettings
 
 #: One ``RedisStore.inspect()`` document: tier 8 runs 2 clones, tier 3 one job of a
@@ -59,3 +61,60 @@ def test_status_shows_each_tiers_cap_in_force_not_only_the_overridden_ones():
     assert rows["tier 3"] == ["1", "3"]
     assert rows["tier 2"] == ["0", "no cap"]
     assert rows["repack"] == ["0", "3"]
+
+
+# -- fair weights -----------------------------------------------------------------------------
+
+CONFIGURED = KeyPolicies.from_mapping(
+    {"tenant:big": {"weight": 3, "max_concurrency": 8}, "tenant:*": {"max_concurrency": 4}}
+)
+
+
+def test_weights_lists_the_fair_keys_entries_and_the_runtime_ones_on_top():
+    runtime = RuntimePolicies().with_key("tenant:big", weight=5).with_key("ci-*", min_slots=1)
+    lines = commands.policy_lines(entries(CONFIGURED, runtime))
+    assert lines == [
+        "  tenant:big: weight=5 (runtime; replaces fair_keys' max_concurrency=8, weight=3)",
+        "  tenant:*: max_concurrency=4 (fair_keys)",
+        "  ci-*: min_slots=1 (runtime)",
+        "  * (any other key): weight=1.0, min_slots=0, no cap (the defaults)",
+    ]
+    # and with nothing set at run time, fair_keys is still shown (not "keys: none").
+    assert commands.policy_lines(entries(CONFIGURED, RuntimePolicies()))[:2] == [
+        "  tenant:big: max_concurrency=8, weight=3 (fair_keys)",
+        "  tenant:*: max_concurrency=4 (fair_keys)",
+    ]
+
+
+def test_weights_of_one_key_names_the_entry_it_follows_and_where_each_value_comes_from():
+    # A key matched by a fair_keys pattern takes the pattern's cap and the default weight;
+    shown = commands.key_lines(explain(CONFIGURED, RuntimePolicies(), "tenant:acme"), 0)
+    assert shown == [
+        "tenant:acme: fair_keys entry 'tenant:*'; runtime policies version 0",
+        "  weight: 1.0 (default)",
+        "  min_slots: 0 (default)",
+        "  max_concurrency: 4 (fair_keys 'tenant:*')",
+        "  paused: no",
+    ]
+    # a runtime entry of its own name replaces the pattern for it: the cap is gone, and it says so;
+    runtime = RuntimePolicies().with_key("tenant:acme", weight=2).paused("key", "tenant:acme", True)
+    shown = commands.key_lines(explain(CONFIGURED, runtime, "tenant:acme"), 4)
+    assert shown == [
+        "tenant:acme: runtime entry 'tenant:acme'; runtime policies version 4",
+        "  weight: 2 (runtime 'tenant:acme')",
+        "  min_slots: 0 (default)",
+        "  max_concurrency: no cap (default)",
+        "  paused: yes",
+    ]
+    # a runtime entry that replaces a fair_keys one names what it replaced;
+    runtime = RuntimePolicies().with_key("tenant:big", min_slots=1)
+    found = explain(CONFIGURED, runtime, "tenant:big")
+    assert found["replaces"] == {"weight": 3, "max_concurrency": 8}
+    assert commands.key_lines(found, 1)[0] == (
+        "tenant:big: runtime entry 'tenant:big' (replaces fair_keys' max_concurrency=8, "
+        "weight=3); runtime policies version 1"
+    )
+    # and a key no entry matches has the defaults.
+    assert commands.key_lines(explain(KeyPolicies(), RuntimePolicies(), "bob"), 0)[0] == (
+        "bob: no entry matches it: the defaults; runtime policies version 0"
+    )

@@ -342,13 +342,30 @@ class KeyPolicies:
 
     def for_key(self, name: str) -> KeyPolicy:
         """The policy of key ``name``. O(1) for an exact name, O(patterns) otherwise."""
+        return self.match(name)[1]
+
+    def match(self, name: str) -> tuple[str, KeyPolicy]:
+        """The entry that gives key ``name`` its policy: its own name, the first pattern that
+        matches it, or ``"*"`` (the default), with that policy.
+
+        Example:
+            >>> KeyPolicies.from_mapping({"tenant:*": {"weight": 2}}).match("tenant:acme")
+            ('tenant:*', KeyPolicy(weight=2, min_slots=0, max_concurrency=None))
+        """
         policy = self.exact.get(name)
         if policy is not None:
-            return policy
+            return name, policy
         for pattern, policy in self.patterns:
             if fnmatchcase(name, pattern):
-                return policy
-        return self.default
+                return pattern, policy
+        return "*", self.default
+
+    def entry(self, name: str) -> KeyPolicy | None:
+        """The policy of the entry (a name, a pattern, or ``"*"``) ``name``, if there is one:
+        ``"*"`` is an entry only when it differs from the default policy."""
+        if name == "*":
+            return None if self.default == DEFAULT_KEY_POLICY else self.default
+        return self.exact.get(name) or dict(self.patterns).get(name)
 
     @property
     def trivial(self) -> bool:
