@@ -493,10 +493,11 @@ def _gates(app: Any, timeout: float) -> list[dict[str, Any]]:
             {
                 "worker": node,
                 "held": pool["fair-held"],
-                "running": pool.get("fair-running", 0),
+                "running": pool.get("fair-running", 0),  # in the pool
                 "plain": pool.get("plain-running", 0),
-                "capacity": pool.get("fair-capacity", 0),
-                "slots": pool.get("max-concurrency", 0),
+                "slots": pool.get("max-concurrency", 0),  # the pool's size
+                "reserved": pool.get("fair-reserved", 0),
+                "lookahead": pool.get("fair-lookahead", 0),
                 "oldest_held": pool.get("fair-oldest-held-seconds", 0.0),
                 "blocked": {
                     name[len("fair-blocked-") :]: n
@@ -577,21 +578,31 @@ def render(state: dict[str, Any]) -> Any:
             keys.add_row(f"{other['keys']} other key(s)", str(other["running"]), "", "")
         parts.append(keys)
     gates = Table(title="Workers' gates", title_justify="left")
-    for column in ("worker", "mode", "running", "plain", "held", "oldest held", "blocked by"):
+    for column in (
+        "worker",
+        "mode",
+        "running",
+        "plain",
+        "reserved",
+        "held",
+        "oldest held",
+        "blocked by",
+    ):
         gates.add_column(column, justify="left" if column in ("worker", "mode") else "right")
     for g in state["workers"]:
         blocked = ", ".join(f"{r} {n}" for r, n in sorted(g["blocked"].items()) if n) or "-"
         gates.add_row(
             g["worker"],
             g["mode"],
-            f"{g['running']}/{g['capacity']}",
+            f"{g['running']}/{g['slots']}",  # fair jobs in the pool, of its processes
             str(g["plain"]),
+            f"{g['reserved']}/{g['lookahead']}",  # admitted ahead of a free process
             str(g["held"]),
             f"{g['oldest_held']:.1f} s",
             blocked,
         )
     if not state["workers"]:
-        gates.add_row("(no fair worker answered)", "", "", "", "", "", "")
+        gates.add_row("(no fair worker answered)", "", "", "", "", "", "", "")
     parts.append(gates)
     queues = Table(title="Queues (messages waiting in the broker)", title_justify="left")
     for column in ("queue", "in the queue", "in its shards"):

@@ -63,6 +63,15 @@ def test_status_shows_each_tiers_cap_in_force_not_only_the_overridden_ones():
     assert rows["repack"] == ["0", "3"]
 
 
+def test_a_gate_shows_the_pools_slots_and_the_reserve_apart():
+    gate = {"worker": "w1@host", "mode": "shared", "running": 2, "plain": 0, "slots": 2,
+            "reserved": 1, "lookahead": 1, "held": 4, "oldest_held": 1.5,
+            "blocked": {"capacity": 4}}  # fmt: skip
+    shown = text(commands.render({"store": None, "workers": [gate], "queues": []}))
+    [row] = [r for r in table_rows(shown) if r[0] == "w1@host"]
+    assert row[1:6] == ["shared", "2/2", "0", "1/1", "4"]  # mode, running, plain, reserved, held
+
+
 # -- fair weights -----------------------------------------------------------------------------
 
 CONFIGURED = KeyPolicies.from_mapping(
