@@ -30,6 +30,41 @@ __all__ = ["fair", "fleet_status", "render"]
 TOP_KEYS = 10
 
 
+class _Argument(click.Argument):
+    """A positional argument with a description for ``--help`` (click before 8.5 takes none)."""
+
+    def __init__(self, *args: Any, description: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.description = description
+
+
+class _Command(CeleryCommand):  # type: ignore[misc]
+    """Celery's command, whose ``--help`` lists the positional arguments with their
+    descriptions under "Arguments", not among the options without one."""
+
+    def format_options(self, ctx: click.Context, formatter: Any) -> None:
+        described = [
+            (p.human_readable_name if p.required else f"[{p.human_readable_name}]", p.description)
+            for p in self.get_params(ctx)
+            if isinstance(p, _Argument)
+        ]
+        if described:
+            with formatter.section("Arguments"):
+                formatter.write_dl(described)
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):  # the options, in Celery's sections
+            record = param.get_help_record(ctx)
+            if record is not None and not isinstance(param, click.Argument):
+                group = getattr(param, "help_group", None) or "Options"
+                sections.setdefault(str(group), []).append(record)
+        for name, records in sections.items():
+            with formatter.section(name):
+                formatter.write_dl(records)
+
+    def format_arguments(self, ctx: click.Context, formatter: Any) -> None:
+        """Listed by ``format_options`` (click 8.5 would list them a second time)."""
+
+
 @click.group(
     name="fair",
     help="Fair dispatch: the fleet's state, as one scheduler, and its policies at run time.",
@@ -38,7 +73,7 @@ def fair() -> None:
     """``celery -A app fair ...``."""
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
 @click.pass_context
@@ -54,7 +89,7 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     Console().print(render(state))
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--interval", default=2.0, show_default=True, help="seconds between redraws")
 @click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
 @click.option("--once", is_flag=True, help="draw one frame and exit")
@@ -78,7 +113,7 @@ def top(ctx: click.Context, interval: float, timeout: float, once: bool) -> None
             pass
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="trace file to write")
 @click.option("--for", "length", default="10m", show_default=True, help="e.g. 90s, 10m, 1h")
 @click.option(
@@ -137,8 +172,13 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
     )
 
 
-@fair.command(cls=CeleryCommand)
-@click.argument("name", required=False)
+@fair.command(cls=_Command)
+@click.argument(
+    "name",
+    required=False,
+    cls=_Argument,
+    description="a fairness key, or a pattern of them (tenant:*), or * for every other key",
+)
 @click.option("--weight", type=float, help="the key's share: it is charged estimate / weight")
 @click.option("--min-slots", type=int, help="while it runs fewer, its jobs go first")
 @click.option("--max-concurrency", type=int, help="the most of its jobs that run at once")
@@ -190,8 +230,8 @@ def weights(
         _show_policies(version, configured, runtime, as_json)
 
 
-@fair.command(cls=CeleryCommand)
-@click.argument("task_id")
+@fair.command(cls=_Command)
+@click.argument("task_id", cls=_Argument, description="the job's Celery task id")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
 @click.pass_context
@@ -229,8 +269,8 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
         click.echo(f"  - {reason}")
 
 
-@fair.command(cls=CeleryCommand)
-@click.argument("task_id")
+@fair.command(cls=_Command)
+@click.argument("task_id", cls=_Argument, description="the job's Celery task id")
 @click.option("--terminate", is_flag=True, help="if it runs, also signal its process")
 @click.option("--signal", default=None, help="the signal --terminate sends (default TERM)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
@@ -256,9 +296,11 @@ def cancel(
     click.echo(f"{task_id}: {found['state']}{where}{terminated}")
 
 
-@fair.command(cls=CeleryCommand)
-@click.argument("task_id")
-@click.argument("priority")
+@fair.command(cls=_Command)
+@click.argument("task_id", cls=_Argument, description="the job's Celery task id")
+@click.argument(
+    "priority", cls=_Argument, description='a positive int, or "type" for its type\'s own priority'
+)
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
 @click.pass_context
@@ -288,22 +330,22 @@ def reprioritize(
     click.echo(f"{task_id}: {found['state']}{where}{queued}")
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--key", "keys", multiple=True, help="a fairness key to pause (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to pause (repeatable)")
 @click.pass_context
 def pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...]) -> None:
-    """Start nothing more of these keys or types, fleet-wide, until ``fair resume``: their
+    """Start nothing more of these keys or types, fleet-wide, until "fair resume": their
     jobs wait, held or in the broker, and their aging stands still."""
     _pause(ctx, keys, types, True)
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--key", "keys", multiple=True, help="a fairness key to resume (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to resume (repeatable)")
 @click.pass_context
 def resume(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...]) -> None:
-    """Undo ``fair pause``."""
+    """Undo "fair pause": start these keys' or types' jobs again, fleet-wide."""
     _pause(ctx, keys, types, False)
 
 
@@ -538,6 +580,8 @@ def render(state: dict[str, Any]) -> Any:
     from rich.console import Group
     from rich.table import Table
 
+    from .core import key_label
+
     parts: list[Any] = []
     store = state["store"]
     if state.get("store_error"):
@@ -567,7 +611,7 @@ def render(state: dict[str, Any]) -> Any:
             keys.add_column(column, justify="left" if column == "fairness key" else "right")
         for k in store["keys"]:
             keys.add_row(
-                k["key"] or "(background)",
+                key_label(k["key"]),
                 str(k["running"]),
                 f"{k['cost']:.1f}",
                 f"{k['lag']:+.1f}",

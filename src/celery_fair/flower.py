@@ -309,7 +309,9 @@ def fleet_metrics(
 
 def _label(key: str) -> str:
     """A key as a label value: ``""`` (the background key) shows as ``(background)``."""
-    return key if key else "(background)"
+    from .core import key_label
+
+    return key_label(key)
 
 
 install()

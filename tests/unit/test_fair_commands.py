@@ -127,3 +127,38 @@ def test_weights_of_one_key_names_the_entry_it_follows_and_where_each_value_come
     assert commands.key_lines(explain(KeyPolicies(), RuntimePolicies(), "bob"), 0)[0] == (
         "bob: no entry matches it: the defaults; runtime policies version 0"
     )
+
+
+def test_the_background_key_reads_the_same_everywhere():
+    from celery_fair import flower, sim
+    from celery_fair.queues import format_depths
+
+    depths = [{"queue": "q", "lists": [{"name": "q", "waiting": 4, "consumers": 1,
+                                        "keys": {"": 3, "a": 1}}]}]  # fmt: skip
+    assert "oldest by key: (background) 3, a 1" in format_depths(depths)
+    summary = commands._summarise(STATE, SETTINGS, dict(SETTINGS.types))
+    shown = text(commands.render({"store": summary, "workers": [], "queues": []}))
+    assert "(background)" in [row[0] for row in table_rows(shown)]
+    assert flower._label("") == sim._key_label("") == "(background)"
+
+
+# -- help ---------------------------------------------------------------------------------------
+
+
+def test_every_commands_help_describes_its_arguments_apart_and_shows_no_markup():
+    import click
+    from click.testing import CliRunner
+
+    for name, command in commands.fair.commands.items():
+        out = CliRunner().invoke(commands.fair, [name, "--help"], terminal_width=100)
+        assert out.exit_code == 0, (name, out.output)
+        assert "``" not in out.output, name  # no raw RST
+        arguments = [p for p in command.params if isinstance(p, click.Argument)]
+        options = out.output.split("Options:")[1]
+        for argument in arguments:
+            metavar = argument.human_readable_name
+            listed = [x.split()[0] for x in options.splitlines() if x.strip()]
+            assert not {metavar, f"[{metavar}]"} & set(listed), name
+            [line] = [x for x in out.output.split("Options:")[0].splitlines()
+                      if x.strip().lstrip("[").startswith(metavar)]  # fmt: skip
+            assert len(line.split()) > 1, (name, line)  # with a description

@@ -79,6 +79,7 @@ from .types import (
     Release,
     SchedulerConfig,
     Snapshot,
+    key_label,
     tier_cap,
 )
 
@@ -103,5 +104,6 @@ __all__ = [
     "SimClock",
     "Snapshot",
     "WallClock",
+    "key_label",
     "tier_cap",
 ]

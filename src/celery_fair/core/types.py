@@ -30,6 +30,7 @@ __all__ = [
     "SchedulerConfig",
     "Snapshot",
     "TypeName",
+    "key_label",
     "tier_cap",
 ]
 
@@ -41,6 +42,13 @@ JobId = NewType("JobId", str)
 
 FairnessKey = NewType("FairnessKey", str)
 """Who asked for a job; the empty string is background work."""
+
+
+def key_label(key: str) -> str:
+    """How every tool shows fairness key ``key``: the background key ``""`` as
+    ``(background)``, any other as it is."""
+    return key if key else "(background)"
+
 
 JobRef = Hashable
 """The caller's handle for one job (the worker uses the Celery task id)."""

@@ -439,7 +439,8 @@ class Gate:
                 held.events["fair_priority"] = admission.priority  # its own, reprioritised too
                 if effective is not None:
                     held.events["effective_priority"] = effective
-                    held.events["urgent"] = admission.urgent
+                if admission.urgent:  # only then: Flower shows every field that is set
+                    held.events["urgent"] = True
             if len(self.runs) < self._pool_slots:
                 self._start(uid, admission)
             else:
