@@ -3,10 +3,12 @@
     python examples/git_server/run.py                     # in-memory broker, in-process worker
     python examples/git_server/run.py --broker redis://127.0.0.1:6379/0
     python examples/git_server/run.py --broker amqp://guest:guest@127.0.0.1:5672//
+    python examples/git_server/run.py --concurrency 8        # the worker's slots (default 4)
 
 With no ``--broker`` nothing needs to be running: Kombu's in-memory transport and a worker
 inside this process (thread pool). With ``--broker`` the worker is a real ``celery worker``
-subprocess (prefork), started and stopped by its PID.
+subprocess (prefork), started and stopped by its PID; its log goes to a temporary file, removed
+when the run succeeds and named on stderr when it fails.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -72,7 +75,7 @@ def waits(sent: list[Sent]) -> dict[str, list[float]]:
     return out
 
 
-def run_embedded(fair: bool) -> dict[str, list[float]]:
+def run_embedded(fair: bool, concurrency: int) -> dict[str, list[float]]:
     from celery.contrib.testing.worker import start_worker
     from examples.git_server.app import app, pull, repack, snapshot, sync_clone
 
@@ -85,7 +88,7 @@ def run_embedded(fair: bool) -> dict[str, list[float]]:
     with start_worker(
         app,
         pool=pool,
-        concurrency=CONCURRENCY,
+        concurrency=concurrency,
         perform_ping_check=False,
         loglevel="WARNING",
         shutdown_timeout=30,
@@ -93,7 +96,7 @@ def run_embedded(fair: bool) -> dict[str, list[float]]:
         return waits(workload(app, tasks))
 
 
-def run_subprocess(fair: bool, broker: str) -> dict[str, list[float]]:
+def run_subprocess(fair: bool, broker: str, concurrency: int) -> dict[str, list[float]]:
     queue = f"git-server-{uuid.uuid4().hex[:6]}"
     backend = broker if broker.startswith("redis") else "rpc://"
     env = {
@@ -118,7 +121,9 @@ def run_subprocess(fair: bool, broker: str) -> dict[str, list[float]]:
         "pull": module.pull,
         "snapshot": module.snapshot,
     }
-    log = open(HERE / f"worker-{queue}.log", "wb")  # noqa: SIM115 - closed below
+    log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed below
+        prefix=f"worker-{queue}-", suffix=".log", delete=False
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -130,7 +135,7 @@ def run_subprocess(fair: bool, broker: str) -> dict[str, list[float]]:
             "-P",
             "fair" if fair else "prefork",
             "-c",
-            str(CONCURRENCY),
+            str(concurrency),
             "-Q",
             queue,
             "--without-mingle",
@@ -193,17 +198,26 @@ def report(plain: dict[str, list[float]], fair: dict[str, list[float]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--broker", help="a Redis or RabbitMQ URL (default: in-memory)")
+    parser.add_argument(
+        "-c",
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        help=f"the worker's slots, as celery worker -c (default: {CONCURRENCY})",
+    )
     args = parser.parse_args()
+    if args.concurrency < 1:
+        parser.error("--concurrency must be at least 1")
     where = args.broker or "memory:// (in-process worker)"
-    print(f"git-server workload, {CONCURRENCY} slots, broker {where}")
+    print(f"git-server workload, {args.concurrency} slots, broker {where}")
     results = {}
     for mode in ("plain", "fair"):
         print(f"  running through {'-P fair' if mode == 'fair' else 'plain Celery'} ...")
         fair = mode == "fair"
         if args.broker:
-            results[mode] = run_subprocess(fair, args.broker)
+            results[mode] = run_subprocess(fair, args.broker, args.concurrency)
         else:
-            results[mode] = run_embedded(fair)
+            results[mode] = run_embedded(fair, args.concurrency)
     print("\nwait from publish to start, per client:\n")
     print(report(results["plain"], results["fair"]))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .core import key_label
 from .errors import FairError, StoreUnavailable, TraceError
 from .routing import DEFAULT_SHARDS
 from .sim import (
@@ -243,7 +244,8 @@ def format_store(state: dict[str, Any], where: str) -> str:
     for j in sorted(state["jobs"], key=lambda j: (-j["priority"], j["since"])):
         conflict = _conflict(j["conflict"])
         lines.append(
-            f"  {j['uid']}  {j['type']} (tier {j['priority']})  key {j['fairness_key']!r}  "
+            f"  {j['uid']}  {j['type']} (tier {j['priority']})  "
+            f"key {key_label(j['fairness_key'])}  "
             f"on {j['worker']}  token {j['token']}  for {now - j['since']:.1f} s"
             + (f"  holds {conflict}" if conflict else "")
         )

@@ -30,6 +30,41 @@ __all__ = ["fair", "fleet_status", "render"]
 TOP_KEYS = 10
 
 
+class _Argument(click.Argument):
+    """A positional argument with a description for ``--help`` (click before 8.5 takes none)."""
+
+    def __init__(self, *args: Any, description: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.description = description
+
+
+class _Command(CeleryCommand):  # type: ignore[misc]
+    """Celery's command, whose ``--help`` lists the positional arguments with their
+    descriptions under "Arguments", not among the options without one."""
+
+    def format_options(self, ctx: click.Context, formatter: Any) -> None:
+        described = [
+            (p.human_readable_name if p.required else f"[{p.human_readable_name}]", p.description)
+            for p in self.get_params(ctx)
+            if isinstance(p, _Argument)
+        ]
+        if described:
+            with formatter.section("Arguments"):
+                formatter.write_dl(described)
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):  # the options, in Celery's sections
+            record = param.get_help_record(ctx)
+            if record is not None and not isinstance(param, click.Argument):
+                group = getattr(param, "help_group", None) or "Options"
+                sections.setdefault(str(group), []).append(record)
+        for name, records in sections.items():
+            with formatter.section(name):
+                formatter.write_dl(records)
+
+    def format_arguments(self, ctx: click.Context, formatter: Any) -> None:
+        """Listed by ``format_options`` (click 8.5 would list them a second time)."""
+
+
 @click.group(
     name="fair",
     help="Fair dispatch: the fleet's state, as one scheduler, and its policies at run time.",
@@ -38,7 +73,7 @@ def fair() -> None:
     """``celery -A app fair ...``."""
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
 @click.pass_context
@@ -54,7 +89,7 @@ def status(ctx: click.Context, as_json: bool, timeout: float) -> None:
     Console().print(render(state))
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--interval", default=2.0, show_default=True, help="seconds between redraws")
 @click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
 @click.option("--once", is_flag=True, help="draw one frame and exit")
@@ -78,7 +113,7 @@ def top(ctx: click.Context, interval: float, timeout: float, once: bool) -> None
             pass
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="trace file to write")
 @click.option("--for", "length", default="10m", show_default=True, help="e.g. 90s, 10m, 1h")
 @click.option(
@@ -137,14 +172,19 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
     )
 
 
-@fair.command(cls=CeleryCommand)
-@click.argument("name", required=False)
+@fair.command(cls=_Command)
+@click.argument(
+    "name",
+    required=False,
+    cls=_Argument,
+    description="a fairness key, or a pattern of them (tenant:*), or * for every other key",
+)
 @click.option("--weight", type=float, help="the key's share: it is charged estimate / weight")
 @click.option("--min-slots", type=int, help="while it runs fewer, its jobs go first")
 @click.option("--max-concurrency", type=int, help="the most of its jobs that run at once")
 @click.option("--no-cap", is_flag=True, help="remove the runtime max_concurrency")
 @click.option("--reset", is_flag=True, help="drop NAME's runtime policy: its configured one again")
-@click.option("--json", "as_json", is_flag=True, help="print the runtime policies as JSON")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.pass_context
 def weights(
     ctx: click.Context,
@@ -157,7 +197,10 @@ def weights(
     as_json: bool,
 ) -> None:
     """Show, or change while the fleet runs, a fairness key's (or pattern's) weight, minimum
-    of slots and cap. Every worker follows within about a second (docs/configuration.md)."""
+    of slots and cap. Every worker follows within about a second (docs/configuration.md).
+
+    With no NAME: every policy entry in force, fair_keys' and runtime ones. With NAME alone:
+    the policy key NAME gets, and where each value comes from."""
     options: dict[str, Any] = {}
     if weight is not None:
         options["weight"] = weight
@@ -177,16 +220,18 @@ def weights(
                 policies.reset(name)
             elif options:
                 policies.set(name, **options)
-            elif name is not None:
-                raise click.UsageError("give --weight, --min-slots, --max-concurrency or --reset")
             version, runtime = policies.show()
+            configured = policies.configured()
         except ConfigurationError as exc:
             raise click.UsageError(f"celery-fair: {exc}") from None
-    _show_policies(version, runtime, as_json)
+    if name is not None and not options and not reset:
+        _show_key(version, configured, runtime, name, as_json)
+    else:
+        _show_policies(version, configured, runtime, as_json)
 
 
-@fair.command(cls=CeleryCommand)
-@click.argument("task_id")
+@fair.command(cls=_Command)
+@click.argument("task_id", cls=_Argument, description="the job's Celery task id")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
 @click.pass_context
@@ -224,8 +269,8 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
         click.echo(f"  - {reason}")
 
 
-@fair.command(cls=CeleryCommand)
-@click.argument("task_id")
+@fair.command(cls=_Command)
+@click.argument("task_id", cls=_Argument, description="the job's Celery task id")
 @click.option("--terminate", is_flag=True, help="if it runs, also signal its process")
 @click.option("--signal", default=None, help="the signal --terminate sends (default TERM)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
@@ -251,9 +296,11 @@ def cancel(
     click.echo(f"{task_id}: {found['state']}{where}{terminated}")
 
 
-@fair.command(cls=CeleryCommand)
-@click.argument("task_id")
-@click.argument("priority")
+@fair.command(cls=_Command)
+@click.argument("task_id", cls=_Argument, description="the job's Celery task id")
+@click.argument(
+    "priority", cls=_Argument, description='a positive int, or "type" for its type\'s own priority'
+)
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
 @click.pass_context
@@ -283,22 +330,22 @@ def reprioritize(
     click.echo(f"{task_id}: {found['state']}{where}{queued}")
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--key", "keys", multiple=True, help="a fairness key to pause (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to pause (repeatable)")
 @click.pass_context
 def pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...]) -> None:
-    """Start nothing more of these keys or types, fleet-wide, until ``fair resume``: their
+    """Start nothing more of these keys or types, fleet-wide, until "fair resume": their
     jobs wait, held or in the broker, and their aging stands still."""
     _pause(ctx, keys, types, True)
 
 
-@fair.command(cls=CeleryCommand)
+@fair.command(cls=_Command)
 @click.option("--key", "keys", multiple=True, help="a fairness key to resume (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to resume (repeatable)")
 @click.pass_context
 def resume(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...]) -> None:
-    """Undo ``fair pause``."""
+    """Undo "fair pause": start these keys' or types' jobs again, fleet-wide."""
     _pause(ctx, keys, types, False)
 
 
@@ -311,7 +358,11 @@ def _pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...], on
         for jtype in types:
             (policies.pause_type if on else policies.resume_type)(jtype)
         version, runtime = policies.show()
-    _show_policies(version, runtime, False)
+        try:
+            configured = policies.configured()
+        except ConfigurationError as exc:
+            raise click.UsageError(f"celery-fair: {exc}") from None
+    _show_policies(version, configured, runtime, False)
 
 
 class _policies:
@@ -333,21 +384,68 @@ class _policies:
         self.policies.close()
 
 
-def _show_policies(version: int, runtime: Any, as_json: bool) -> None:
-    from .policies import describe
+def _show_policies(version: int, configured: Any, runtime: Any, as_json: bool) -> None:
+    """Every key policy entry in force (``fair_keys``' and runtime ones) and the pauses."""
+    from .policies import describe, entries
 
-    data = {"version": version, **describe(runtime)}
+    found = entries(configured, runtime)
     if as_json:
+        data = {"version": version, **describe(runtime), "entries": found}
         click.echo(json.dumps(data, indent=1, sort_keys=True))
         return
-    click.echo(f"runtime policies, version {version} (on top of fair_keys):")
-    if not runtime.keys:
-        click.echo("  keys: none")
-    for name, options in runtime.keys.items():
-        terms = ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or "(defaults)"
-        click.echo(f"  {name}: {terms}")
+    click.echo(f"key policies (fair_keys, with runtime ones on top, version {version}):")
+    click.echo("\n".join(policy_lines(found)))
     click.echo(f"  paused keys: {', '.join(sorted(runtime.paused_keys)) or 'none'}")
     click.echo(f"  paused types: {', '.join(sorted(runtime.paused_types)) or 'none'}")
+
+
+def policy_lines(found: list[dict[str, Any]]) -> list[str]:
+    """``policies.entries`` as lines: each entry, what it sets, and where it comes from."""
+    lines = []
+    for entry in found:
+        name = "* (any other key)" if entry["name"] == "*" else entry["name"]
+        if entry["from"] == "default":
+            lines.append(f"  {name}: weight=1.0, min_slots=0, no cap (the defaults)")
+            continue
+        where = entry["from"]
+        if entry["replaces"] is not None:
+            where += f"; replaces fair_keys' {_terms(entry['replaces'])}"
+        lines.append(f"  {name}: {_terms(entry['options'])} ({where})")
+    return lines
+
+
+def _show_key(version: int, configured: Any, runtime: Any, key: str, as_json: bool) -> None:
+    from .policies import explain
+
+    found = explain(configured, runtime, key)
+    if as_json:
+        click.echo(json.dumps({"version": version, **found}, indent=1, sort_keys=True))
+        return
+    click.echo("\n".join(key_lines(found, version)))
+
+
+def key_lines(found: dict[str, Any], version: int) -> list[str]:
+    """``policies.explain`` as lines: the entry a key follows, then each value and its source."""
+    entry = found["entry"]
+    if found["from"] == "default":
+        head = "no entry matches it: the defaults"
+    else:
+        head = f"{found['from']} entry {entry!r}"
+        if found["replaces"] is not None:
+            head += f" (replaces fair_keys' {_terms(found['replaces'])})"
+    lines = [f"{found['key']}: {head}; runtime policies version {version}"]
+    for option, value in found["policy"].items():
+        source = found["sources"][option]
+        if source != "default":
+            source = f"{source} {entry!r}"
+        shown = "no cap" if option == "max_concurrency" and value is None else value
+        lines.append(f"  {option}: {shown} ({source})")
+    lines.append(f"  paused: {'yes' if found['paused'] else 'no'}")
+    return lines
+
+
+def _terms(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or "(the defaults)"
 
 
 def _rich() -> None:
@@ -397,12 +495,12 @@ def _summarise(state: dict[str, Any], settings: Any, types: dict[str, Any]) -> d
 
     keys = service(state, TOP_KEYS)
     tiers = {int(p): int(n) for p, n in state["tiers"].items()}
-    for jtype in types.values():
-        tiers.setdefault(jtype.priority, 0)
+    for tier in (*(t.priority for t in types.values()), *settings.tier_caps):
+        tiers.setdefault(tier, 0)  # declared or overridden, idle: shown with its cap
     return {
         "workers": len(state["workers"]),
         "tiers": [
-            {"tier": p, "running": n, "cap": settings.tier_caps.get(p)}
+            {"tier": p, "running": n, "cap": settings.tier_cap(p)}
             for p, n in sorted(tiers.items(), reverse=True)
         ],
         "types": [
@@ -437,10 +535,11 @@ def _gates(app: Any, timeout: float) -> list[dict[str, Any]]:
             {
                 "worker": node,
                 "held": pool["fair-held"],
-                "running": pool.get("fair-running", 0),
+                "running": pool.get("fair-running", 0),  # in the pool
                 "plain": pool.get("plain-running", 0),
-                "capacity": pool.get("fair-capacity", 0),
-                "slots": pool.get("max-concurrency", 0),
+                "slots": pool.get("max-concurrency", 0),  # the pool's size
+                "reserved": pool.get("fair-reserved", 0),
+                "lookahead": pool.get("fair-lookahead", 0),
                 "oldest_held": pool.get("fair-oldest-held-seconds", 0.0),
                 "blocked": {
                     name[len("fair-blocked-") :]: n
@@ -481,6 +580,8 @@ def render(state: dict[str, Any]) -> Any:
     from rich.console import Group
     from rich.table import Table
 
+    from .core import key_label
+
     parts: list[Any] = []
     store = state["store"]
     if state.get("store_error"):
@@ -510,7 +611,7 @@ def render(state: dict[str, Any]) -> Any:
             keys.add_column(column, justify="left" if column == "fairness key" else "right")
         for k in store["keys"]:
             keys.add_row(
-                k["key"] or "(background)",
+                key_label(k["key"]),
                 str(k["running"]),
                 f"{k['cost']:.1f}",
                 f"{k['lag']:+.1f}",
@@ -521,21 +622,31 @@ def render(state: dict[str, Any]) -> Any:
             keys.add_row(f"{other['keys']} other key(s)", str(other["running"]), "", "")
         parts.append(keys)
     gates = Table(title="Workers' gates", title_justify="left")
-    for column in ("worker", "mode", "running", "plain", "held", "oldest held", "blocked by"):
+    for column in (
+        "worker",
+        "mode",
+        "running",
+        "plain",
+        "reserved",
+        "held",
+        "oldest held",
+        "blocked by",
+    ):
         gates.add_column(column, justify="left" if column in ("worker", "mode") else "right")
     for g in state["workers"]:
         blocked = ", ".join(f"{r} {n}" for r, n in sorted(g["blocked"].items()) if n) or "-"
         gates.add_row(
             g["worker"],
             g["mode"],
-            f"{g['running']}/{g['capacity']}",
+            f"{g['running']}/{g['slots']}",  # fair jobs in the pool, of its processes
             str(g["plain"]),
+            f"{g['reserved']}/{g['lookahead']}",  # admitted ahead of a free process
             str(g["held"]),
             f"{g['oldest_held']:.1f} s",
             blocked,
         )
     if not state["workers"]:
-        gates.add_row("(no fair worker answered)", "", "", "", "", "", "")
+        gates.add_row("(no fair worker answered)", "", "", "", "", "", "", "")
     parts.append(gates)
     queues = Table(title="Queues (messages waiting in the broker)", title_justify="left")
     for column in ("queue", "in the queue", "in its shards"):
@@ -551,7 +662,7 @@ def render(state: dict[str, Any]) -> Any:
 
 def _against(running: int, cap: int | None) -> tuple[str, str, str]:
     if cap is None:
-        return str(running), "-", ""
+        return str(running), "no cap", ""
     share = running / cap if cap else math.inf
     bar = "#" * min(10, round(10 * share)) if cap else ""
     return str(running), str(cap), f"{bar:<10} {share:.0%}" if cap else "never"

@@ -31,7 +31,7 @@ logged once and skipped, and Flower keeps working. Tested against ``SUPPORTED_FL
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .fleet import service
@@ -169,7 +169,7 @@ class FleetCollector:
         self._failing = False
         up.add_metric([], 1.0)
         yield up
-        yield from fleet_metrics(state, *self._caps)
+        yield from fleet_metrics(state, *self._caps, tiers=self._tiers)
 
     def _open(self) -> Any:
         if self._opened:
@@ -187,6 +187,7 @@ class FleetCollector:
             dict(settings.tier_caps),
             {name: t.max_concurrency for name, t in types.items()},
         )
+        self._tiers = sorted({t.priority for t in types.values()})
         self._store = open_store(settings, app)
         self._opened = True
         if self._store is None:
@@ -202,9 +203,16 @@ def fleet_metrics(
     tier_caps: dict[int, int | None],
     type_caps: dict[str, int | None],
     top: int | None = None,
+    tiers: Iterable[int] = (),
 ) -> Iterator[Any]:
-    """The fleet metrics of one ``RedisStore.inspect()`` document. Pure: no I/O."""
+    """The fleet metrics of one ``RedisStore.inspect()`` document. Pure: no I/O.
+
+    ``tier_caps`` is ``fair_tier_caps`` (the overrides); each tier running, declared by a type
+    (``tiers``) or overridden gets its cap in force, the priority value unless overridden.
+    """
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from .core import tier_cap as cap_in_force
 
     top = TOP_KEYS if top is None else top
     workers = GaugeMetricFamily(
@@ -221,9 +229,13 @@ def fleet_metrics(
         by_tier.add_metric([str(tier)], float(n))
     yield by_tier
     tier_cap = GaugeMetricFamily(
-        "celery_fair_fleet_tier_cap", "Each tier's cap (fair_tier_caps).", labels=["tier"]
+        "celery_fair_fleet_tier_cap",
+        "Each tier's cap in force: its priority value unless fair_tier_caps overrides it "
+        "(no sample: uncapped).",
+        labels=["tier"],
     )
-    for tier, cap in sorted(tier_caps.items()):
+    for tier in sorted({*map(int, state["tiers"]), *tiers, *tier_caps}):
+        cap = cap_in_force(tier_caps, tier)
         if cap is not None:
             tier_cap.add_metric([str(tier)], float(cap))
     yield tier_cap
@@ -297,7 +309,9 @@ def fleet_metrics(
 
 def _label(key: str) -> str:
     """A key as a label value: ``""`` (the background key) shows as ``(background)``."""
-    return key if key else "(background)"
+    from .core import key_label
+
+    return key_label(key)
 
 
 install()

@@ -51,7 +51,8 @@ class GateLook:
     blocked: dict[str, int] = field(default_factory=dict)  # reason: held jobs it holds back
     reserved: int = 0
     plain_running: int = 0
-    capacity: int = 0
+    slots: int = 0  # the pool's slots for fair jobs: its size less its plain runs
+    lookahead: int = 0  # the reserve's depth: jobs admitted ahead of a free slot
     mode: str = "alone"
     # fairness key: seconds its oldest held job has waited since it was published
     heads: dict[str, float] = field(default_factory=dict)
@@ -336,8 +337,13 @@ class _GateCollector:
         )
         yield GaugeMetricFamily(
             "celery_fair_capacity_slots",
-            "Slots the gate admits fair jobs into (the pool's free size plus the reserve).",
-            value=look.capacity,
+            "The pool's slots for fair jobs: its size less the plain tasks it runs.",
+            value=look.slots,
+        )
+        yield GaugeMetricFamily(
+            "celery_fair_lookahead_jobs",
+            "The reserve's depth: fair jobs admitted ahead of a free pool process at most.",
+            value=look.lookahead,
         )
         mode = GaugeMetricFamily(
             "celery_fair_store_mode",

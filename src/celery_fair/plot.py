@@ -137,7 +137,9 @@ def plot(runs: Sequence[tuple[str, Trace, SimResult]], path: str | Path) -> None
 
 
 def _label(key: str) -> str:
-    return key if key else "(background)"
+    from .core import key_label
+
+    return key_label(key)
 
 
 def _page(svg: str, runs: Sequence[tuple[str, Trace, SimResult]], keys: Sequence[str]) -> str:

@@ -10,8 +10,9 @@ no extra round trip while nothing changes. A worker applies it on top of its con
 the configured policy applies again.
 
 ``FleetPolicies(app)`` is the Python API; ``celery -A app fair weights|pause|resume``
-(commands.py) the command line. Both need a shared Redis store: a worker alone has nothing to
-share a change through.
+(commands.py) the command line. ``entries`` lists every entry in force, configured and runtime,
+and ``explain`` says which entry gives one key its policy and where each value comes from.
+Both need a shared Redis store: a worker alone has nothing to share a change through.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core import KeyPolicies, KeyPolicy
+from .core.types import DEFAULT_KEY_POLICY
 from .errors import ConfigurationError
 
-__all__ = ["FleetPolicies", "RuntimePolicies"]
+__all__ = ["FleetPolicies", "RuntimePolicies", "entries", "explain"]
 
 _OPTIONS = ("weight", "min_slots", "max_concurrency")
 
@@ -159,6 +161,20 @@ class FleetPolicies:
         version, doc = self.store.policies()
         return version, RuntimePolicies.from_json(doc)
 
+    def explain(self, key: str) -> dict[str, Any]:
+        """Key ``key``'s policy in force now, the entry it comes from and where each value
+        comes from (``explain``), with the app's ``fair_keys`` under the runtime entries."""
+        _, runtime = self.show()
+        return explain(self.configured(), runtime, key)
+
+    def configured(self) -> KeyPolicies:
+        """The app's ``fair_keys`` (none without an app)."""
+        if self.app is None:
+            return KeyPolicies()
+        from .settings import FairSettings
+
+        return FairSettings.from_celery_conf(self.app.conf).keys
+
     def set(self, name: str, **options: Any) -> RuntimePolicies:
         """Set key (or pattern) ``name``'s weight, min_slots and max_concurrency."""
         RuntimePolicies().with_key(name, **options)  # refuse bad options before writing
@@ -235,4 +251,72 @@ def describe(runtime: RuntimePolicies) -> dict[str, Iterable[Any]]:
         "keys": {name: dict(options) for name, options in runtime.keys.items()},
         "paused_keys": sorted(runtime.paused_keys),
         "paused_types": sorted(runtime.paused_types),
+    }
+
+
+def _given(policy: KeyPolicy) -> dict[str, Any]:
+    """The options of a configured entry that differ from the default policy."""
+    return {
+        option: getattr(policy, option)
+        for option in _OPTIONS
+        if getattr(policy, option) != getattr(DEFAULT_KEY_POLICY, option)
+    }
+
+
+def entries(configured: KeyPolicies, runtime: RuntimePolicies) -> list[dict[str, Any]]:
+    """Every key policy entry in force, in the order a key is matched against them (exact
+    names, then patterns, then ``"*"``, the default): its ``name``, the ``options`` it sets,
+    ``from`` (``fair_keys``, ``runtime`` or ``default``) and, for a runtime entry that replaces
+    a ``fair_keys`` one, the options it ``replaces``.
+
+    Example:
+        >>> configured = KeyPolicies.from_mapping({"ops": {"min_slots": 2}})
+        >>> [(e["name"], e["options"], e["from"]) for e in entries(configured, RuntimePolicies())]
+        [('ops', {'min_slots': 2}, 'fair_keys'), ('*', {}, 'default')]
+    """
+    merged = runtime.merged(configured)
+    names = [*merged.exact, *(pattern for pattern, _ in merged.patterns), "*"]
+    out = []
+    for name in names:
+        mine = configured.entry(name)
+        if name in runtime.keys:
+            entry: dict[str, Any] = {
+                "name": name,
+                "options": dict(runtime.keys[name]),
+                "from": "runtime",
+                "replaces": None if mine is None else _given(mine),
+            }
+        elif mine is not None:
+            entry = {"name": name, "options": _given(mine), "from": "fair_keys", "replaces": None}
+        else:  # "*" neither configured nor set: every key without an entry
+            entry = {"name": name, "options": {}, "from": "default", "replaces": None}
+        out.append(entry)
+    return out
+
+
+def explain(configured: KeyPolicies, runtime: RuntimePolicies, key: str) -> dict[str, Any]:
+    """Which entry gives fairness key ``key`` its policy, the policy, and where each value
+    comes from: the entry (``fair_keys`` or ``runtime``) when it sets the value, else
+    ``default``. A runtime entry replaces the ``fair_keys`` entry of its name whole: a value
+    it does not set is the default, not the configured one (``replaces`` says what was).
+
+    Example:
+        >>> configured = KeyPolicies.from_mapping({"tenant:*": {"max_concurrency": 4}})
+        >>> found = explain(configured, RuntimePolicies(), "tenant:acme")
+        >>> found["entry"], found["policy"]["max_concurrency"], found["sources"]["weight"]
+        ('tenant:*', 4, 'default')
+    """
+    name, policy = runtime.merged(configured).match(key)
+    [entry] = [e for e in entries(configured, runtime) if e["name"] == name]
+    return {
+        "key": key,
+        "entry": name,
+        "from": entry["from"],
+        "replaces": entry["replaces"],
+        "policy": {option: getattr(policy, option) for option in _OPTIONS},
+        "sources": {
+            option: entry["from"] if option in entry["options"] else "default"
+            for option in _OPTIONS
+        },
+        "paused": key in runtime.paused_keys,
     }

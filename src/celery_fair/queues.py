@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from .core import key_label
 from .routing import shard_name
 from .worker.headers import FAIRNESS_KEY
 
@@ -92,6 +93,6 @@ def format_depths(depths: list[dict[str, Any]], top: int = 3) -> str:
                 row += f"  {item['consumers']:>3} consumers"
             if item["keys"]:
                 most = list(item["keys"].items())[:top]
-                row += "  oldest by key: " + ", ".join(f"{k!r} {n}" for k, n in most)
+                row += "  oldest by key: " + ", ".join(f"{key_label(k)} {n}" for k, n in most)
             lines.append(row)
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig
+from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig, tier_cap
 from .core.types import declared_priorities
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
@@ -255,6 +255,10 @@ class FairSettings:
         """The priorities a job's own ``fair_priority`` may take, given every job type
         (``declared_priorities``: the types' and ``fair_tier_caps``'s)."""
         return declared_priorities(types, self.tier_caps)
+
+    def tier_cap(self, priority: int) -> int | None:
+        """The cap in force of the tier ``priority``: ``fair_tier_caps``'s, else its value."""
+        return tier_cap(self.tier_caps, priority)
 
     def scheduler_config(self, capacity: int) -> SchedulerConfig:
         return SchedulerConfig(

@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TextIO
 
-from .core import Aging, CostLifecycle, JobType, KeyPolicies, Scheduler, SchedulerConfig, SimClock
+from .core import (
+    Aging,
+    CostLifecycle,
+    JobType,
+    KeyPolicies,
+    Scheduler,
+    SchedulerConfig,
+    SimClock,
+    key_label,
+)
 from .errors import ConfigurationError, TraceError
 
 __all__ = [
@@ -504,7 +513,7 @@ def format_table(trace: Trace, result: SimResult) -> str:
 
 
 def _key_label(key: str) -> str:
-    return key if key else "(background)"
+    return key_label(key)
 
 
 def _fmt(value: float | None) -> str:

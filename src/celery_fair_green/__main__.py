@@ -18,6 +18,7 @@ names this command: unpatched, one blocking task would stall every other task an
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -35,6 +36,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     pool, rest = args[0], args[1:]
+    try:
+        importlib.import_module(pool)  # what Celery's patching imports first, too
+    except ModuleNotFoundError:
+        print(
+            f"celery_fair_green: the {pool} pool needs {pool}, which is not installed: "
+            f"pip install 'celery-fair[green]' (or pip install {pool})",
+            file=sys.stderr,
+        )
+        return 2
     import celery
 
     celery.maybe_patch_concurrency(["-P", pool])  # Celery's own patching, as for -P gevent

@@ -250,14 +250,12 @@ INSIDE = ("fair-held", "fair-reserved", "fair-running", "plain-running", "pool-i
 
 
 def wait_until_gate_idle(run: Run, worker: Worker, timeout: float = 20) -> dict[str, Any]:
-    """Wait until the gate counts nothing inside it and its capacity is whole again (the pool's
-    slots plus the reserve); return its statistics."""
+    """Wait until the gate counts nothing inside it and its slots are whole again (the pool's
+    size); return its statistics."""
 
     def idle() -> dict[str, Any] | None:
         stats = gate_stats(run, worker)
-        whole = stats.get("fair-capacity") == stats.get("max-concurrency", -1) + stats.get(
-            "fair-lookahead", -1
-        )
+        whole = stats.get("fair-slots") == stats.get("max-concurrency", -1)
         return stats if whole and all(stats.get(k) == 0 for k in INSIDE) else None
 
     return wait_until(idle, timeout, "the gate to be idle", show=lambda: gate_stats(run, worker))

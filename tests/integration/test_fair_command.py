@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 
-from harness import HERE, wait_until
+from harness import HERE, Worker, gate_stats, wait_until
 
 from celery_fair import fair_headers
 
@@ -59,6 +59,8 @@ def test_status_and_top_show_the_fleet_the_gates_and_the_queues(make_run, start_
         ]
         [clone] = [t for t in store["types"] if t["type"] == "clone"]
         assert (clone["running"], clone["tier"]) == (1, 8)
+        [tier] = [t for t in store["tiers"] if t["tier"] == 8]
+        assert (tier["running"], tier["cap"]) == (1, 8)  # the cap in force: its priority
         assert store["jain_index"] == 1.0
     else:
         assert state["store"] is None  # RabbitMQ and no fair_store_url: each worker alone
@@ -136,3 +138,58 @@ def fair_workers(run) -> list[str]:
     """The fair workers that answer on the test's broker (their gates report ``fair-held``)."""
     stats = run.app.control.inspect(timeout=1).stats() or {}
     return sorted(node for node, info in stats.items() if "fair-held" in info.get("pool", {}))
+
+
+def test_a_worker_shows_its_pool_slots_and_its_reserve_apart(make_run, start_worker):
+    # Given a -c 2 worker with a reserve of 1, both processes busy and a third job admitted
+    # into the reserve,
+    run = make_run(conf={"fair_lookahead": 1})
+    worker = start_worker(run, concurrency=2)
+    node = f"{worker.name}@{socket.gethostname()}"
+    for i in range(3):
+        run.send("fairapp.clone", f"j{i}", 3.0, headers=fair_headers("clone", "a", f"r{i}"))
+
+    def full() -> dict | None:
+        stats = gate_stats(run, worker)
+        return stats if stats.get("fair-reserved") == 1 else None
+
+    stats = wait_until(full, 20, "the reserved job", show=lambda: gate_stats(run, worker))
+    # then inspect stats counts the pool's two slots and the reserve apart (not "3 of 3"),
+    assert (stats["fair-running"], stats["fair-slots"]) == (2, 2)
+    assert (stats["fair-reserved"], stats["fair-lookahead"]) == (1, 1)
+    assert "fair-capacity" not in stats
+    # and so does `status --json` (while the jobs run: `top` draws it, in the unit tests).
+    out = fair_command(run, "status", "--json")
+    assert out.returncode == 0, out.stderr
+    [gate] = [g for g in json.loads(out.stdout)["workers"] if g["worker"] == node]
+    assert (gate["running"], gate["slots"], gate["reserved"], gate["lookahead"]) == (2, 2, 1, 1)
+
+
+def test_at_the_default_log_level_a_fair_worker_says_it_runs_fair(make_run, tmp_path):
+    # Given a -P fair worker started at celery worker's default log level (WARNING),
+    run = make_run()
+    worker = Worker(run, log_dir=tmp_path, concurrency=2, args=("-l", "WARNING"))
+    with open(worker.log_path, "ab") as log:
+        worker.proc = subprocess.Popen(
+            worker.command, cwd=HERE, env=run.env(), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        # then its output says, in one line, that it runs fair: the pool inside with its slots
+        # and reserve, the store, the shards.
+        line = wait_until(
+            lambda: next((x for x in worker.log().splitlines() if "-P fair on" in x), None),
+            30,
+            "the startup line",
+            show=worker.log,
+        )
+        assert f"-P fair on {worker.name}@" in line
+        assert ": prefork pool inside, 2 slots and " in line
+        if run.broker == "redis":  # the broker's Redis is the shared store
+            assert "; store redis://" in line
+        else:
+            assert "; no shared store (this worker decides alone);" in line
+        assert line.endswith(f"8 shards per queue ({run.queue})")
+        assert "WARNING" not in line  # printed as the banner is, not logged as a warning
+    finally:
+        worker.stop()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 from harness import gate_stats, intervals, max_overlap, wait_until
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, start_fleet
@@ -66,13 +68,48 @@ def test_a_cap_set_at_run_time_holds_across_the_fleet_and_a_reset_lifts_it(
     # once reset, they run side by side again.
     out = fair_command(run, "weights", "acme", "--reset")
     assert out.returncode == 0, out.stderr
-    assert "keys: none" in out.stdout
+    assert "acme:" not in out.stdout
     wait_until(lambda: _policy_seen(run), 10, "the workers' beat")
     run.recorder.clear()
     for i in range(8):
         clone.apply_async([f"again{i}", 0.2], fairness_key="acme")
     wait_until(lambda: len(run.recorder.done_counts()) == 8, 60, "acme's next 8 jobs")
     assert max_overlap(list(intervals(run.recorder.events()).values())) >= 3
+
+
+def test_weights_shows_fair_keys_under_the_runtime_entries_and_one_keys_sources(make_run, broker):
+    # Given fair_keys with a pattern's cap and a minimum (the command reads the store only),
+    run = make_run(
+        conf=fleet_conf(
+            broker, fair_keys={"tenant:*": {"max_concurrency": 4}, "ops": {"min_slots": 2}}
+        )
+    )
+    # `fair weights` lists them, though nothing was set at run time;
+    out = fair_command(run, "weights")
+    assert out.returncode == 0, out.stderr
+    assert "  tenant:*: max_concurrency=4 (fair_keys)" in out.stdout
+    assert "  ops: min_slots=2 (fair_keys)" in out.stdout
+    # `fair weights KEY` gives a key's policy and where each value comes from;
+    out = fair_command(run, "weights", "tenant:acme")
+    assert out.returncode == 0, out.stderr
+    assert "tenant:acme: fair_keys entry 'tenant:*'" in out.stdout
+    assert "  max_concurrency: 4 (fair_keys 'tenant:*')" in out.stdout
+    assert "  weight: 1.0 (default)" in out.stdout
+    # and once tenant:acme gets a weight of its own at run time, its entry replaces the pattern
+    # for it: the weight is the runtime one and the pattern's cap no longer applies.
+    out = fair_command(run, "weights", "tenant:acme", "--weight", "3")
+    assert out.returncode == 0, out.stderr
+    assert "  tenant:acme: weight=3.0 (runtime)" in out.stdout
+    out = fair_command(run, "weights", "tenant:acme", "--json")
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    assert (found["entry"], found["from"]) == ("tenant:acme", "runtime")
+    assert found["policy"] == {"weight": 3.0, "min_slots": 0, "max_concurrency": None}
+    assert found["sources"] == {
+        "weight": "runtime",
+        "min_slots": "default",
+        "max_concurrency": "default",
+    }
 
 
 def _policy_seen(run) -> bool:

@@ -56,11 +56,15 @@ def test_task_events_flow_for_fair_tasks(make_run, start_worker):
         thread = threading.Thread(target=listen, daemon=True)
         thread.start()
         wait_until(listening.is_set, 20, "a worker event")
-        # When a fair task runs,
-        headers = fair_headers("clone", "k", "r", priority=9)  # a priority of its own
-        result = run.send("fairapp.clone", "evented", 0.01, headers=headers)
+        # When a fair task of a type that ages runs at once (not urgent),
+        headers = fair_headers("rescan", "k", "r", priority=9)  # a priority of its own
+        result = run.send("fairapp.rescan", "evented", 0.01, headers=headers)
         thread.join(40)
-    # Then Flower sees the same task events as for a plain worker, and the job's own priority.
+    # Then Flower sees the same task events as for a plain worker, and the job's own priority;
     mine = [e for e in seen if e.get("uuid") == result.id]
     assert [e["type"] for e in mine] == ["task-received", "task-started", "task-succeeded"]
     assert mine[1]["fair_priority"] == 9
+    # `urgent` only on a job that is (Flower shows a field that is set: not "Urgent: False"
+    # on every task), though its effective priority is there, as aging is on for its type.
+    assert "effective_priority" in mine[1]
+    assert "urgent" not in mine[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -22,3 +23,82 @@ def test_every_test_the_docs_name_exists():
                 missing.append(f"{doc.name}: {path}::{name}")
     assert named > 50  # failure-modes.md alone names dozens
     assert missing == []
+
+
+DOCUMENTS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "examples").glob("*/README.md")),
+]
+#: A path of the repository named in prose or a command (``examples/git_server/run.py``).
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:examples|tests|src|docs|benchmarks|\.ci|docker)/[\w./-]*\w)"
+)
+#: A relative link (``[app.py](app.py)``, ``[x](operations.md#lookahead)``).
+LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)#\s]+)")
+#: A file a command reads: ``--config FILE``, ``python FILE``.
+READ_BY_COMMAND = re.compile(r"(?:--config|python3?)\s+(?!-)(\S+\.(?:toml|json|py))\b")
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str, str]]:
+    """Each fenced block of a Markdown text: (language, body, the text before it)."""
+    blocks = []
+    for match in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        blocks.append((match.group(1), match.group(2), text[: match.start()]))
+    return blocks
+
+
+def test_every_file_path_the_docs_name_exists():
+    missing = []
+    for doc in DOCUMENTS:
+        text = doc.read_text()
+        for path in REPO_PATH.findall(text):
+            if not (ROOT / path).exists():
+                missing.append(f"{doc.relative_to(ROOT)}: {path}")
+        for path in LINK.findall(text):
+            if not (doc.parent / path).exists():
+                missing.append(f"{doc.relative_to(ROOT)}: link {path}")
+        for lang, body, _ in fenced_blocks(text):
+            if lang in ("sh", "console", "bash", ""):
+                for path in READ_BY_COMMAND.findall(body):
+                    if not (ROOT / path).exists():
+                        missing.append(f"{doc.relative_to(ROOT)}: command reads {path}")
+    assert missing == []
+
+
+def _rows(table: str) -> list[list[str]]:
+    return [line.split() for line in table.splitlines() if line.strip()]
+
+
+def test_the_simulator_traces_in_the_docs_run_and_give_the_rows_shown():
+    from celery_fair.sim import format_table, load_bundled, parse_trace, simulate
+
+    blocks = fenced_blocks((ROOT / "docs" / "simulator.md").read_text())
+    ran = 0
+    last: object = None  # the trace of the last JSON block
+    for lang, body, before in blocks:
+        if lang == "json" and '"jobs"' in body and '"types"' in body:
+            if "..." in body:  # an excerpt: of the bundled example the text before names
+                name = re.findall(r"--example (\w[\w-]*)", before)[-1]
+                bundled = load_bundled(name)
+                shown = json.loads(re.sub(r",?\s*\.\.\.", "", body))
+                assert {k: v for k, v in shown.items() if k != "jobs"} == {
+                    k: v for k, v in bundled.items() if k != "jobs"
+                }, name
+                assert all(job in bundled["jobs"] for job in shown["jobs"]), name
+                last = bundled
+            else:
+                last = json.loads(body)
+            trace = parse_trace(last)
+            simulate(trace)  # it runs
+            ran += 1
+        elif lang == "console" and body.startswith("$ celery-fair simulate"):
+            command = body.splitlines()[0]
+            example = re.search(r"--example (\w[\w-]*)", command)
+            data = load_bundled(example.group(1)) if example else last
+            trace = parse_trace(data)
+            got = _rows(format_table(trace, simulate(trace)))
+            shown = [row for row in _rows(body)[1:] if row != ["..."]]
+            assert shown, command
+            assert all(row in got for row in shown), (command, shown, got)
+    assert ran >= 3  # weights and pauses, allocation caps, starvation

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery_fair.core import JobType, KeyPolicies, Scheduler, SchedulerConfig, SimClock
 
-BEHIND_ONE = "behind 1 jobs that come first (higher priority, or keys that have used less)"
+BEHIND_ONE = "behind 1 job that comes first (higher priority, or keys that have used less)"
 
 
 def make(capacity=4, keys=None, tier_caps=None):

@@ -73,7 +73,9 @@ def samples(state, top):
 
     class One:
         def collect(self):
-            return helper.fleet_metrics(state, {8: 6, 2: None}, {"clone": 5, "repack": None}, top)
+            return helper.fleet_metrics(
+                state, {8: 6, 2: None}, {"clone": 5, "repack": None}, top, tiers=(4,)
+            )
 
     registry.register(One())
     return {
@@ -114,6 +116,15 @@ def test_the_background_key_is_named_and_nothing_running_is_perfectly_fair():
     assert ("celery_fair_fleet_running_jobs_by_key", (("fairness_key", "(background)"),)) in got
     empty = {**STATE, "jobs": [], "costs": {}, "workers": [], "tiers": {}, "types": {}}
     assert samples(empty, top=10)[("celery_fair_fleet_jain_index", ())] == 1.0
+
+
+def test_every_tier_has_its_cap_in_force_not_only_the_overridden_ones():
+    # Tier 8 is overridden to 6 and tier 2 to none; tier 4 (a declared type's, idle) and tier 3
+    # (running, no override) are capped at their priority value, as the store caps them.
+    got = samples({**STATE, "tiers": {**STATE["tiers"], "3": 1}}, top=10)
+    caps = {dict(labels)["tier"]: v for (n, labels), v in got.items()
+            if n == "celery_fair_fleet_tier_cap"}  # fmt: skip
+    assert caps == {"8": 6, "4": 4, "3": 3}
 
 
 @pytest.mark.parametrize(

@@ -160,8 +160,8 @@ def test_the_json_output_is_to_json_one_job_per_line():
 
 
 def weighted_trace():
-    """The example of docs/simulator.md: weights 3 and 1 on one slot, ``small`` paused from
-    10 to 20."""
+    """Weights 3 and 1 on one slot, ``small`` paused from 10 to 20 (docs/simulator.md shows a
+    shorter one, which tests/unit/test_doc_references.py runs)."""
     jobs = []
     for key in ("big", "small"):
         for i in range(30):

@@ -71,7 +71,8 @@ def test_gauges_are_read_from_the_gate_at_each_scrape():
             blocked={"conflict": 2, "type_cap": 1, "tier_cap": 0, "capacity": 1, "admissible": 0},
             reserved=1,
             plain_running=1,
-            capacity=5,
+            slots=4,
+            lookahead=1,
             mode="hold",
         ),
         GateLook(mode="shared"),
@@ -83,7 +84,9 @@ def test_gauges_are_read_from_the_gate_at_each_scrape():
     assert value(m, "celery_fair_running_jobs", job_type="clone", tier="8") == 2
     assert value(m, "celery_fair_reserved_jobs") == 1
     assert value(m, "celery_fair_plain_running_jobs") == 1
-    assert value(m, "celery_fair_capacity_slots") == 5
+    # the pool's slots and the reserve's depth apart, not their sum
+    assert value(m, "celery_fair_capacity_slots") == 4
+    assert value(m, "celery_fair_lookahead_jobs") == 1
     assert value(m, "celery_fair_store_mode", mode="hold") == 1
     assert value(m, "celery_fair_store_mode", mode="shared") == 0
     looks.pop(0)  # the next scrape reads the gate again

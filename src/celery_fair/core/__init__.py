@@ -79,6 +79,8 @@ from .types import (
     Release,
     SchedulerConfig,
     Snapshot,
+    key_label,
+    tier_cap,
 )
 
 __all__ = [
@@ -102,4 +104,6 @@ __all__ = [
     "SimClock",
     "Snapshot",
     "WallClock",
+    "key_label",
+    "tier_cap",
 ]

@@ -982,10 +982,9 @@ class Scheduler:
             elif reason is BlockReason.CAPACITY:
                 words.append(f"every slot busy {self._running}/{self._capacity}")
         if view.place > 1:
-            words.append(
-                f"behind {view.place - 1} jobs that come first (higher priority, or keys that "
-                "have used less)"
-            )
+            ahead = view.place - 1
+            jobs = "1 job that comes" if ahead == 1 else f"{ahead} jobs that come"
+            words.append(f"behind {jobs} first (higher priority, or keys that have used less)")
         if not words:
             words.append("first in line: it starts at the next decision")
         return words

@@ -30,6 +30,8 @@ __all__ = [
     "SchedulerConfig",
     "Snapshot",
     "TypeName",
+    "key_label",
+    "tier_cap",
 ]
 
 TypeName = NewType("TypeName", str)
@@ -40,6 +42,13 @@ JobId = NewType("JobId", str)
 
 FairnessKey = NewType("FairnessKey", str)
 """Who asked for a job; the empty string is background work."""
+
+
+def key_label(key: str) -> str:
+    """How every tool shows fairness key ``key``: the background key ``""`` as
+    ``(background)``, any other as it is."""
+    return key if key else "(background)"
+
 
 JobRef = Hashable
 """The caller's handle for one job (the worker uses the Celery task id)."""
@@ -341,13 +350,30 @@ class KeyPolicies:
 
     def for_key(self, name: str) -> KeyPolicy:
         """The policy of key ``name``. O(1) for an exact name, O(patterns) otherwise."""
+        return self.match(name)[1]
+
+    def match(self, name: str) -> tuple[str, KeyPolicy]:
+        """The entry that gives key ``name`` its policy: its own name, the first pattern that
+        matches it, or ``"*"`` (the default), with that policy.
+
+        Example:
+            >>> KeyPolicies.from_mapping({"tenant:*": {"weight": 2}}).match("tenant:acme")
+            ('tenant:*', KeyPolicy(weight=2, min_slots=0, max_concurrency=None))
+        """
         policy = self.exact.get(name)
         if policy is not None:
-            return policy
+            return name, policy
         for pattern, policy in self.patterns:
             if fnmatchcase(name, pattern):
-                return policy
-        return self.default
+                return pattern, policy
+        return "*", self.default
+
+    def entry(self, name: str) -> KeyPolicy | None:
+        """The policy of the entry (a name, a pattern, or ``"*"``) ``name``, if there is one:
+        ``"*"`` is an entry only when it differs from the default policy."""
+        if name == "*":
+            return None if self.default == DEFAULT_KEY_POLICY else self.default
+        return self.exact.get(name) or dict(self.patterns).get(name)
 
     @property
     def trivial(self) -> bool:
@@ -410,7 +436,18 @@ class SchedulerConfig:
 
     def tier_cap(self, priority: int) -> int | None:
         """The concurrency cap of the tier ``priority`` (``None`` = unlimited)."""
-        return self.tier_caps.get(priority, priority)
+        return tier_cap(self.tier_caps, priority)
+
+
+def tier_cap(tier_caps: Mapping[int, int | None], priority: int) -> int | None:
+    """The cap in force of the tier ``priority``: ``tier_caps``'s entry for it (``None`` =
+    unlimited), else the priority value itself.
+
+    Example:
+        >>> tier_cap({4: 6, 8: None}, 4), tier_cap({4: 6, 8: None}, 8), tier_cap({}, 3)
+        (6, None, 3)
+    """
+    return tier_caps.get(priority, priority)
 
 
 class JobState(enum.Enum):

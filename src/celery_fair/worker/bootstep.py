@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -10,6 +12,7 @@ from urllib.parse import quote
 
 from celery import bootsteps
 from celery.utils.log import get_logger
+from kombu.utils.url import maybe_sanitize_url
 
 from .. import control  # noqa: F401 - registers the fair_status remote-control command
 from ..errors import StoreUnavailable
@@ -21,10 +24,10 @@ from ..routing import Shards, follow_consumer_changes, shard_index
 from ..settings import FairSettings
 from ..store.redis import RedisStore
 from .consumer_prefetch import ShardWindows
-from .gate import Gate
+from .gate import RESERVE_MAX, Gate
 from .internals import order_redis_reads, redis_broker_client, redis_queue_lists
 
-__all__ = ["FairGateStep", "open_store", "store_url"]
+__all__ = ["FairGateStep", "open_store", "startup_line", "store_url"]
 
 logger = get_logger(__name__)
 
@@ -92,6 +95,65 @@ def open_store(settings: FairSettings, app: Any) -> RedisStore | None:
     return store
 
 
+def startup_line(
+    *,
+    worker: str,
+    pool: str,
+    slots: int,
+    reserve: tuple[int, int],
+    store: str | None,
+    prefix: str,
+    shards: int,
+    queues: list[str],
+) -> str:
+    """The one line a fair worker says at startup: the pool inside, its slots and the reserve
+    apart, the store, the shards.
+
+    Example:
+        >>> print(startup_line(worker="w1@h", pool="prefork", slots=2, reserve=(1, 8),
+        ...     store=None, prefix="celery_fair", shards=8, queues=["celery"]))
+        celery-fair: -P fair on w1@h: prefork pool inside, 2 slots and a reserve of 1 to 8 \
+(adaptive); no shared store (this worker decides alone); 8 shards per queue (celery)
+    """
+    low, high = reserve
+    if high == 0:
+        ahead = "no reserve"
+    elif low == high:
+        ahead = f"a reserve of {low}"
+    else:
+        ahead = f"a reserve of {low} to {high} (adaptive)"
+    where = (
+        "no shared store (this worker decides alone)"
+        if store is None
+        else f"store {_masked(store)} (prefix {prefix})"
+    )
+    sharded = f"{shards} shards per queue ({', '.join(queues)})" if shards > 1 else "no shards"
+    return (
+        f"celery-fair: -P fair on {worker}: {pool} pool inside, {slots} slots and {ahead}; "
+        f"{where}; {sharded}"
+    )
+
+
+def _masked(url: str) -> str:
+    """``url`` with its passwords masked (each of a Sentinel URL's ``;``-separated parts)."""
+    try:
+        return ";".join(maybe_sanitize_url(part) for part in url.split(";"))
+    except ValueError:
+        return url.partition("://")[0] + "://..."
+
+
+def announce(controller: Any, line: str) -> None:
+    """Say ``line`` once, where the worker's own startup banner is seen: logged at INFO when the
+    worker logs INFO, else (the default, WARNING) printed under the banner, as the banner is;
+    nothing with ``--quiet``, which hides the banner too."""
+    level = getattr(controller, "loglevel", None)
+    if isinstance(level, int) and level > logging.INFO:
+        if not getattr(controller, "quiet", False):
+            print(line, file=sys.__stdout__, flush=True)
+    else:
+        logger.info("%s", line)
+
+
 def start_intake(
     c: Any, settings: FairSettings, observer: Observer | None = None
 ) -> IntakeThread | None:
@@ -153,6 +215,7 @@ class FairGateStep(bootsteps.StartStopStep):
         self.gate: Gate | None = None
         self._entries: list[Any] = []
         self.intake: IntakeThread | None = None
+        self._announced = False
         if settings is None or types is None or not hasattr(c.pool, "fair_gate"):
             logger.warning("Fair gate not installed: the pool is not the fair pool.")
             return
@@ -197,6 +260,9 @@ class FairGateStep(bootsteps.StartStopStep):
             gate.intake_running = self.intake is not None
         if self.metrics is not None and self._metrics_server is None:
             self._serve_metrics(settings)
+        if not self._announced:
+            self._announced = True
+            announce(c.controller, self._startup_line(c, gate))
         if gate.engine.store is not None:
             # Looks at the store while jobs wait for other workers, beats, retries.
             interval = settings.store_poll_interval
@@ -222,6 +288,23 @@ class FairGateStep(bootsteps.StartStopStep):
 
     def info(self, c: Any) -> dict[str, Any]:
         return {} if self.gate is None else {"fair": self.gate.pool_info()}
+
+    def _startup_line(self, c: Any, gate: Gate) -> str:
+        settings = gate.settings
+        low = high = gate.lookahead
+        if gate.adaptive:
+            high = RESERVE_MAX
+        shards = Shards.of(c.app)
+        return startup_line(
+            worker=c.hostname,
+            pool=settings.pool,
+            slots=gate.pool_slots,
+            reserve=(low, high),
+            store=None if gate.engine.store is None else store_url(settings, c.app),
+            prefix=settings.store_prefix,
+            shards=shards.count,
+            queues=_base_queues(c.app),
+        )
 
     def _look(self) -> GateLook:
         return self.gate.look() if self.gate is not None else GateLook()

@@ -14,9 +14,9 @@ state (Flower's), which then masks STARTED. The fields ride on the standard even
   to its admission), ``place_in_key`` (its key's jobs held by this worker when it arrived, itself
   included), ``held_at_receipt`` (all fair jobs it held then), ``fencing_token``, and from its
   admission on ``effective_priority`` (its priority as aging had raised it then; its own
-  priority without aging), ``urgent`` (it had aged to the urgent threshold) and
-  ``fair_priority`` (its own priority: its type's, or the one it was published or
-  reprioritised with). The gate
+  priority without aging), ``urgent`` (``True`` when it had aged to the urgent threshold;
+  absent otherwise) and ``fair_priority`` (its own priority: its type's, or the one it was
+  published or reprioritised with). The gate
   attaches them when it holds the request (``attach``), for every fair job, whatever its task.
 
 Both only while the worker sends task events (``-E``, or ``celery control enable_events``, which

@@ -387,7 +387,7 @@ class Gate:
         with self._lock:
             if self._reserve:
                 self._hand_reserved()
-            capacity = max(0, self._pool_slots - self.runs.plain) + self.lookahead
+            capacity = self._fair_slots() + self.lookahead
             if capacity != self.scheduler.capacity:
                 self.scheduler.set_capacity(capacity)
             if self._runner is None:
@@ -477,7 +477,8 @@ class Gate:
                 held.events["fair_priority"] = admission.priority  # its own, reprioritised too
                 if effective is not None:
                     held.events["effective_priority"] = effective
-                    held.events["urgent"] = admission.urgent
+                if admission.urgent:  # only then: Flower shows every field that is set
+                    held.events["urgent"] = True
             if len(self.runs) < self._pool_slots:
                 self._start(uid, admission)
             else:
@@ -543,6 +544,21 @@ class Gate:
         if not run.applied and already_revoked(req):
             # revoked (or expired) at the pool's door: Celery acked it; it never ran
             self._finished(run, None, unstarted=True)
+
+    @property
+    def pool_slots(self) -> int:
+        """The pool's size now (or ``fair_capacity`` if smaller)."""
+        return self._pool_slots
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the reserve's depth follows the jobs' wall times (``fair_lookahead`` unset,
+        with a shared store)."""
+        return self._sizer is not None
+
+    def _fair_slots(self) -> int:
+        """The pool's slots fair jobs may run in now: its size less its plain runs."""
+        return max(0, self._pool_slots - self.runs.plain)
 
     def _slots(self) -> int:
         """The pool's size now (autoscale moves it), or ``fair_capacity`` if smaller."""
@@ -1020,13 +1036,16 @@ class Gate:
                         self.scheduler.allocation().slots, self.settings.metrics_top_keys
                     )
                 ),
+                # The pool's slots and the reserve apart: fair-running of fair-slots (the
+                # pool's size less its plain runs) run in the pool; fair-reserved of
+                # fair-lookahead wait admitted for a free process (the scheduler counts both).
                 "fair-reserved": len(self._reserve),
                 "fair-lookahead": self.lookahead,
-                "fair-running": self.scheduler.running,
+                "fair-running": self.scheduler.running - len(self._reserve),
+                "fair-slots": self._fair_slots(),
                 "plain-running": self.runs.plain,
                 "plain-started": self.runs.plain_started,
                 "pool-in-line": self.runs.in_line,
-                "fair-capacity": self.scheduler.capacity,
                 **self.counters.stats(),
                 **({"fair-metrics-port": self.metrics_port} if self.metrics_port else {}),
                 **{f"fair-store-{name}": v for name, v in self.engine.info().items()},
@@ -1052,7 +1071,8 @@ class Gate:
                 blocked=self.scheduler.blocked_counts(),
                 reserved=len(self._reserve),
                 plain_running=self.runs.plain,
-                capacity=self.scheduler.capacity,
+                slots=self._fair_slots(),
+                lookahead=self.lookahead,
                 mode=self.engine.mode.value,
                 heads={key: max(0.0, now - t) for key, t in oldest.items()},
                 allocation=self.scheduler.allocation().slots,
