@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +18,7 @@ import kombu.exceptions
 import pytest
 import redis
 from celery import Celery
+from celery.signals import before_task_publish
 from shared_redis import REDIS_URL
 
 from celery_fair import QueueFull, fair_task
@@ -484,3 +488,75 @@ def test_a_duplicate_of_a_submit_still_publishing_waits_for_it_or_says_it_is_not
     assert len(seen) == 2
     assert seen[1] != "t-failing"
     assert published() == 2
+
+
+# -- the store dies in the middle of a submit -----------------------------------------------
+
+
+@pytest.fixture
+def dying_store(tmp_path):
+    """A redis-server of the test's own on a spare port for the store, and ``die()``, which
+    SIGKILLs it (by its PID)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+
+    def pings() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    from harness import wait_until
+
+    wait_until(pings, 10, f"redis-server on port {port}")
+    client.close()
+
+    def die(**_: Any) -> None:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    yield url, die
+    die()
+
+
+@pytest.mark.parametrize("publish", ["succeeds", "fails"])
+@pytest.mark.parametrize("limit", ["untracked", "tracked"])
+def test_a_store_lost_between_the_claim_and_the_publish_leaves_the_publish_outcome_intact(
+    producer, dying_store, caplog, publish, limit
+):
+    make, published = producer
+    url, die = dying_store
+    conf = {**LIMITS[limit], "fair_store_url": url}
+    if publish == "fails":
+        conf.update(broker_url=REFUSING, broker_transport_options={})
+    _, clone = make(**conf)
+    # Given a store that dies once the submit has claimed its key (and tracked it), just
+    # before the message is published (Celery's before_task_publish signal),
+    before_task_publish.connect(die, weak=False, dispatch_uid="test-dying-store")
+    try:
+        outcome: object = clone.apply_async(["linux"], fairness_key="alice", idempotency_key="k")
+    except Exception as exc:
+        outcome = exc
+    finally:
+        before_task_publish.disconnect(dispatch_uid="test-dying-store")
+    # the caller learns what happened to its publish (not the store's trouble): a published
+    # job's handle (a StoreUnavailable would make it submit again), or the broker's error;
+    # the records it could not update are left to lapse, with a warning.
+    if publish == "succeeds":
+        assert hasattr(outcome, "id"), outcome
+        assert published() == 1
+        assert "could not be confirmed" in caplog.text
+    else:
+        assert isinstance(outcome, kombu.exceptions.OperationalError), outcome
+        assert "could not drop the pending record" in caplog.text
+        if limit == "tracked":
+            assert "could not withdraw the tracked entry" in caplog.text
