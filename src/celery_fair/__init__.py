@@ -29,6 +29,7 @@ from .errors import (
     SchedulerError,
     SlotTimeout,
     StoreUnavailable,
+    SubmissionPending,
     TraceError,
 )
 from .routing import fair_router
@@ -60,6 +61,7 @@ __all__ = [
     "Slot",
     "SlotTimeout",
     "StoreUnavailable",
+    "SubmissionPending",
     "TraceError",
     "WallClock",
     "__version__",

@@ -137,7 +137,8 @@ class FairTask(Task):
         """Celery's ``apply_async`` with the fairness options: ``fairness_key`` (who asked),
         ``job_id`` (the resource the job works on), ``idempotency_key``: a duplicate of
         ``(fairness_key, idempotency_key)`` within ``fair_idempotency_seconds`` publishes
-        nothing and returns the first submission's result (submissions.py), and
+        nothing and returns the first submission's result once that one is published, or
+        raises ``SubmissionPending`` if its outcome is not known in time (submissions.py), and
         ``fair_priority``: this job's own priority, if not its type's (its tier, where its
         aging starts; its type's cap still counts it): one a job type or ``fair_tier_caps``
         declares. Celery's own ``priority`` is the broker's, and the gate does not read it.

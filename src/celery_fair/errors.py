@@ -13,7 +13,9 @@
      ├── StoreUnavailable        the shared store cannot be reached (infrastructure)
      ├── RunTimeout              run_sync's job did not finish in time (it was cancelled)
      ├── SlotTimeout             fair.slot was not admitted in time (it was withdrawn)
-     └── QueueFull               a submit past fair_max_queued(_per_key): nothing published
+     ├── QueueFull               a submit past fair_max_queued(_per_key): nothing published
+     └── SubmissionPending       a duplicate idempotent submit whose first one's outcome is
+                                 not known yet: nothing published, no task id
 
 Expected outcomes of normal operation (a job blocked, a cancel that came too late) are
 return values, never exceptions.
@@ -31,6 +33,7 @@ __all__ = [
     "SchedulerError",
     "SlotTimeout",
     "StoreUnavailable",
+    "SubmissionPending",
     "TraceError",
     "UnknownJob",
     "UnknownJobType",
@@ -129,3 +132,20 @@ class QueueFull(FairError):
         self.count = count
         self.limit = limit
         self.retry_after = retry_after
+
+
+class SubmissionPending(FairError, TimeoutError):
+    """A duplicate idempotent submit: the first submit of ``(fairness_key, idempotency_key)``
+    had neither published nor given up within ``waited`` seconds
+    (``fair_idempotency_wait_seconds``). This call published nothing and has no task id to
+    give; submit again later for the first one's id (or, if it failed, to publish)."""
+
+    def __init__(self, fairness_key: str, idempotency_key: str, waited: float) -> None:
+        super().__init__(
+            f"the first submit of idempotency key {idempotency_key!r} (fairness key "
+            f"{fairness_key!r}) has not published yet after {waited:g} s; its outcome is not "
+            "known: nothing was published, submit again later"
+        )
+        self.fairness_key = fairness_key
+        self.idempotency_key = idempotency_key
+        self.waited = waited

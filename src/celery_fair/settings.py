@@ -55,6 +55,10 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # a submit with an idempotency_key publishes once per (fairness key, idempotency key)
         # within this many seconds (submissions.py)
         "fair_idempotency_seconds": 24 * 3600.0,
+        # a duplicate of a submit not yet published waits this long for its outcome, then
+        # raises SubmissionPending; a submit's pending record lapses after the second
+        "fair_idempotency_wait_seconds": 10.0,
+        "fair_idempotency_pending_seconds": 60.0,
         # Producers record each fair submission in the shared store until it ends
         # (submissions.py): job control then sees jobs still in the broker, and the limits
         # below can refuse a submit. Any limit turns it on.
@@ -132,6 +136,8 @@ class FairSettings:
     lifecycle: CostLifecycle = field(default_factory=CostLifecycle)
     default_fairness_key: str = ""
     idempotency_seconds: float = 24 * 3600.0
+    idempotency_wait_seconds: float = 10.0
+    idempotency_pending_seconds: float = 60.0
     track_submits: bool = False
     track_seconds: float = 24 * 3600.0
     max_queued: int | None = None
@@ -207,6 +213,12 @@ class FairSettings:
             lifecycle=lifecycle,
             default_fairness_key=_key("fair_default_fairness_key", v["fair_default_fairness_key"]),
             idempotency_seconds=_seconds("fair_idempotency_seconds", v["fair_idempotency_seconds"]),
+            idempotency_wait_seconds=_seconds(
+                "fair_idempotency_wait_seconds", v["fair_idempotency_wait_seconds"]
+            ),
+            idempotency_pending_seconds=_seconds(
+                "fair_idempotency_pending_seconds", v["fair_idempotency_pending_seconds"]
+            ),
             track_submits=_bool("fair_track_submits", v["fair_track_submits"]),
             track_seconds=_seconds("fair_track_seconds", v["fair_track_seconds"]),
             max_queued=_optional_int("fair_max_queued", v["fair_max_queued"], minimum=1),

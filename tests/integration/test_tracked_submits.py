@@ -6,7 +6,7 @@ still in the broker and a limit refuses a submit before anything is published. R
 from __future__ import annotations
 
 import pytest
-from harness import BACKEND, producers_at_once, queue_length, wait_until
+from harness import BACKEND, gate_stats, producers_at_once, queue_length, wait_until
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 from test_shards import node
@@ -156,3 +156,55 @@ def test_a_limit_holds_for_producers_submitting_at_once(make_run, broker):
     # then 10 were accepted in all, and exactly 10 published.
     assert sum(int(out) for out in outputs) == 10, outputs
     assert queue_length(run, run.queue) == 10
+
+
+def test_a_copy_dropped_because_its_job_already_ran_leaves_no_tracked_entry(
+    make_run, start_worker, broker
+):
+    # Given a limit of one job per key (so tracking), and a job of key "k" that ran to the end,
+    run = make_run(conf=fleet_conf(broker, fair_max_queued_per_key=1))
+    worker = start_worker(run, concurrency=1)
+    store = store_of(run)
+    clone = run.app.tasks["fairapp.clone"]
+    first = clone.apply_async(["first", 0.01], fairness_key="k")
+    wait_until(lambda: store.queued(first.id) is None, 20, "the first run to end")
+    # when its task id is published again within fair_dedupe_seconds (tracked again),
+    before = gate_stats(run, worker)["fair-duplicates"]
+    clone.apply_async(["first", 0.01], fairness_key="k", task_id=first.id)
+    assert store.queued(first.id) is not None
+    # the worker drops it as a copy and forgets its entry: it is no longer "queued", and it
+    # does not hold key k's one place,
+    wait_until(
+        lambda: gate_stats(run, worker)["fair-duplicates"] > before, 20, "the copy to be dropped"
+    )
+    wait_until(lambda: store.queued(first.id) is None, 20, "the copy's entry to be forgotten")
+    assert status(run.app, first.id)["state"] != "queued"
+    again = wait_until(lambda: _submits(clone, "k", "again"), 20, "k's place to be free")
+    assert again
+    wait_until(lambda: run.recorder.done_counts().get("again") == 1, 20, "the next job")
+    assert run.recorder.done_counts()["first"] == 1  # the copy never ran
+    store.close()
+
+
+def test_a_copy_dropped_while_its_job_runs_leaves_the_running_jobs_entry(
+    make_run, start_worker, broker
+):
+    # Given tracked submissions and a job of key "k" running on the only worker,
+    run = make_run(conf=fleet_conf(broker, fair_track_submits=True))
+    worker = start_worker(run, concurrency=1)
+    store = store_of(run)
+    clone = run.app.tasks["fairapp.clone"]
+    first = clone.apply_async(["long", 3.0], fairness_key="k")
+    wait_until(lambda: run.recorder.events(), 20, "the job to start")
+    # when its task id is published again and the worker drops that copy at once,
+    before = gate_stats(run, worker)["fair-duplicates"]
+    clone.apply_async(["long", 3.0], fairness_key="k", task_id=first.id)
+    wait_until(
+        lambda: gate_stats(run, worker)["fair-duplicates"] > before, 20, "the copy to be dropped"
+    )
+    # the entry stays while the job it stands for runs (its end forgets it),
+    assert store.queued(first.id) is not None
+    assert "long" not in run.recorder.done_counts()
+    wait_until(lambda: store.queued(first.id) is None, 20, "the job's end to forget it")
+    assert run.recorder.done_counts()["long"] == 1
+    store.close()

@@ -13,6 +13,7 @@ from celery_fair.store import (
     Done,
     QueuedCount,
     Running,
+    Submission,
     Verdict,
     conflict_field,
     estimate_field,
@@ -495,26 +496,40 @@ def test_a_job_that_is_not_urgent_claims_nothing(make_store):
 def test_a_submission_is_recorded_once_per_key_until_its_time_is_up(make_store):
     one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
     assert one.claim_submission("alice", "order-17", "t1", 30.0) is None
-    assert two.claim_submission("alice", "order-17", "t2", 30.0) == "t1"
+    assert two.claim_submission("alice", "order-17", "t2", 30.0) == Submission("t1", False)
+    assert one.confirm_submission("alice", "order-17", "t1", 30.0)
+    assert two.claim_submission("alice", "order-17", "t2", 30.0) == Submission("t1", True)
     assert two.claim_submission("bob", "order-17", "t3", 30.0) is None  # per fairness key
     # (the key and the idempotency key cannot run into each other)
     assert two.claim_submission("alice:", "order-17", "t4", 30.0) is None
-    assert one.claim_submission("a", "short", "t5", 0.2) is None
+    assert one.claim_submission("a", "short", "t5", 30.0) is None
+    assert one.confirm_submission("a", "short", "t5", 0.2)
     wait_until(
         lambda: two.claim_submission("a", "short", "t6", 30.0) is None,
         10,
         "the short record to lapse",
     )
-    assert one.claim_submission("a", "short", "t7", 30.0) == "t6"
+    assert one.claim_submission("a", "short", "t7", 30.0) == Submission("t6", False)
 
 
-def test_a_failed_publish_forgets_only_its_own_record(make_store):
+def test_a_pending_submission_is_dropped_only_by_its_own_producer_or_lapses(make_store):
     store = make_store(lifecycle=NEVER)
     assert store.claim_submission("alice", "k", "t1", 30.0) is None
     store.forget_submission("alice", "k", "other")  # not its record: it stays
-    assert store.claim_submission("alice", "k", "t2", 30.0) == "t1"
-    store.forget_submission("alice", "k", "t1")
+    assert store.claim_submission("alice", "k", "t2", 30.0) == Submission("t1", False)
+    store.forget_submission("alice", "k", "t1")  # its publish failed: the next claim wins
     assert store.claim_submission("alice", "k", "t2", 30.0) is None
+    assert store.confirm_submission("alice", "k", "t2", 30.0)
+    store.forget_submission("alice", "k", "t2")  # a published record is never dropped
+    assert store.claim_submission("alice", "k", "t3", 30.0) == Submission("t2", True)
+    # A pending record whose producer died lapses; its producer, confirming late, is told so
+    # and records its publish only where nobody else's is.
+    assert store.claim_submission("bob", "k", "b1", 0.2) is None
+    wait_until(lambda: store.claim_submission("bob", "k", "b2", 30.0) is None, 10, "a lapse")
+    assert not store.confirm_submission("bob", "k", "b1", 30.0)
+    assert store.claim_submission("bob", "k", "b3", 30.0) == Submission("b1", True)
+    assert store.confirm_submission("bob", "k", "b2", 30.0)  # its own; the first one stays
+    assert store.claim_submission("bob", "k", "b3", 30.0) == Submission("b1", True)
 
 
 def test_tracked_submissions_count_per_key_and_in_all_in_order(make_store):
@@ -567,7 +582,16 @@ def test_a_keys_rate_of_ends_is_known_a_second_after_its_first_and_lapses_are_no
     found = wait_until(lambda: store.queued("a4").rate, 10, "a second of ends", every=0.05)
     assert 0 < found <= 2.0  # two ends after the first, a second or more after it
     assert store.queued("lost").rate == 0.0  # bob: nothing ended
-    # An entry that lapses is not an end: bob's rate stays unknown.
+    # A withdrawn entry (its publish failed) is not an end,
+    assert store.track("alice", "never").added
+    assert store.untrack(["never"], ended=False) == 1
+    assert store.queued("never") is None
+    assert store.track("dave", "d0").added
+    assert store.untrack(["d1"], ended=False) == 0
+    assert store.track("dave", "d1").added
+    assert store.untrack(["d1"], ended=False) == 1
+    assert store.queued("d0").rate == 0.0  # dave: nothing ended
+    # nor is an entry that lapses: bob's rate stays unknown.
     wait_lapsed(store, "lost", seconds=0.3, tracking="carol")
     assert store.track("bob", "b1").added
     assert store.queued("b1").rate == 0.0

@@ -28,6 +28,7 @@ __all__ = [
     "Reply",
     "Running",
     "Store",
+    "Submission",
     "Verdict",
     "View",
     "conflict_field",
@@ -95,6 +96,13 @@ def queued_member(fairness_key: str, at: float, task_id: str) -> str:
     '5:alice|00001700000000.250000|t1'
     """
     return f"{len(fairness_key.encode())}:{fairness_key}|{at:021.6f}|{task_id}"
+
+
+class Submission(NamedTuple):
+    """The record of an idempotent submission another producer made first."""
+
+    task_id: str
+    published: bool  # False: its producer has not published it yet (or may have failed to)
 
 
 class QueuedCount(NamedTuple):
@@ -351,15 +359,26 @@ class Store(Protocol):
 
     def claim_submission(
         self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
-    ) -> str | None:
-        """Record that ``task_id`` is the submission of ``(fairness_key, idempotency_key)``
-        for ``seconds``, atomically for every producer: ``None`` if it now is, else the task
-        id of the submission recorded first (still within its time)."""
+    ) -> Submission | None:
+        """Record ``task_id`` as the *pending* submission of ``(fairness_key,
+        idempotency_key)`` for ``seconds`` (its producer is about to publish it), atomically for
+        every producer: ``None`` if it now is, else the submission recorded first, published
+        (``confirm_submission``) or still pending. A pending record lapses after ``seconds``;
+        a published one after its own time."""
+        ...
+
+    def confirm_submission(
+        self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
+    ) -> bool:
+        """``task_id`` was published: its pending record is dropped and ``task_id`` becomes the
+        published record of ``(fairness_key, idempotency_key)``, kept ``seconds``, unless one
+        is recorded already (the first published stays). ``False`` if its pending record was
+        gone (it lapsed, so another submit may have published too)."""
         ...
 
     def forget_submission(self, fairness_key: str, idempotency_key: str, task_id: str) -> None:
-        """Drop the record of ``(fairness_key, idempotency_key)`` if it is ``task_id``'s (its
-        publish failed, so a later submit may publish)."""
+        """Drop ``task_id``'s pending record of ``(fairness_key, idempotency_key)`` if it is
+        still its own (its publish failed or was refused, so a later submit may publish)."""
         ...
 
     def track(
@@ -377,9 +396,10 @@ class Store(Protocol):
         ``seconds`` are dropped as they are met (a job whose end was never reported)."""
         ...
 
-    def untrack(self, task_ids: Collection[str]) -> int:
+    def untrack(self, task_ids: Collection[str], *, ended: bool = True) -> int:
         """Forget these submissions (they ended: done, failed, revoked, dead-lettered);
-        returns how many were tracked. One round trip."""
+        returns how many were tracked. ``ended=False``: they never were (their publish failed),
+        so their keys' rates of ends (``Queued.rate``) do not count them. One round trip."""
         ...
 
     def queued(self, task_id: str) -> Queued | None:

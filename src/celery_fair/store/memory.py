@@ -28,6 +28,7 @@ from .base import (
     Registered,
     Reply,
     Running,
+    Submission,
     Verdict,
     View,
     estimate_field,
@@ -90,8 +91,10 @@ class MemoryStore:
         self._done: OrderedDict[str, float] = OrderedDict()  # tombstone uid -> when, oldest first
         # Urgent jobs' claims: "p:<priority>" or "t:<type>" -> (uid, expiry); see admit.lua.
         self.claims: dict[str, tuple[str, float]] = {}
-        # Submissions by idempotency key: submission_field -> (task id, expiry).
+        # Submissions by idempotency key: submission_field -> (task id, expiry), published
+        # and pending (claimed, not yet published).
         self._submitted: dict[str, tuple[str, float]] = {}
+        self._pending: dict[str, tuple[str, float]] = {}
         # Tracked submissions (fair_track_submits): task id -> (fairness key, when), oldest
         # first, and how many each key has.
         self._tracked: OrderedDict[str, tuple[str, float]] = OrderedDict()
@@ -226,19 +229,34 @@ class MemoryStore:
 
     def claim_submission(
         self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
-    ) -> str | None:
+    ) -> Submission | None:
         now = self.clock.now()
         name = submission_field(fairness_key, idempotency_key)
-        held = self._submitted.get(name)
-        if held is not None and held[1] > now:
-            return held[0]
-        self._submitted[name] = (task_id, now + seconds)
+        for records, published in ((self._submitted, True), (self._pending, False)):
+            held = records.get(name)
+            if held is not None and held[1] > now:
+                return Submission(held[0], published)
+        self._pending[name] = (task_id, now + seconds)
         return None
+
+    def confirm_submission(
+        self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
+    ) -> bool:
+        now = self.clock.now()
+        name = submission_field(fairness_key, idempotency_key)
+        pending = self._pending.get(name)
+        own = pending is not None and pending[0] == task_id and pending[1] > now
+        if own:
+            del self._pending[name]
+        held = self._submitted.get(name)
+        if held is None or held[1] <= now:  # the first published record stays
+            self._submitted[name] = (task_id, now + seconds)
+        return own
 
     def forget_submission(self, fairness_key: str, idempotency_key: str, task_id: str) -> None:
         name = submission_field(fairness_key, idempotency_key)
-        if self._submitted.get(name, ("",))[0] == task_id:
-            del self._submitted[name]
+        if self._pending.get(name, ("",))[0] == task_id:
+            del self._pending[name]
 
     def track(
         self,
@@ -268,16 +286,18 @@ class MemoryStore:
         self._tracked_in_key[fairness_key] = in_key + 1
         return QueuedCount(True, in_key, total)
 
-    def untrack(self, task_ids: Collection[str]) -> int:
-        ended: dict[str, int] = {}
+    def untrack(self, task_ids: Collection[str], *, ended: bool = True) -> int:
+        if not ended:
+            return sum(self._forget_tracked(task_id) is not None for task_id in task_ids)
+        by_key: dict[str, int] = {}
         for task_id in task_ids:
             key = self._forget_tracked(task_id)
             if key is not None:
-                ended[key] = ended.get(key, 0) + 1
+                by_key[key] = by_key.get(key, 0) + 1
         now = self.clock.now()
-        for key, n in ended.items():
+        for key, n in by_key.items():
             self._rates[key] = rate_after(self._rates.get(key), n, now)
-        return sum(ended.values())
+        return sum(by_key.values())
 
     def _forget_tracked(self, task_id: str) -> str | None:
         found = self._tracked.pop(task_id, None)

@@ -27,6 +27,7 @@ from .base import (
     Registered,
     Reply,
     Running,
+    Submission,
     Verdict,
     View,
     estimate_field,
@@ -61,14 +62,8 @@ KEY_NAMES = (
 _SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies")
 """The scheduling scripts: common.lua and the generated argument names come first in each."""
 
-_STANDALONE = ("queued", "holder")
+_STANDALONE = ("queued", "holder", "submission")
 """Scripts on keys of their own, with arguments of their own (each documents its ARGV)."""
-
-# Drop a submission's record only if it is still the given task's (compare and delete).
-_FORGET = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def _as_text(value: object) -> str:
@@ -220,12 +215,14 @@ class RedisStore:
         self._wire = Wire(client) if type(client) is redis_lib.Redis else None
         self._sources = {name: _source(name) for name in _SCRIPTS}
         self._scripts = {name: client.register_script(self._sources[name]) for name in _SCRIPTS}
-        self._forget = client.register_script(_FORGET)
         self._queued = client.register_script(
             (resources.files(__package__) / "lua" / f"{_STANDALONE[0]}.lua").read_text()
         )
         self._holder = client.register_script(
             (resources.files(__package__) / "lua" / f"{_STANDALONE[1]}.lua").read_text()
+        )
+        self._submission_script = client.register_script(
+            (resources.files(__package__) / "lua" / f"{_STANDALONE[2]}.lua").read_text()
         )
         self._queued_keys = [
             f"{{{prefix}}}:{name}"
@@ -302,29 +299,31 @@ class RedisStore:
 
     def claim_submission(
         self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
-    ) -> str | None:
-        """``SET NX`` with the time to live: one round trip, two for a duplicate (it reads
-        whose submission holds the key; if that ended in between, it tries again)."""
-        name = self._submission(fairness_key, idempotency_key)
-        ms = max(1, round(seconds * 1000))
+    ) -> Submission | None:
+        """One round trip (``lua/submission.lua``)."""
+        found = self._submission_op("claim", fairness_key, idempotency_key, task_id, seconds)
+        if not found:
+            return None
+        held, published = found
+        return Submission(_as_text(held), bool(int(published)))
 
-        def claim(client: Any) -> str | None:
-            while True:
-                if client.set(name, task_id, nx=True, px=ms):
-                    return None
-                held = client.get(name)
-                if held is not None:
-                    return _as_text(held)
-
-        result: str | None = self._read(claim)
-        return result
+    def confirm_submission(
+        self, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
+    ) -> bool:
+        """One round trip (``lua/submission.lua``)."""
+        return bool(self._submission_op("confirm", fairness_key, idempotency_key, task_id, seconds))
 
     def forget_submission(self, fairness_key: str, idempotency_key: str, task_id: str) -> None:
-        name = self._submission(fairness_key, idempotency_key)
-        self._read(lambda c: self._forget(keys=[name], args=[task_id], client=c))
+        """One round trip (``lua/submission.lua``)."""
+        self._submission_op("forget", fairness_key, idempotency_key, task_id, 0.0)
 
-    def _submission(self, fairness_key: str, idempotency_key: str) -> str:
-        return f"{{{self.prefix}}}:submitted:{submission_field(fairness_key, idempotency_key)}"
+    def _submission_op(
+        self, op: str, fairness_key: str, idempotency_key: str, task_id: str, seconds: float
+    ) -> Any:
+        field = submission_field(fairness_key, idempotency_key)
+        keys = [f"{{{self.prefix}}}:submitted:{field}", f"{{{self.prefix}}}:submitting:{field}"]
+        args = [op, task_id, str(max(1, round(seconds * 1000)))]
+        return self._read(lambda c: self._submission_script(keys=keys, args=args, client=c))
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
         """Replace the runtime policies' document by ``change(document)``'s, with the paused
@@ -535,10 +534,11 @@ class RedisStore:
         )
         return QueuedCount(bool(added), int(in_key), int(total), _as_text(by))
 
-    def untrack(self, task_ids: Collection[str]) -> int:
+    def untrack(self, task_ids: Collection[str], *, ended: bool = True) -> int:
+        """One round trip (``lua/queued.lua``)."""
         if not task_ids:
             return 0
-        args = ["untrack", *task_ids]
+        args = ["untrack" if ended else "withdraw", *task_ids]
         n = self._read(lambda c: self._queued(keys=self._queued_keys, args=args, client=c))
         return int(n)
 

@@ -496,6 +496,12 @@ class Gate:
             )
             ack_quietly(held.req)
             worker_state.task_ready(held.req)
+            if self.settings.tracking:
+                # The store drops a copy only once its job finished for good, and that end
+                # forgot the job's entry; an entry now is this copy's own (its task id was
+                # published again), and nothing else will end it. A copy dropped while its job
+                # still runs (``_hold``) leaves the entry alone: it stands for the running job.
+                untrack(self.app, [held.req.id])
 
     def _start(self, uid: str, admission: Admission) -> None:
         """Hand an admitted job to the pool."""

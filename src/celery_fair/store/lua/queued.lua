@@ -13,6 +13,8 @@
 --   track   key, task id, key limit ('' none), total limit ('' none), seconds to keep
 --           -> {added 0/1, jobs of the key, jobs in all, '' | 'key' | 'total'}
 --   untrack task id...                       -> how many were tracked
+--   withdraw task id...  (their publish failed: forgotten, not counted as ends)
+--                                            -> how many were tracked
 --   find    task id -> {} | {key, time, place in key, jobs of key, place, jobs in all,
 --           its key's ends per second lately ('0': not known)}
 
@@ -98,6 +100,14 @@ if op == 'track' then
   redis.call('ZADD', by_time, now, id)
   redis.call('HSET', entries, id, entry)
   return {1, in_key, total, ''}
+end
+
+if op == 'withdraw' then
+  local n = 0
+  for i = 2, #ARGV do
+    if forget(ARGV[i]) then n = n + 1 end
+  end
+  return n
 end
 
 if op == 'untrack' then
