@@ -252,7 +252,7 @@ def format_store(state: dict[str, Any], where: str) -> str:
     held = ", ".join(f"{_conflict(c)} by {uid}" for c, uid in sorted(state["conflicts"].items()))
     lines.append(f"conflicts held: {held or '-'}")
     by_cost = sorted(state["costs"].items(), key=lambda item: -item[1])
-    costs = ", ".join(f"{k!r} {v:g}" for k, v in by_cost)
+    costs = ", ".join(f"{key_label(k)} {v:g}" for k, v in by_cost)
     lines.append(f"accumulated cost of the keys running: {costs or '-'}")
     lines.append(
         f"kept: {state['keys']} keys' costs, {state['estimates']} estimates, "

@@ -90,7 +90,7 @@ def test_celery_fair_store_prints_the_state_as_json_and_as_a_table(redis_client,
         assert main(["store", REDIS_URL, "--prefix", prefix]) == 0
         table = capsys.readouterr().out
         assert "workers (1):" in table
-        assert "a  clone (tier 8)  key 'alice'  on w1" in table
+        assert "a  clone (tier 8)  key alice  on w1" in table
         assert "holds git/linux" in table
         assert "conflicts held: git/linux by a" in table
     finally:
