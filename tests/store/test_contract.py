@@ -168,7 +168,9 @@ def test_a_stale_token_changes_nothing(make_store):
 
 
 def test_a_dead_workers_jobs_are_reclaimed_after_its_lease_and_its_late_finish_is_stale(make_store):
-    dead, alive = make_store(lease=0.5, lifecycle=NEVER), make_store(lease=0.5, lifecycle=NEVER)
+    # (a lease long enough that the second admit surely comes before it ends, on a loaded host
+    # too: with 0.5 s, a run beside three others once saw the lease end in between)
+    dead, alive = make_store(lease=3.0, lifecycle=NEVER), make_store(lease=3.0, lifecycle=NEVER)
     [grant] = dead.admit("dead", [ask("a", job_id="linux", type_cap=1)]).grants
     assert verdicts(alive.admit("alive", [ask("b", job_id="linux")])) == [Verdict.CONFLICT]
 
@@ -176,7 +178,7 @@ def test_a_dead_workers_jobs_are_reclaimed_after_its_lease_and_its_late_finish_i
         view = alive.heartbeat("alive", [conflict_field("git", "linux")], [])
         return view if not view.held[conflict_field("git", "linux")] else None
 
-    view = wait_until(reclaimed, 10, "the dead worker's lease to expire")
+    view = wait_until(reclaimed, 20, "the dead worker's lease to expire")
     assert view.types == {}
     [grant_b] = alive.admit("alive", [ask("b", job_id="linux", type_cap=1)]).grants
     assert grant_b.verdict is Verdict.ADMITTED
