@@ -110,7 +110,8 @@ DROPPED = _Spec("dropped", "Fair messages dropped unrun: a copy of a job held, r
                 "done (duplicate), revoked or expired while held (revoked), bad headers sent "
                 "to the dead letter queue (dead_letter).", ("reason",))  # fmt: skip
 GIVEN_BACK = _Spec("given_back", "Admitted jobs that had not started, given back to let a "
-                   "newcomer go first.")  # fmt: skip
+                   "newcomer go first, or because the worker's lease may have lapsed since "
+                   "their admission.")  # fmt: skip
 MOVED = _Spec("intake_moved", "Messages the intake moved from a queue into its fair shards.",
               ("queue",))  # fmt: skip
 AGED = _Spec("aging_promotions", "Levels fair jobs had risen by aging when they were admitted "

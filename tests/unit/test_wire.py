@@ -10,7 +10,15 @@ import redis
 
 from celery_fair.store.base import Ask, Done, Running
 from celery_fair.store.redis import _SCRIPTS, _STANDALONE, RedisStore, _source
-from celery_fair.store.wire import ASK, FINISHED, HEAD, RUNNING, lua_constants
+from celery_fair.store.wire import (
+    ASK,
+    FINISHED,
+    HEAD,
+    RENEW_EVERY,
+    RUNNING,
+    lease_held_for,
+    lua_constants,
+)
 
 SCRIPTS = sorted(_SCRIPTS)
 
@@ -102,3 +110,10 @@ def test_a_registration_is_packed_in_the_tables_order():
         "default_cost": "1.5",
     }
     assert args[b + len(RUNNING) :] == ["1", "u9"]
+
+
+def test_the_lease_renewal_share_is_one_constant_for_the_scripts_and_the_engine():
+    assert f"local RENEW_EVERY = {RENEW_EVERY!r}" in lua_constants()
+    common = (resources.files("celery_fair.store") / "lua" / "common.lua").read_text()
+    assert "renew_at = now + lease * RENEW_EVERY" in common
+    assert lease_held_for(8.0) == 8.0 * (1 - RENEW_EVERY) == 6.0

@@ -13,7 +13,20 @@ from __future__ import annotations
 
 from .base import Ask, Running
 
-__all__ = ["ASK", "FINISHED", "HEAD", "RUNNING", "lua_constants"]
+__all__ = ["ASK", "FINISHED", "HEAD", "RENEW_EVERY", "RUNNING", "lease_held_for", "lua_constants"]
+
+#: An admission renews its worker's lease only once this share of a lease has passed since the
+#: last renewal (a heartbeat or a registration always renews it), so that a busy worker does
+#: not rewrite its lease with every admission. Lua: ``RENEW_EVERY`` (common.lua, ``renew``).
+RENEW_EVERY = 0.25
+
+
+def lease_held_for(lease: float) -> float:
+    """Seconds after sending a call that succeeded during which its worker's lease surely
+    holds: the call renewed it, or found it renewed less than ``RENEW_EVERY`` of a lease
+    before (the engine's rule for reserved jobs, engine.py ``Engine.vet``)."""
+    return lease * (1 - RENEW_EVERY)
+
 
 #: The head of every script's ARGV (1-based in Lua: ``H_<NAME>``).
 HEAD = (
@@ -45,6 +58,7 @@ def lua_constants() -> str:
     lines = [
         "-- generated from celery_fair/store/wire.py: ARGV positions and strides, by name",
         f"local HEAD = {len(HEAD)}",
+        f"local RENEW_EVERY = {RENEW_EVERY!r}",
         _assign("H", HEAD, start=1),
     ]
     for prefix, fields in _LISTS:

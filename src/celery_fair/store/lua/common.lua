@@ -114,13 +114,14 @@ local function next_token()
   return token
 end
 
--- Renew the caller's lease: ``lease`` seconds from now. Unless ``always``, only when a quarter
--- of the lease has passed since the last renewal, so that a busy worker's admissions do not
--- rewrite its lease each time (its expiry then stays at least 3/4 of a lease ahead).
+-- Renew the caller's lease: ``lease`` seconds from now. Unless ``always``, only when
+-- RENEW_EVERY of the lease (a quarter) has passed since the last renewal, so that a busy
+-- worker's admissions do not rewrite its lease each time (its expiry then stays at least
+-- 1 - RENEW_EVERY of a lease ahead, which the engine relies on: wire.py lease_held_for).
 local function renew(now, lease, always)
   if not always and now < renew_at then return end
   redis.call('ZADD', WORKERS, fmt(now + lease), ARGV[H_WORKER])
-  renew_at = now + lease / 4
+  renew_at = now + lease * RENEW_EVERY
   meta_changes[#meta_changes + 1] = renew_field(ARGV[H_WORKER])
   meta_changes[#meta_changes + 1] = fmt(renew_at)
 end
