@@ -685,7 +685,7 @@ def test_the_engine_tells_an_outage_a_recovery_and_a_lost_lease(fleet, clock):
     store = Cuttable(engine.store)
     engine.store = store
     engine.submit("a", "clone", "r1", "k", arrival=clock.now())
-    engine.run_inline()
+    [a] = engine.run_inline().start
     store.cut = True
     engine.submit("b", "clone", "r2", "k", arrival=clock.now())
     engine.run_inline()
@@ -693,7 +693,7 @@ def test_the_engine_tells_an_outage_a_recovery_and_a_lost_lease(fleet, clock):
     assert told.named("store_call")[-1][1:] == ("admit", 0.0, False)
     store.cut = False
     # While it was away, the store lost this worker's running job (its lease expired).
-    store.store.finish(engine.worker, [Done("a", 1, None)])
+    store.store.finish(engine.worker, [Done("a", a.token, None)])
     clock.advance(10.0)
     engine.run_inline()
     assert told.named("recovered") == [("recovered",)]

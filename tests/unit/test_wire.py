@@ -69,10 +69,11 @@ def test_the_head_and_an_admission_are_packed_in_the_tables_order():
     assert (head["worker"], head["lease"], head["recovery"]) == ("w1", "12.5", "12.5")
     assert head["epoch"] == ""
     assert head["advance_idle"] in ("0", "1")
-    assert len(HEAD) == 11
+    assert head["token_seen"] == ""  # nothing seen yet
+    assert len(HEAD) == 12
     assert args[len(HEAD)] == "1"
     fin = dict(zip(FINISHED, args[len(HEAD) + 1 :], strict=False))
-    assert fin == {"uid": "u0", "token": "41", "elapsed": "0.75", "how": "1"}
+    assert fin == {"uid": "u0", "token": "0:41", "elapsed": "0.75", "how": "1"}
     at = len(HEAD) + 1 + len(FINISHED)
     assert args[at] == "1"  # one job to admit
     asked = dict(zip(ASK, args[at + 1 : at + 1 + len(ASK)], strict=True))
@@ -100,7 +101,7 @@ def test_a_registration_is_packed_in_the_tables_order():
     b = len(HEAD) + 1
     assert dict(zip(RUNNING, args[b : b + len(RUNNING)], strict=True)) == {
         "uid": "u2",
-        "token": "42",
+        "token": "0:42",
         "type": "repack",
         "priority": "4",
         "conflict": "",
