@@ -16,8 +16,13 @@ from celery_fair.store.wire import (
     HEAD,
     RENEW_EVERY,
     RUNNING,
+    TOKEN_LOW_BITS,
+    TOKEN_TICKS_PER_S,
+    first_token,
     lease_held_for,
     lua_constants,
+    pack_token,
+    unpack_token,
 )
 
 SCRIPTS = sorted(_SCRIPTS)
@@ -118,3 +123,15 @@ def test_the_lease_renewal_share_is_one_constant_for_the_scripts_and_the_engine(
     common = (resources.files("celery_fair.store") / "lua" / "common.lua").read_text()
     assert "renew_at = now + lease * RENEW_EVERY" in common
     assert lease_held_for(8.0) == 8.0 * (1 - RENEW_EVERY) == 6.0
+
+
+def test_the_token_halves_are_one_definition_for_the_scripts_and_python():
+    constants = lua_constants()
+    assert f"local TOKEN_LOW = {1 << TOKEN_LOW_BITS}" in constants
+    assert f"local TOKEN_TICKS_PER_S = {TOKEN_TICKS_PER_S}" in constants
+    common = (resources.files("celery_fair.store") / "lua" / "common.lua").read_text()
+    assert "math.floor(now * TOKEN_TICKS_PER_S)" in common
+    assert "if token >= TOKEN_LOW then" in common
+    token = first_token(1700000000.5) + 7
+    assert pack_token(token) == "1700000000500:7"
+    assert unpack_token(*pack_token(token).split(":")) == token
