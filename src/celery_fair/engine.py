@@ -31,6 +31,15 @@ as the store last reported it), never a job with a conflict (exclusion needs the
 way the engine probes the store with backoff, and when it answers, re-registers the jobs it
 runs that the store does not know (after a restart that lost them, or admitted in ``local``
 mode) before admitting anything.
+
+Leases
+------
+The store admits a job under this worker's lease; if the lease lapses (a pause past it: SIGSTOP,
+a long GC, a VM pause), the store releases the job and may admit a conflicting one elsewhere.
+A job already running cannot be called back (its side effects are fenced by its token), but a
+job admitted and not yet started can: ``vet`` gives it back unless the lease has surely held
+since its admission, that is, unless every successful store call since then was sent less than
+``lease_held_for(lease)`` after the one before it, the last one included.
 """
 
 from __future__ import annotations
@@ -66,11 +75,12 @@ from .store.base import (
     conflict_field,
     estimate_field,
 )
+from .store.wire import lease_held_for
 
 if TYPE_CHECKING:
     from .store.redis import RedisStore, Request
 
-__all__ = ["OUTAGE_POLICIES", "Call", "Decision", "Engine", "Mode"]
+__all__ = ["OUTAGE_POLICIES", "Call", "Decision", "Engine", "Mode", "Vetted"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +122,13 @@ class Decision(NamedTuple):
 
 
 NOTHING = Decision([], [], None)
+
+
+class Vetted(NamedTuple):
+    """Which reserved jobs may start now (``Engine.vet``)."""
+
+    ready: list[Hashable]  # may start now, in the order given
+    given_back: list[Hashable]  # pending again: no longer reserved
 
 
 @dataclass(slots=True)
@@ -167,6 +184,7 @@ class _Job:
     in_store: bool = False  # the store counts it as running under this worker
     cancelled: bool = False  # withdrawn while its admission was in flight
     stalled: bool = False  # its uid was found running elsewhere at least once
+    term: int = 0  # the engine's lease term when the store admitted (or registered) it
 
 
 def _charged(job: _Job) -> float:
@@ -264,6 +282,14 @@ class Engine:
         self._backoff = 0.0
         self._max_token = 0
         self._local_tokens = 0
+        # _contact: when the last store call that succeeded was sent. _term counts the times
+        # the lease may have lapsed: a successful call sent lease_held_for(lease) or more after
+        # the one before it starts a new term. A job admitted in an earlier term, or while the
+        # last contact is that old, may have lost its admission (``vet``).
+        self.lease = lease
+        self._held_for = lease_held_for(lease)
+        self._contact = -math.inf
+        self._term = 0
 
     # -- events in -------------------------------------------------------------------------
 
@@ -400,10 +426,58 @@ class Engine:
         for ref in given:
             job = self._jobs.get(ref)
             if job is not None:
-                self._report(job, None, final=False, unstarted=True)
-                job.token = 0
+                self._give_back(ref, job, revert=False)
         self.observer.given_back(len(given))
         return given
+
+    def vet(self, reserved: list[Hashable]) -> Vetted:
+        """Which admitted jobs that have not started (``reserved``) may start now.
+
+        One the store admitted may start only while this worker's lease has surely held since
+        its admission (see Leases in the module docstring). Otherwise the store may have
+        released it and admitted a conflicting job on another worker: it is given back
+        instead, pending again at its old place, and the next call reports it unstarted (its
+        charge refunded; a stale token there changes nothing) and asks for it again. While a
+        store call is in flight or the store is unreachable, such a job stays reserved and
+        waits (it is vetted again once the store answers). Jobs admitted locally during an
+        outage, and every job when there is no store, may start. O(reserved).
+        """
+        if self.store is None:
+            return Vetted(list(reserved), [])
+        sound = self.clock.now() - self._contact < self._held_for
+        ready: list[Hashable] = []
+        stale: list[Hashable] = []
+        for ref in reserved:
+            job = self._jobs.get(ref)
+            if job is None or not job.in_store or (sound and job.term == self._term):
+                ready.append(ref)
+            else:
+                stale.append(ref)
+        if not stale or self._inflight is not None or self.mode is not Mode.SHARED:
+            return Vetted(ready, [])
+        for ref in stale:
+            self._give_back(ref, self._jobs[ref])
+        self._gave_back_stale(stale)
+        return Vetted(ready, stale)
+
+    def _give_back(self, ref: Hashable, job: _Job, *, revert: bool = True) -> None:
+        """``job`` was admitted and does not start: pending again (``revert``: in the core,
+        at its old place), and its end, unstarted, reported with the next call."""
+        if revert:
+            self.core.revert(ref)
+        self._report(job, None, final=False, unstarted=True)
+        job.token = 0
+
+    def _gave_back_stale(self, given: list[Hashable]) -> None:
+        self.observer.given_back(len(given))
+        logger.warning(
+            "celery-fair: this worker's lease may have lapsed since it was admitted %d job(s) "
+            "that have not started (it was paused, or could not reach the store, for %.1f s "
+            "or more); giving them back to be admitted again: %s",
+            len(given),
+            self._held_for,
+            ", ".join(map(str, given[:5])),
+        )
 
     # -- decisions out ---------------------------------------------------------------------
 
@@ -461,6 +535,9 @@ class Engine:
         self.observer.store_call(call.kind, self.clock.now() - call.sent, not failed)
         if failed:
             return self._failed(call, result)
+        if call.sent - self._contact >= self._held_for:
+            self._term += 1  # the lease may have lapsed since the last contact
+        self._contact = call.sent
         if self.mode is not Mode.SHARED:
             self._recovered()
         self._backoff = 0.0
@@ -474,6 +551,8 @@ class Engine:
             if result.released:
                 self.observer.reconciled(result.released)
             self._must_register = self._reconcile = False
+            for job in call.flipped:  # admitted locally, in the store from now on
+                job.term = self._term
             if result.registered:
                 logger.info(
                     "celery-fair: registered %d running job(s) the store did not know.",
@@ -628,6 +707,10 @@ class Engine:
         drop: list[Hashable] = []
         costs: dict[str, float] = {}
         now = self.clock.now()
+        # A reply read a lease or more after its call was sent (this worker was paused in
+        # between): the store may have released what it admitted since, so none of it starts.
+        late = now - call.sent >= self._held_for
+        given: list[Hashable] = []
         for admission, grant in zip(call.admissions, reply.grants, strict=True):
             ref = admission.ref
             job = jobs[ref]
@@ -638,8 +721,13 @@ class Engine:
                 job.estimate = grant.estimate if grant.estimate is not None else 0.0
                 self._count_mine(job, 1)
                 self._max_token = max(self._max_token, grant.token)
+                job.term = self._term
                 if job.cancelled:
                     self.finish(ref, None)
+                    continue
+                if late:
+                    self._give_back(ref, job)
+                    given.append(ref)
                     continue
                 # Built whole: NamedTuple._replace costs several times as much.
                 a = admission
@@ -686,6 +774,8 @@ class Engine:
                 core.cancel(ref)
                 self._stalled.pop(ref, None)
                 del jobs[ref]
+        if given:
+            self._gave_back_stale(given)
         for key, value in costs.items():
             core.set_accumulated(key, value)
         self._fleet_keys.update(reply.keys)

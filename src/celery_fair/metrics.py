@@ -114,7 +114,8 @@ REPAIRED = _Spec("headers_repaired", "Fairness headers the gate repaired and ran
                  "with: malformed ones, and those out of bounds (an undeclared fair_priority, "
                  "a fair_submitted before the horizon).", ("header",))  # fmt: skip
 GIVEN_BACK = _Spec("given_back", "Admitted jobs that had not started, given back to let a "
-                   "newcomer go first.")  # fmt: skip
+                   "newcomer go first, or because the worker's lease may have lapsed since "
+                   "their admission.")  # fmt: skip
 MOVED = _Spec("intake_moved", "Messages the intake moved from a queue into its fair shards.",
               ("queue",))  # fmt: skip
 AGED = _Spec("aging_promotions", "Levels fair jobs had risen by aging when they were admitted "

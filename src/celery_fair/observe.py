@@ -108,7 +108,8 @@ class Observer:
         """A job's copy had already run to the end elsewhere: dropped unrun."""
 
     def given_back(self, n: int) -> None:
-        """``n`` admitted jobs that had not started were given back for a newcomer."""
+        """``n`` admitted jobs that had not started were given back: for a newcomer, or
+        because this worker's lease may have lapsed since their admission."""
 
     def registered(self, n: int) -> None:
         """The store had lost ``n`` jobs this worker runs: they were registered again."""

@@ -165,3 +165,58 @@ def test_local_mode_keeps_running_on_its_share_but_never_a_conflicting_job(
     assert max_overlap(list(intervals(events, "clone").values())) == 1
     assert set(run.recorder.done_counts().values()) == {1}
     clean_log(worker)
+
+
+def fenced_runs(run):
+    return [e for e in run.recorder.events() if e["event"] == "end" and e["type"] == "fenced"]
+
+
+def test_fencing_tokens_keep_rising_after_the_store_comes_back_empty_so_every_write_is_accepted(
+    make_run, start_worker, private_redis, broker, tmp_path
+):
+    # docs/store.md's fencing recipe on one repository, with the store's Redis restarted
+    # empty twice: once under a live worker, once with no worker left to remember anything.
+    db = str(tmp_path / "repos.sqlite")
+    run = make_run(
+        conf={
+            "fair_store_url": private_redis.url,
+            "fair_lease_seconds": 2,
+            "fair_store_poll_interval": 0.2,
+        }
+    )
+
+    def send(tags):
+        for tag in tags:
+            run.send(
+                "fairapp.fenced", tag, "linux", db, headers=fair_headers("locked", "k", "linux")
+            )
+        wait_until(
+            lambda: {e["tag"] for e in fenced_runs(run)} >= set(tags),
+            30,
+            f"{tags} to run",
+            show=lambda: fenced_runs(run),
+        )
+
+    def restart_empty():
+        private_redis.kill()
+        private_redis.start()
+
+    # Given jobs that wrote with their tokens,
+    worker = start_worker(run, concurrency=2)
+    send(["a0", "a1", "a2"])
+    # when the store comes back empty under the live worker, and then again with a fresh
+    # worker started after it (nothing survives that saw the old tokens),
+    restart_empty()
+    send(["b0", "b1", "b2"])
+    worker.stop()
+    restart_empty()
+    worker = start_worker(run, concurrency=2)
+    send(["c0", "c1"])
+    # then every job's write is accepted: each token is above every earlier one.
+    runs = sorted(fenced_runs(run), key=lambda e: e["t"])
+    assert [e["tag"][0] for e in runs] == list("aaabbbcc")
+    assert all(e["written"] for e in runs), runs
+    tokens = [e["token"] for e in runs]
+    assert tokens == sorted(tokens), tokens
+    assert len(set(tokens)) == len(tokens), tokens
+    clean_log(worker)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 
 import redis
@@ -155,6 +156,35 @@ def make_app(
     )
     def locked(self, tag: str, seconds: float = 0.01) -> str:
         return run(tag, seconds, type="locked", token=self.request.get("fair_token"))
+
+    @fair_task(
+        app=app,
+        name="fairapp.fenced",
+        type="locked",
+        priority=8,
+        max_concurrency=3,
+        conflict_group="git",
+        default_cost=1,
+        bind=True,
+    )
+    def fenced(self, tag: str, repo: str, db_path: str, seconds: float = 0.01) -> str:
+        """docs/store.md's fencing recipe, verbatim, on a SQLite file: records whether the
+        write was accepted (its token above the repository's fence) or refused."""
+        token = self.request.get("fair_token")
+        db = sqlite3.connect(db_path, timeout=30)
+        try:
+            with db:
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS repos (name TEXT PRIMARY KEY, fence INTEGER)"
+                )
+                db.execute("INSERT OR IGNORE INTO repos VALUES (?, 0)", (repo,))
+                written = db.execute(
+                    "UPDATE repos SET fence = :t WHERE name = :r AND fence < :t",
+                    {"t": token, "r": repo},
+                ).rowcount
+        finally:
+            db.close()
+        return run(tag, seconds, type="fenced", token=token, written=bool(written))
 
     @app.task(name="fairapp.plain", shared=False)
     def plain(tag: str, seconds: float = 0.01) -> str:

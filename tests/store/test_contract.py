@@ -18,6 +18,7 @@ from celery_fair.store import (
     conflict_field,
     estimate_field,
 )
+from celery_fair.store.wire import first_token
 
 NEVER = CostLifecycle.never()
 
@@ -82,9 +83,10 @@ def test_a_full_tier_refuses_and_a_blocked_job_does_not_stop_the_ones_after_it(m
 
 def test_caps_count_every_worker(make_store):
     one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
-    assert verdicts(one.admit("w1", [ask("a", type_cap=1)])) == [Verdict.ADMITTED]
+    [a] = one.admit("w1", [ask("a", type_cap=1)]).grants
+    assert a.verdict is Verdict.ADMITTED
     assert verdicts(two.admit("w2", [ask("b", type_cap=1)])) == [Verdict.TYPE_CAP]
-    [done] = one.finish("w1", [Done("a", 1, None)])
+    [done] = one.finish("w1", [Done("a", a.token, None)])
     assert done.applied
     assert verdicts(two.admit("w2", [ask("b", type_cap=1)])) == [Verdict.ADMITTED]
 
@@ -106,6 +108,14 @@ def test_conflicts_exclude_the_same_job_id_in_the_same_group_only(make_store):
     token = reply.grants[0].token
     store.finish("w1", [Done("a", token, 1.0)])
     assert verdicts(store.admit("w1", [ask("b", job_id="linux")])) == [Verdict.ADMITTED]
+
+
+def test_a_new_store_hands_out_tokens_above_its_creation_time(make_store):
+    # So a store that comes back empty (a Redis restarted without persistence, a worker
+    # restarted alone on the in-memory store) never hands out a token below an earlier one.
+    before = first_token(time.time() - 1)
+    [a] = make_store(lifecycle=NEVER).admit("w1", [ask("a")]).grants
+    assert before < a.token < first_token(time.time() + 1)
 
 
 def test_tokens_increase_and_a_redelivered_running_job_is_not_admitted_twice(make_store):
@@ -394,13 +404,14 @@ def test_a_key_cap_counts_every_worker_and_the_reply_says_how_many_run(make_stor
     reply = one.admit("w1", [ask("a", "alice", key_cap=2), ask("b", "alice", key_cap=2)])
     assert verdicts(reply) == [Verdict.ADMITTED, Verdict.ADMITTED]
     assert reply.keys == {"alice": 2}
+    a = reply.grants[0]
     reply = two.admit("w2", [ask("c", "alice", key_cap=2), ask("d", "bob", key_cap=2)])
     assert verdicts(reply) == [Verdict.KEY_CAP, Verdict.ADMITTED]
     assert reply.keys == {"alice": 2, "bob": 1}
     assert two.admit("w2", [ask("e", "carol")]).keys == {}  # asked without a cap
     view = two.heartbeat("w2", [], ["alice", "bob", "carol"])
     assert view.keys == {"alice": 2, "bob": 1, "carol": 1}
-    one.finish("w1", [Done("a", 1, None)])
+    one.finish("w1", [Done("a", a.token, None)])
     assert verdicts(two.admit("w2", [ask("c", "alice", key_cap=2)])) == [Verdict.ADMITTED]
 
 

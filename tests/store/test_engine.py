@@ -470,6 +470,91 @@ def test_no_reconsidering_while_a_call_is_in_flight(fleet, clock):
     assert one.reconsider(["a1"]) == ["a1"]
 
 
+# -- a worker paused past its lease (SIGSTOP, a long GC, a VM pause) -------------------------
+
+
+def paused_past_the_lease(one, two, clock, kind):
+    """``one`` is paused: its lease lapses (by the simulated clock in memory, Redis's own
+    time otherwise), and ``two`` reclaims its jobs and is admitted b, a clone of linux."""
+    two.submit("b", "clone", "linux", "B", arrival=clock.now())
+
+    def b_started():
+        clock.advance(0.25)
+        return started(two.run_inline()) == ["b"]
+
+    every = 0 if kind == "memory" else 0.1  # Redis's lease runs on its own clock
+    wait_until(b_started, 10, "the other worker's clone to start", every=every)
+
+
+def test_a_reserved_job_of_a_worker_paused_past_its_lease_is_given_back_not_started(
+    fleet, clock, kind
+):
+    # Given a worker running a0 with a1, a clone of linux, admitted and reserved,
+    one, two = fleet(2, capacity=2, lease=0.5)
+    one.submit("a0", "fetch", "r0", "A", arrival=clock.now())
+    one.submit("a1", "clone", "linux", "A", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0", "a1"]
+    assert one.vet(["a1"]) == (["a1"], [])  # its lease holds: a1 may start
+    # when it is paused past its lease and another worker is admitted a clone of linux,
+    paused_past_the_lease(one, two, clock, kind)
+    # then a1 does not start: it is given back, and refused while b holds linux,
+    assert one.vet(["a1"]) == ([], ["a1"])
+    assert one.observer.counts["given_back"] == 1
+    assert started(one.run_inline()) == []
+    assert [r.value for r in one.core.status("a1").blocked_by] == ["conflict"]
+    # and it starts once b ends.
+    two.finish("b", 0.1, final=True)
+    two.run_inline()
+
+    def a1_started():
+        clock.advance(1.0)
+        return "a1" in started(one.run_inline())
+
+    wait_until(a1_started, 10, "a1 to start", every=0)
+
+
+def test_an_admission_read_a_lease_after_its_call_was_sent_is_given_back_not_started(
+    fleet, clock, kind
+):
+    # Given a worker whose admission of a, a clone of linux, the store has made,
+    one, two = fleet(2, lease=0.5)
+    one.submit("a", "clone", "linux", "A", arrival=clock.now())
+    call = one.decide().call
+    assert call is not None
+    assert call.kind == "admit"
+    reply = call.execute(one.store)
+    # when the worker is paused before it reads the reply, past its lease, and another
+    # worker is admitted a clone of linux meanwhile,
+    paused_past_the_lease(one, two, clock, kind)
+    # then a does not start when the reply is read: it is given back, and asked for again,
+    assert started(one.apply(call, reply)) == []
+    assert one.observer.counts["given_back"] == 1
+    assert started(one.run_inline()) == []
+    assert [r.value for r in one.core.status("a").blocked_by] == ["conflict"]
+    # and it starts once b ends.
+    two.finish("b", 0.1, final=True)
+    two.run_inline()
+
+    def a_started():
+        clock.advance(1.0)
+        return "a" in started(one.run_inline())
+
+    wait_until(a_started, 10, "a to start", every=0)
+
+
+def test_a_reserved_job_waits_while_a_call_is_in_flight_and_the_lease_may_have_lapsed(fleet, clock):
+    [one] = fleet(1, capacity=2, lease=0.5)
+    one.submit("a0", "fetch", "r0", "A", arrival=clock.now())
+    one.submit("a1", "clone", "linux", "A", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0", "a1"]
+    clock.advance(1.0)
+    call = one.decide().call
+    assert call is not None  # a beat, sent after the pause
+    assert one.vet(["a1"]) == ([], [])  # neither started nor given back: it waits
+    one.apply(call, call.execute(one.store))
+    assert one.vet(["a1"]) == ([], ["a1"])  # the lease had lapsed before that beat
+
+
 def test_a_job_the_store_counts_after_its_release_was_lost_is_released(fleet, clock):
     # Given a worker running a, and the store counting one more job under its name: one that
     # ended, whose release a failover lost (written here straight into the store),
@@ -600,7 +685,7 @@ def test_the_engine_tells_an_outage_a_recovery_and_a_lost_lease(fleet, clock):
     store = Cuttable(engine.store)
     engine.store = store
     engine.submit("a", "clone", "r1", "k", arrival=clock.now())
-    engine.run_inline()
+    [a] = engine.run_inline().start
     store.cut = True
     engine.submit("b", "clone", "r2", "k", arrival=clock.now())
     engine.run_inline()
@@ -608,7 +693,7 @@ def test_the_engine_tells_an_outage_a_recovery_and_a_lost_lease(fleet, clock):
     assert told.named("store_call")[-1][1:] == ("admit", 0.0, False)
     store.cut = False
     # While it was away, the store lost this worker's running job (its lease expired).
-    store.store.finish(engine.worker, [Done("a", 1, None)])
+    store.store.finish(engine.worker, [Done("a", a.token, None)])
     clock.advance(10.0)
     engine.run_inline()
     assert told.named("recovered") == [("recovered",)]

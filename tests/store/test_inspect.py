@@ -45,7 +45,7 @@ def test_inspect_shows_workers_jobs_counts_conflicts_and_costs(make_store):
 
     state = store.inspect()
 
-    assert state["schema"] == "3"
+    assert state["schema"] == "4"
     assert state["token"] == c.token
     workers = {w["worker"]: w for w in state["workers"]}
     assert {w: workers[w]["jobs"] for w in workers} == {"w1": 1, "w2": 1}

@@ -17,6 +17,7 @@ from celery_fair.errors import ConfigurationError, StoreUnavailable
 from celery_fair.store import Done, RedisStore, Running, Verdict, conflict_field, queued_member
 from celery_fair.store.base import rate_after, service_rate
 from celery_fair.store.redis import KEY_NAMES
+from celery_fair.store.wire import TOKEN_LOW_BITS, unpack_token
 
 NEVER = CostLifecycle.never()
 
@@ -56,6 +57,66 @@ def test_an_unreachable_redis_raises_store_unavailable():
         store.admit("w1", [ask("a")])
     with pytest.raises(StoreUnavailable):
         store.accumulated_cost("k")
+
+
+def test_tokens_keep_rising_after_the_store_comes_back_empty_though_no_worker_remembers(
+    redis_client, prefix
+):
+    # Given tokens handed out (and a job running under the last one),
+    old = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lifecycle=NEVER)
+    tokens = [g.token for g in old.admit("w1", [ask(f"a{i}") for i in range(3)]).grants]
+    # when Redis loses everything and a worker that never saw the store calls first,
+    clean(redis_client, prefix)
+    fresh = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lifecycle=NEVER)
+    [b] = fresh.admit("w2", [ask("b")]).grants
+    # then its token is above every earlier one (the fencing recipe accepts its write),
+    assert b.verdict is Verdict.ADMITTED
+    assert b.token > max(tokens)
+    # and it fences like any token: the end with it applies, a stale one does not.
+    assert not fresh.finish("w2", [Done("b", b.token - 1, None)])[0].applied
+    assert fresh.finish("w2", [Done("b", b.token, None)])[0].applied
+
+
+def test_a_caller_raises_the_tokens_above_the_highest_it_has_seen(redis_client, prefix):
+    # Given a worker that has seen tokens later than any this store would hand out now (a
+    # store restarted on a clock that went back, say),
+    def client(seen=0):
+        store = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lifecycle=NEVER)
+        store.token_seen = seen
+        return store
+
+    [a] = client().admit("w1", [ask("a")]).grants
+    seen = a.token + (10**6 << TOKEN_LOW_BITS) + 5
+    # when it creates the store (here: the first call after Redis lost everything),
+    clean(redis_client, prefix)
+    [b] = client(seen).admit("w1", [ask("b")]).grants
+    # and when it calls a store that exists,
+    [c] = client(b.token + (1 << TOKEN_LOW_BITS)).admit("w1", [ask("c")]).grants
+    # then tokens continue above it.
+    assert b.token == seen + 1
+    assert c.token == b.token + (1 << TOKEN_LOW_BITS) + 1
+    # A token registered again raises them too.
+    big = c.token + (7 << TOKEN_LOW_BITS)
+    other = client()
+    assert other.register("w2", [Running("z", big, "clone", 8, "", "5:clone", "k", 1.0, 1.0)])
+    assert other.admit("w2", [ask("d")]).grants[0].token == big + 1
+
+
+def test_the_low_half_of_a_token_carries_into_the_high_half(redis_client, prefix):
+    store = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lifecycle=NEVER)
+    store.admit("w1", [ask("a")])
+    meta = f"{{{prefix}}}:meta"
+    high = int(redis_client.hget(meta, "token_high"))
+    redis_client.hset(meta, "token", (1 << TOKEN_LOW_BITS) - 2)
+    tokens = [g.token for g in store.admit("w1", [ask(f"b{i}") for i in range(3)]).grants]
+    assert tokens == [
+        unpack_token(high, (1 << TOKEN_LOW_BITS) - 1),
+        unpack_token(high + 1, 0),
+        unpack_token(high + 1, 1),
+    ]
+    assert all(
+        store.finish("w1", [Done(f"b{i}", t, None)])[0].applied for i, t in enumerate(tokens)
+    )
 
 
 def test_a_store_that_comes_back_empty_admits_nothing_until_workers_re_register(

@@ -24,6 +24,7 @@ from test_contract import ask
 
 from celery_fair.core import CostLifecycle
 from celery_fair.store import Done, MemoryStore, RedisStore, Running, conflict_field
+from celery_fair.store.wire import unpack_token
 
 NEVER = CostLifecycle.never()
 WORKERS = ("w1", "w2")
@@ -53,8 +54,13 @@ class BothStores(RuleBasedStateMachine):
         self.prefix = f"test-agree-{uuid.uuid4().hex[:10]}"
         self.client = redis.Redis.from_url(REDIS_URL)
         options = {"alpha": 0.5, "lifecycle": NEVER, "lease": 1e6, "dedupe": 1e6}
-        self.memory = MemoryStore(**options)
         self.redis = RedisStore(redis.Redis.from_url(REDIS_URL), self.prefix, **options)
+        # Tokens start above a store's creation time (store/wire.py): the Redis store is
+        # created first, and the memory store's tokens start where its do.
+        self.redis.finish("w0", [])
+        high = self.client.hget(f"{{{self.prefix}}}:meta", "token_high")
+        self.base = unpack_token(high, 0)
+        self.memory = MemoryStore(**options, token_base=self.base)
         self.serial = 0
         self.running: dict[str, tuple[str, int, Running]] = {}  # uid -> worker, token, record
         self.ended: list[tuple[str, str, int]] = []  # (worker, uid, token) of jobs that ended
@@ -144,7 +150,7 @@ class BothStores(RuleBasedStateMachine):
         dropped = set(ours[:forget]) if keep else set()
         listed = [self.running[uid][2] for uid in ours if uid not in dropped]
         self.serial += 1
-        fresh = Running(f"r{self.serial}", 10_000 + self.serial, "pull", 4, "",
+        fresh = Running(f"r{self.serial}", self.base + 10_000 + self.serial, "pull", 4, "",
                         "pull/", data.draw(st.sampled_from(KEYS)), 1.0, 2.0)  # fmt: skip
         listed.append(fresh)
         kept = [uid for w, uid, _ in self.ended if w == worker] if keep else None

@@ -10,7 +10,20 @@ import redis
 
 from celery_fair.store.base import Ask, Done, Running
 from celery_fair.store.redis import _SCRIPTS, _STANDALONE, RedisStore, _source
-from celery_fair.store.wire import ASK, FINISHED, HEAD, RUNNING, lua_constants
+from celery_fair.store.wire import (
+    ASK,
+    FINISHED,
+    HEAD,
+    RENEW_EVERY,
+    RUNNING,
+    TOKEN_LOW_BITS,
+    TOKEN_TICKS_PER_S,
+    first_token,
+    lease_held_for,
+    lua_constants,
+    pack_token,
+    unpack_token,
+)
 
 SCRIPTS = sorted(_SCRIPTS)
 
@@ -61,10 +74,11 @@ def test_the_head_and_an_admission_are_packed_in_the_tables_order():
     assert (head["worker"], head["lease"], head["recovery"]) == ("w1", "12.5", "12.5")
     assert head["epoch"] == ""
     assert head["advance_idle"] in ("0", "1")
-    assert len(HEAD) == 11
+    assert head["token_seen"] == ""  # nothing seen yet
+    assert len(HEAD) == 12
     assert args[len(HEAD)] == "1"
     fin = dict(zip(FINISHED, args[len(HEAD) + 1 :], strict=False))
-    assert fin == {"uid": "u0", "token": "41", "elapsed": "0.75", "how": "1"}
+    assert fin == {"uid": "u0", "token": "0:41", "elapsed": "0.75", "how": "1"}
     at = len(HEAD) + 1 + len(FINISHED)
     assert args[at] == "1"  # one job to admit
     asked = dict(zip(ASK, args[at + 1 : at + 1 + len(ASK)], strict=True))
@@ -92,7 +106,7 @@ def test_a_registration_is_packed_in_the_tables_order():
     b = len(HEAD) + 1
     assert dict(zip(RUNNING, args[b : b + len(RUNNING)], strict=True)) == {
         "uid": "u2",
-        "token": "42",
+        "token": "0:42",
         "type": "repack",
         "priority": "4",
         "conflict": "",
@@ -102,3 +116,22 @@ def test_a_registration_is_packed_in_the_tables_order():
         "default_cost": "1.5",
     }
     assert args[b + len(RUNNING) :] == ["1", "u9"]
+
+
+def test_the_lease_renewal_share_is_one_constant_for_the_scripts_and_the_engine():
+    assert f"local RENEW_EVERY = {RENEW_EVERY!r}" in lua_constants()
+    common = (resources.files("celery_fair.store") / "lua" / "common.lua").read_text()
+    assert "renew_at = now + lease * RENEW_EVERY" in common
+    assert lease_held_for(8.0) == 8.0 * (1 - RENEW_EVERY) == 6.0
+
+
+def test_the_token_halves_are_one_definition_for_the_scripts_and_python():
+    constants = lua_constants()
+    assert f"local TOKEN_LOW = {1 << TOKEN_LOW_BITS}" in constants
+    assert f"local TOKEN_TICKS_PER_S = {TOKEN_TICKS_PER_S}" in constants
+    common = (resources.files("celery_fair.store") / "lua" / "common.lua").read_text()
+    assert "math.floor(now * TOKEN_TICKS_PER_S)" in common
+    assert "if token >= TOKEN_LOW then" in common
+    token = first_token(1700000000.5) + 7
+    assert pack_token(token) == "1700000000500:7"
+    assert unpack_token(*pack_token(token).split(":")) == token

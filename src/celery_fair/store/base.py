@@ -40,7 +40,7 @@ __all__ = [
     "submission_field",
 ]
 
-SCHEMA = "3"
+SCHEMA = "4"
 """The version of the shared layout. A store holding another version refuses to work."""
 
 

@@ -2,7 +2,9 @@
 
 It keeps the state the Redis scripts keep, with the same rules, in plain dicts, and takes its
 time from a ``Clock``. Several engines in one process may share one instance, which is how the
-simulator and the tests model a fleet without Redis. It never restarts, so its epoch is fixed.
+simulator and the tests model a fleet without Redis. It never restarts, so its epoch is fixed;
+a new instance (a worker restarted alone) starts its fencing tokens above its creation time, as
+a Redis store created then would (wire.py, ``TOKEN_LOW_BITS``), so they never go back.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .base import (
     service_rate,
     submission_field,
 )
+from .wire import first_token
 
 __all__ = ["MemoryStore"]
 
@@ -55,7 +58,9 @@ class _Job:
 
 
 class MemoryStore:
-    """Shared state in this process. Arguments as for ``RedisStore``, plus the clock."""
+    """Shared state in this process. Arguments as for ``RedisStore``, plus the clock, and
+    ``token_base``: the token before the first one (by default ``first_token(clock.now())``,
+    as for a Redis store created now)."""
 
     def __init__(
         self,
@@ -65,6 +70,7 @@ class MemoryStore:
         lease: float = 30.0,
         dedupe: float = 300.0,
         clock: Clock | None = None,
+        token_base: int | None = None,
     ) -> None:
         self.alpha = alpha
         self.lifecycle = lifecycle or CostLifecycle()
@@ -86,7 +92,7 @@ class MemoryStore:
         self._est_used: OrderedDict[str, float] = OrderedDict()
         self._min: list[tuple[float, int, str]] = []  # lazy min-heap over active keys' acc
         self._ids = count()
-        self._token = 0
+        self._token = first_token(self.clock.now()) if token_base is None else token_base
         self._reset_at: float | None = None
         self._done: OrderedDict[str, float] = OrderedDict()  # tombstone uid -> when, oldest first
         # Urgent jobs' claims: "p:<priority>" or "t:<type>" -> (uid, expiry); see admit.lua.

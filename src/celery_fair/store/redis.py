@@ -33,7 +33,7 @@ from .base import (
     estimate_field,
     submission_field,
 )
-from .wire import HEAD, lua_constants
+from .wire import HEAD, lua_constants, pack_token, unpack_token
 
 if TYPE_CHECKING:
     import redis as redis_py
@@ -84,6 +84,9 @@ class Request(NamedTuple):
 _VERDICTS: dict[bytes, Verdict] = {v.value.encode(): v for v in Verdict}
 
 
+_TOKEN_SEEN = HEAD.index("token_seen")
+
+
 def _source(name: str) -> str:
     lua = resources.files(__package__) / "lua"
     common = (lua / "common.lua").read_text()
@@ -99,7 +102,7 @@ def _pack_done(args: list[str], done: Iterable[Done]) -> None:
     args.append(str(len(done)))
     for d in done:
         how = "u" if d.unstarted else "1" if d.final else "0"
-        args += (d.uid, str(d.token), _opt(d.elapsed), how)
+        args += (d.uid, pack_token(d.token), _opt(d.elapsed), how)
 
 
 def _finished(done: Iterable[Done], results: list[Any]) -> list[Finished]:
@@ -206,6 +209,9 @@ class RedisStore:
         self.lease = float(lease)
         self.dedupe = float(dedupe)
         self.epoch = ""
+        # token_seen: the highest fencing token this client has seen (admitted, or registered
+        # again), sent with every call: a store that came back empty continues above it.
+        self.token_seen = 0
         self._head_cache: tuple[str, str, list[str]] | None = None
         self.keys = [f"{{{prefix}}}:{name}" for name in KEY_NAMES]
         import redis as redis_lib
@@ -390,13 +396,16 @@ class RedisStore:
         def parse(raw: Any) -> Reply:
             _, _, finished, results, tiers, types, held, workers, keys = raw
             grants = []
-            for a, (status, token, estimate, acc) in zip(asks, results, strict=True):
+            for a, (status, high, low, estimate, acc) in zip(asks, results, strict=True):
                 verdict = _VERDICTS.get(status) or Verdict(status.decode())
                 admitted = verdict is Verdict.ADMITTED
+                token = unpack_token(high, low) if admitted else 0
                 grants.append(
-                    Grant(a.uid, verdict, int(token), float(estimate) if admitted else None,
+                    Grant(a.uid, verdict, token, float(estimate) if admitted else None,
                           float(acc))
                 )  # fmt: skip
+                if token > self.token_seen:
+                    self.token_seen = token
             return Reply(
                 self.epoch,
                 _finished(done, finished),
@@ -449,9 +458,11 @@ class RedisStore:
         args = self._head(worker)
         args.append(str(len(jobs)))
         for j in jobs:
+            if j.token > self.token_seen:
+                self.token_seen = j.token
             args += (
                 j.uid,
-                str(j.token),
+                pack_token(j.token),
                 j.type,
                 str(j.priority),
                 j.conflict,
@@ -476,6 +487,9 @@ class RedisStore:
         import json
 
         state: dict[str, Any] = json.loads(self._call("inspect", self._head("")))
+        state["token"] = unpack_token(*state["token"].split(":"))
+        for job in state["jobs"] or ():
+            job["token"] = unpack_token(*job["token"].split(":"))
         for name in ("workers", "jobs", "conflicts", "costs", "tiers", "types"):
             if not state[name]:  # Lua's cjson writes an empty table as {}
                 state[name] = [] if name in ("workers", "jobs") else {}
@@ -604,10 +618,14 @@ class RedisStore:
                 "advance_idle": "1" if life.advance_idle else "0",
                 "alpha": repr(float(self.alpha)),
                 "dedupe": repr(self.dedupe),
+                "token_seen": "",  # set below, on every call
             }
             head = [named[name] for name in HEAD]  # wire.py's order
             cached = self._head_cache = (self.epoch, worker, head)
-        return list(cached[2])
+        head = list(cached[2])
+        if self.token_seen:
+            head[_TOKEN_SEEN] = pack_token(self.token_seen)
+        return head
 
     def _call(self, name: str, args: list[str]) -> Any:
         wire = self._wire

@@ -13,7 +13,69 @@ from __future__ import annotations
 
 from .base import Ask, Running
 
-__all__ = ["ASK", "FINISHED", "HEAD", "RUNNING", "lua_constants"]
+__all__ = [
+    "ASK",
+    "FINISHED",
+    "HEAD",
+    "RENEW_EVERY",
+    "RUNNING",
+    "TOKEN_LOW_BITS",
+    "TOKEN_TICKS_PER_S",
+    "first_token",
+    "lease_held_for",
+    "lua_constants",
+    "pack_token",
+    "unpack_token",
+]
+
+#: An admission renews its worker's lease only once this share of a lease has passed since the
+#: last renewal (a heartbeat or a registration always renews it), so that a busy worker does
+#: not rewrite its lease with every admission. Lua: ``RENEW_EVERY`` (common.lua, ``renew``).
+RENEW_EVERY = 0.25
+
+
+def lease_held_for(lease: float) -> float:
+    """Seconds after sending a call that succeeded during which its worker's lease surely
+    holds: the call renewed it, or found it renewed less than ``RENEW_EVERY`` of a lease
+    before (the engine's rule for reserved jobs, engine.py ``Engine.vet``)."""
+    return lease * (1 - RENEW_EVERY)
+
+
+#: A fencing token is ``high * 2**TOKEN_LOW_BITS + low``. A store that is created (its first
+#: call ever, or the first after its Redis came back empty) starts ``high`` at its creation
+#: time in milliseconds by its own clock (Redis's ``TIME``), ``low`` at 0, and then raises both
+#: to the highest token the calling worker has seen, if that is higher. Each admission adds
+#: one to ``low``, which carries into ``high`` when it reaches ``2**TOKEN_LOW_BITS``. So tokens
+#: keep rising across a store that comes back empty, even when no worker survives to remember
+#: the old ones: a store's tokens stay below the next store's first unless it admitted more
+#: than 2**20 jobs per millisecond of its life. Both halves stay exact integers in Lua's doubles
+#: (below 2**53), and cross the script boundary as ``"high:low"`` (``pack_token``); replies
+#: carry them as two integers. Lua: ``TOKEN_LOW`` (= 2**TOKEN_LOW_BITS).
+TOKEN_LOW_BITS = 20
+#: The high half's unit: a new store's first token is above its creation time in these
+#: (milliseconds). Lua: ``TOKEN_TICKS_PER_S``.
+TOKEN_TICKS_PER_S = 1000
+
+
+def pack_token(token: int) -> str:
+    """A token as the scripts take it: ``"high:low"``.
+
+    >>> pack_token((1700000000000 << TOKEN_LOW_BITS) + 7)
+    '1700000000000:7'
+    """
+    high, low = divmod(token, 1 << TOKEN_LOW_BITS)
+    return f"{high}:{low}"
+
+
+def unpack_token(high: int | str | bytes, low: int | str | bytes) -> int:
+    """A token from its two halves (as a script replies them, or as ``"high:low"`` splits)."""
+    return (int(high) << TOKEN_LOW_BITS) + int(low)
+
+
+def first_token(now: float) -> int:
+    """The token before the first one of a store created at ``now`` (seconds)."""
+    return int(now * TOKEN_TICKS_PER_S) << TOKEN_LOW_BITS
+
 
 #: The head of every script's ARGV (1-based in Lua: ``H_<NAME>``).
 HEAD = (
@@ -28,6 +90,7 @@ HEAD = (
     "advance_idle",  # '1' or '0'
     "alpha",
     "dedupe",  # seconds a tombstone is kept ('0' = none)
+    "token_seen",  # the highest fencing token the caller has seen, "high:low" ('' = none)
 )
 #: A finished job, as complete and admit take them (``FIN_<NAME>``, offsets from its first).
 FINISHED = ("uid", "token", "elapsed", "how")
@@ -45,6 +108,9 @@ def lua_constants() -> str:
     lines = [
         "-- generated from celery_fair/store/wire.py: ARGV positions and strides, by name",
         f"local HEAD = {len(HEAD)}",
+        f"local RENEW_EVERY = {RENEW_EVERY!r}",
+        f"local TOKEN_LOW = {1 << TOKEN_LOW_BITS}",
+        f"local TOKEN_TICKS_PER_S = {TOKEN_TICKS_PER_S}",
         _assign("H", HEAD, start=1),
     ]
     for prefix, fields in _LISTS:

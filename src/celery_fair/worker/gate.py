@@ -524,7 +524,8 @@ class Gate:
         self._handoff(run)
 
     def _hand_reserved(self) -> None:
-        """Start reserved jobs on free pool processes, unless a newcomer may go first."""
+        """Start reserved jobs on free pool processes, unless a newcomer may go first or
+        their admission may be lost (``Engine.vet``)."""
         if self._recheck:
             if self.engine.busy:
                 return  # asked again when the store answers (on_reply dispatches)
@@ -534,8 +535,17 @@ class Gate:
             for uid in self.engine.reconsider(list(self._reserve)):
                 del self._reserve[str(uid)]
         reserve = self._reserve
-        while reserve and len(self.runs) < self._pool_slots:
-            uid = next(iter(reserve))
+        if not reserve or len(self.runs) >= self._pool_slots:
+            return
+        # Only those whose admission surely still holds (a pause past the lease may have lost
+        # it): the engine gives the others back, or keeps them waiting for the store.
+        vetted = self.engine.vet(list(reserve))
+        for uid in vetted.given_back:
+            del reserve[str(uid)]
+        for ref in vetted.ready:
+            if len(self.runs) >= self._pool_slots:
+                break
+            uid = str(ref)
             self._start(uid, reserve.pop(uid))
 
     def _handoff(self, run: Run) -> None:

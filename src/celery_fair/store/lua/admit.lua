@@ -14,8 +14,8 @@
 -- job gets the next fencing token, its key is charged its estimate / weight, and it is held
 -- under this worker's lease, which the call renews when a quarter of it has passed since the
 -- last renewal.
--- Returns {epoch, now, {status, estimate} per finished job, {status, token, estimate,
---          accumulated} per job, tiers, types, {1/0 held per watched conflict}, live workers,
+-- Returns {epoch, now, {status, estimate} per finished job, {status, token high, token low,
+--          estimate, accumulated} per job (the token's halves: wire.py, 0 and 0 unless ok), tiers, types, {1/0 held per watched conflict}, live workers,
 --          {key, running} flat for each key asked with a cap};
 -- a job's status is ok, tier, type, key, conflict, running (its uid runs now on a live
 -- lease), done (its uid finished for good within the dedupe window) or recovering.
@@ -93,17 +93,17 @@ for i = 0, n - 1 do
     local sacc = fmt(acc + charge)
     redis.call('HSET', ACC, k, sacc)
     if advance then redis.call('ZADD', MINACC, sacc, k) end
-    local tok = next_token()
+    local toh, tok = next_token()
     if claim_ttl then unclaim(uid, prio, jtype) end
     count(prio, jtype, 1)
     if cf ~= '' then redis.call('HSET', CONFLICTS, cf, uid) end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
-      w = worker, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
+      w = worker, toh = toh, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
       est = fmt(charge), d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted}))
     mine = mine + 1
-    results[#results + 1] = {'ok', tok, est, sacc}
+    results[#results + 1] = {'ok', toh, tok, est, sacc}
   else
-    results[#results + 1] = {status, 0, '', redis.call('HGET', ACC, k) or '0'}
+    results[#results + 1] = {status, 0, 0, '', redis.call('HGET', ACC, k) or '0'}
   end
 end
 

@@ -1,14 +1,16 @@
 -- celery-fair: helpers shared by every script (prepended to each one when it is loaded).
 --
 -- KEYS, the same fixed list for every script, all under one hash tag so one slot holds them:
---   1 meta      hash  schema, epoch, token (last fencing token), reset_at, recovering_until,
+--   1 meta      hash  schema, epoch, token_high and token (the last fencing token's halves:
+--                     celery_fair/store/wire.py, TOKEN_LOW_BITS), reset_at, recovering_until,
 --                     maint_at (when admit and complete next do housekeeping),
 --                     n:<worker> (that worker's running jobs) and r:<worker> (when admit next
 --                     renews that worker's lease)
 --   2 tiers     hash  priority -> running jobs of that tier, fleet-wide
 --   3 types     hash  job type -> running jobs of that type
 --   4 conflicts hash  conflict field -> uid of the job that holds it
---   5 jobs      hash  uid -> cmsgpack record {w, tok, t, p, c, e, k, est, d, at, u}; c is the
+--   5 jobs      hash  uid -> cmsgpack record {w, toh, tok, t, p, c, e, k, est, d, at, u}; toh and
+--                     tok are its token's high and low halves; c is the
 --                     conflict field the job holds ('' when it holds none); est is what its
 --                     key was charged (its estimate / the key's weight); u is 1 when its
 --                     admission noted its estimate as used
@@ -50,7 +52,8 @@ local function optnum(s) if s == '' then return nil end return tonumber(s) end
 -- running jobs, and when the throttled housekeeping is next due. Changing them in between is
 -- free.
 local tiers, types, changed_tiers, changed_types = {}, {}, {}, {}
-local token, token_read, maint_at = 0, 0, 0
+-- The last fencing token, as its halves (wire.py): token_high * TOKEN_LOW + token.
+local token, token_read, token_high, token_high_read, maint_at = 0, 0, 0, 0, 0
 local mine, mine_read = 0, 0
 local renew_at = 0
 local meta_changes = {}  -- meta fields to write back, as {field, value, ...}
@@ -71,13 +74,32 @@ local function totable(flat)
   return t
 end
 
+-- A token "high:low" as its two halves (nil for '').
+local function parse_token(s)
+  local high, low = string.match(s, '^(%d+):(%d+)$')
+  if not high then return nil end
+  return tonumber(high), tonumber(low)
+end
+
+-- The last token becomes (high, low) if that is later: tokens continue above it.
+local function raise_token(high, low)
+  if high > token_high or (high == token_high and low > token) then
+    token_high, token = high, low
+  end
+end
+
+-- A token's halves as text, for JSON (whose numbers would round the whole token).
+local function token_text(high, low) return string.format('%.0f:%.0f', high, low) end
+
 -- Check the schema and create the meta record when the store is empty. ``expected`` is the
 -- epoch the caller last saw ('' for none). A store that has gone (a Redis restart without
 -- persistence) while a caller remembers it opens a recovery window of ``window`` seconds in
--- which nothing is admitted, so every worker can register its running jobs first.
+-- which nothing is admitted, so every worker can register its running jobs first. A new store's
+-- tokens start above its creation time in milliseconds (wire.py, TOKEN_LOW_BITS); every call
+-- raises them above the highest token its caller has seen (H_TOKEN_SEEN), so they never go back.
 local function open_store(schema, expected, now, window)
   local m = redis.call('HMGET', META, 'schema', 'epoch', 'recovering_until', 'token', 'maint_at', MINE,
-    renew_field(ARGV[H_WORKER]))
+    renew_field(ARGV[H_WORKER]), 'token_high')
   tiers, types = totable(redis.call('HGETALL', TIERS)), totable(redis.call('HGETALL', TYPES))
   call_now = now
   local flat = redis.call('HGETALL', CLAIMS)
@@ -85,9 +107,14 @@ local function open_store(schema, expected, now, window)
     local c = cmsgpack.unpack(flat[i + 1])
     if c.x > now then claims[flat[i]] = c else redis.call('HDEL', CLAIMS, flat[i]) end
   end
+  local seen_high, seen_low = parse_token(ARGV[H_TOKEN_SEEN])
   if m[1] == false then
     local epoch = fmt(now) .. ':' .. tostring(math.random(1, 1000000000))
-    redis.call('HSET', META, 'schema', schema, 'epoch', epoch, 'token', '0')
+    token_high, token = math.floor(now * TOKEN_TICKS_PER_S), 0
+    if seen_high then raise_token(seen_high, seen_low) end
+    token_high_read, token_read = token_high, token
+    redis.call('HSET', META, 'schema', schema, 'epoch', epoch,
+      'token_high', string.format('%.0f', token_high), 'token', token)
     if expected ~= '' then
       redis.call('HSET', META, 'recovering_until', fmt(now + window))
       return epoch, true
@@ -100,7 +127,9 @@ local function open_store(schema, expected, now, window)
       'or upgrade every worker.'})
   end
   token = tonumber(m[4] or '0') or 0
-  token_read = token
+  token_high = tonumber(m[8] or '0') or 0
+  if seen_high then raise_token(seen_high, seen_low) end
+  token_read, token_high_read = tonumber(m[4] or '0') or 0, tonumber(m[8] or '0') or 0
   maint_at = tonumber(m[5] or '0') or 0
   mine = tonumber(m[6] or '0') or 0
   mine_read = mine
@@ -109,18 +138,21 @@ local function open_store(schema, expected, now, window)
   return m[2], (until_ ~= nil and now < until_)
 end
 
+-- The next fencing token's halves (the low half carries into the high one when full).
 local function next_token()
   token = token + 1
-  return token
+  if token >= TOKEN_LOW then token_high, token = token_high + 1, 0 end
+  return token_high, token
 end
 
--- Renew the caller's lease: ``lease`` seconds from now. Unless ``always``, only when a quarter
--- of the lease has passed since the last renewal, so that a busy worker's admissions do not
--- rewrite its lease each time (its expiry then stays at least 3/4 of a lease ahead).
+-- Renew the caller's lease: ``lease`` seconds from now. Unless ``always``, only when
+-- RENEW_EVERY of the lease (a quarter) has passed since the last renewal, so that a busy
+-- worker's admissions do not rewrite its lease each time (its expiry then stays at least
+-- 1 - RENEW_EVERY of a lease ahead, which the engine relies on: wire.py lease_held_for).
 local function renew(now, lease, always)
   if not always and now < renew_at then return end
   redis.call('ZADD', WORKERS, fmt(now + lease), ARGV[H_WORKER])
-  renew_at = now + lease / 4
+  renew_at = now + lease * RENEW_EVERY
   meta_changes[#meta_changes + 1] = renew_field(ARGV[H_WORKER])
   meta_changes[#meta_changes + 1] = fmt(renew_at)
 end
@@ -212,6 +244,9 @@ local function close_store()
   save_hash(TYPES, types, changed_types)
   local m = meta_changes
   if token ~= token_read then m[#m + 1] = 'token'; m[#m + 1] = token end
+  if token_high ~= token_high_read then
+    m[#m + 1] = 'token_high'; m[#m + 1] = string.format('%.0f', token_high)
+  end
   if mine ~= mine_read then m[#m + 1] = MINE; m[#m + 1] = mine end
   if #m > 0 then redis.call('HSET', META, unpack(m)) end
   return flatten(with_claims(tiers, 'p:')), flatten(with_claims(types, 't:'))
@@ -335,11 +370,11 @@ local function finish_jobs(b, n, now, snow)
   local results = {}
   for i = 0, n - 1 do
     local at = b + i * FIN_N
-    local uid, tok = ARGV[at + FIN_UID], tonumber(ARGV[at + FIN_TOKEN])
+    local uid, toh, tok = ARGV[at + FIN_UID], parse_token(ARGV[at + FIN_TOKEN])
     local elapsed = optnum(ARGV[at + FIN_ELAPSED])
     local packed = redis.call('HGET', JOBS, uid)
     local rec = packed and cmsgpack.unpack(packed)
-    if not rec or rec.tok ~= tok then
+    if not rec or rec.toh ~= toh or rec.tok ~= tok then
       results[#results + 1] = {'stale', ''}
     else
       local value = redis.call('HGET', EST, rec.e)

@@ -1,6 +1,6 @@
 -- complete: finish or release a batch of running jobs, each fenced by its token.
 -- ARGV: the common head (see common.lua), n, then n times:
---       uid, token, elapsed ('' = release without learning), how ('1': its message was
+--       uid, token ("high:low"), elapsed ('' = release without learning), how ('1': its message was
 --       acknowledged, so keep a tombstone for the dedupe window; 'u': it never started, so
 --       refund the cost its key was charged; '0' otherwise).
 -- A job whose record is gone or carries another token is stale: nothing changes for it.

@@ -1,17 +1,18 @@
 -- inspect: what the store holds now, for people (``celery-fair store``). Reads only: it neither
 -- creates the store nor renews a lease, so looking changes nothing.
 -- ARGV: the common head (see common.lua; only the worker field is read, as for every script).
--- Returns one JSON document: {now, schema, epoch, token, recovering_until, workers
+-- Returns one JSON document (tokens as "high:low": wire.py): {now, schema, epoch, token,
+-- recovering_until, workers
 -- [{worker, lease_until, jobs}], tiers, types, jobs [{uid, worker, token, type, priority,
 -- conflict, fairness_key, estimate, since}], conflicts {field: uid}, costs {key: accumulated}
 -- for the keys with a running job, keys (accumulated costs kept), estimates (estimates kept),
 -- tombstones}.
 -- Cost: O(running jobs + live workers + conflicts held).
 local now = now_s()
-local meta = redis.call('HMGET', META, 'schema', 'epoch', 'token', 'recovering_until')
+local meta = redis.call('HMGET', META, 'schema', 'epoch', 'token', 'recovering_until', 'token_high')
 local out = {
   now = now, schema = meta[1] or cjson.null, epoch = meta[2] or cjson.null,
-  token = tonumber(meta[3] or '0'), recovering_until = tonumber(meta[4] or '') or cjson.null,
+  token = token_text(tonumber(meta[5] or '0'), tonumber(meta[3] or '0')), recovering_until = tonumber(meta[4] or '') or cjson.null,
   tiers = totable(redis.call('HGETALL', TIERS)), types = totable(redis.call('HGETALL', TYPES)),
   keys = redis.call('HLEN', ACC), estimates = redis.call('HLEN', EST),
   tombstones = redis.call('ZCARD', DONE),
@@ -27,7 +28,7 @@ local jobs, costs = {}, {}
 local all = redis.call('HGETALL', JOBS)
 for i = 1, #all, 2 do
   local rec = cmsgpack.unpack(all[i + 1])
-  jobs[#jobs + 1] = {uid = all[i], worker = rec.w, token = rec.tok, type = rec.t,
+  jobs[#jobs + 1] = {uid = all[i], worker = rec.w, token = token_text(rec.toh, rec.tok), type = rec.t,
     priority = tonumber(rec.p), conflict = rec.c, fairness_key = rec.k,
     estimate = tonumber(rec.est), since = tonumber(rec.at)}
   if costs[rec.k] == nil then costs[rec.k] = tonumber(redis.call('HGET', ACC, rec.k) or '0') end

@@ -6,7 +6,7 @@
 -- all this worker has: every other job recorded under it is released (a release that a
 -- failover to a replica lost).
 -- ARGV: the common head (see common.lua), n, then n times:
---       uid, token, type, priority, conflict field, estimate field, fairness key, what its key
+--       uid, token ("high:low"), type, priority, conflict field, estimate field, fairness key, what its key
 --       was charged, default cost;
 --       then, optionally, k and k uids to keep.
 -- Returns {epoch, registered, released}.
@@ -20,7 +20,7 @@ local registered = 0
 local n = tonumber(ARGV[HEAD + 1])
 for i = 0, n - 1 do
   local b = HEAD + 2 + i * RUN_N
-  local uid, tok = ARGV[b + RUN_UID], tonumber(ARGV[b + RUN_TOKEN])
+  local uid, toh, tok = ARGV[b + RUN_UID], parse_token(ARGV[b + RUN_TOKEN])
   if redis.call('HEXISTS', JOBS, uid) == 0 then
     local jtype, prio = ARGV[b + RUN_TYPE], ARGV[b + RUN_PRIORITY]
     local cf, ef, k = ARGV[b + RUN_CONFLICT], ARGV[b + RUN_ESTIMATE_KEY], ARGV[b + RUN_FAIRNESS_KEY]
@@ -33,9 +33,9 @@ for i = 0, n - 1 do
       end
     end
     key_active(k)
-    if token < tok then token = tok end
+    raise_token(toh, tok)  -- later tokens go above it
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
-      w = worker, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
+      w = worker, toh = toh, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
       est = ARGV[b + RUN_ESTIMATE], d = ARGV[b + RUN_DEFAULT_COST], at = fmt(now)}))
     mine = mine + 1
     registered = registered + 1
