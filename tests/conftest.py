@@ -12,3 +12,6 @@ settings.register_profile(
     "ci", max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# The private_redis fixture (tests/private_redis.py), for any tier.
+pytest_plugins = ["private_redis"]
