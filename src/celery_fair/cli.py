@@ -222,6 +222,15 @@ def _shards(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lease(left: float) -> str:
+    """A worker's lease as ``format_store`` shows it: the time left, or, once it has run out
+    (the store takes a worker whose lease ended before now for dead, and reclaims its jobs at
+    the next housekeeping), how long ago."""
+    if left < 0:
+        return f"lease expired {-left:.1f} s ago (dead)"
+    return f"lease {left:.1f} s left"
+
+
 def format_store(state: dict[str, Any], where: str) -> str:
     """``RedisStore.inspect()``'s answer as text for people."""
     if state["schema"] is None:
@@ -233,7 +242,7 @@ def format_store(state: dict[str, Any], where: str) -> str:
         lines.append(f"recovering: nothing is admitted for {left:.1f} s more")
     lines.append(f"workers ({len(state['workers'])}):")
     lines += [
-        f"  {w['worker']}  {w['jobs']} running  lease {w['lease_until'] - now:.1f} s left"
+        f"  {w['worker']}  {w['jobs']} running  {_lease(w['lease_until'] - now)}"
         for w in sorted(state["workers"], key=lambda w: w["worker"])
     ]
     by_tier = sorted(state["tiers"].items(), key=lambda item: -int(item[0]))

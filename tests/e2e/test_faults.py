@@ -37,9 +37,11 @@ def test_sigkill_with_running_and_held_acks_late_jobs_loses_nothing_and_runs_eac
     run, worker, tags = running_late_jobs(make_run, start_worker, broker, 10, 2.0)
     # When it is killed with SIGKILL mid-job and another worker starts,
     worker.kill()
-    assert not run.recorder.done_counts()
+    ended_before_the_kill = {e["tag"] for e in run.recorder.events() if e["event"] == "end"}
     survivor = start_worker(run, concurrency=2)
-    # Then every job completes, each exactly once.
+    # Then every job completes: at least once (acks_late), and twice only if its first run
+    # ended before the kill, its ack perhaps not yet in the broker (a slow machine can stretch
+    # the 2 s jobs past the kill); every other job exactly once.
     wait_until(
         lambda: len(run.recorder.done_counts()) == 10,
         90,
@@ -49,7 +51,10 @@ def test_sigkill_with_running_and_held_acks_late_jobs_loses_nothing_and_runs_eac
             f"log of the second worker:\n{survivor.log()[-4000:]}"
         ),
     )
-    assert run.recorder.done_counts() == dict.fromkeys(tags, 1)
+    counts = run.recorder.done_counts()
+    assert set(counts) == set(tags)
+    assert {t for t, n in counts.items() if n > 1} <= ended_before_the_kill
+    assert all(n <= 2 for n in counts.values())
 
 
 def test_hold_longer_than_the_brokers_ack_timeout_runs_the_job_once(make_run, start_worker, broker):

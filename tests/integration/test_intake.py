@@ -191,18 +191,22 @@ def test_a_worker_killed_while_its_intake_moves_loses_nothing(make_run, start_wo
         wait_until(lambda: moved_so_far(run) >= 300, 30, "the intake to move some")
         # when the worker is SIGKILLed,
         first.kill()
+        ended = {e["tag"] for e in run.recorder.events() if e["event"] == "end"}
     finally:
         publisher.join()
-    # then another worker runs every job: on Redis exactly once (a script call moves its
-    # messages atomically); on RabbitMQ at least once, and a job runs twice only if the
-    # killed intake had its copy confirmed but not its original acknowledged (one batch).
+    # then another worker runs every job: on Redis, a job runs twice only if its run ended on
+    # the first worker before the kill (acks_late: its ack may not have reached Redis; none
+    # here, its jobs outlast the kill), else exactly once, since a script call moves its
+    # messages atomically (what Kombu's own gap loses is kept out: the first worker took
+    # nothing in); on RabbitMQ at least once, and a job runs twice only if the killed intake
+    # had its copy confirmed but not its original acknowledged (one batch).
     start_worker(run, concurrency=2, env={"FAIRAPP_SLEEP_CAP": "0.01"})
     wait_until(lambda: len(run.recorder.done_counts()) == 30 + SHORT, 120, "every job")
-    runs = run.recorder.done_counts().values()
+    runs = run.recorder.done_counts()
     if run.broker == "redis":
-        assert set(runs) == {1}
+        assert {tag for tag, n in runs.items() if n > 1} <= ended
     else:
-        assert sum(n - 1 for n in runs) <= BATCH
+        assert sum(n - 1 for n in runs.values()) <= BATCH
 
 
 SHORT = 2000

@@ -138,6 +138,31 @@ def test_a_fair_task_id_published_twice_is_one_job(world):
     assert runs(run, tag) == 1
 
 
+def test_a_late_copy_of_a_job_this_worker_finished_is_dropped_as_this_workers(world):
+    # Given a fair job this worker ran to the end (its message acknowledged),
+    run, worker = world
+    if run.conf.get("fair_store_url") == "memory":
+        pytest.skip("late copies are recognised by the shared store's tombstones")
+    tag, task_id = tag_of("late-copy"), str(uuid.uuid4())
+    headers = fair_headers("clone", "k", tag)
+    run.send("fairapp.clone", tag, 0.01, task_id=task_id, headers=headers)
+    wait_until(lambda: runs(run, tag), 20, "the job to run")
+    wait_until_gate_idle(run, worker)
+    before = gate_stats(run, worker)["fair-duplicates"]
+    # when a copy of its message arrives within fair_dedupe_seconds (a Redis visibility
+    # timeout's redelivery, a producer that publishes twice),
+    run.send("fairapp.clone", tag, 0.01, task_id=task_id, headers=headers)
+    wait_until(
+        lambda: gate_stats(run, worker)["fair-duplicates"] > before, 20, "the copy to be dropped"
+    )
+    # then the copy is dropped, and the log says the job ran here, not on another worker.
+    assert f"[{task_id}] already ran to the end on this worker; dropping this copy." in (
+        worker.log()
+    )
+    assert runs(run, tag) == 1
+    then_a_fair_job_runs(run, worker)
+
+
 def test_a_chord_whose_header_messages_are_duplicated(world):
     run, worker = world
     plain, clone = run.app.tasks["fairapp.plain"], run.app.tasks["fairapp.clone"]

@@ -51,3 +51,35 @@ def test_python_dash_m_and_the_console_script_run_the_same_verb():
         [script, "simulate", str(SCENARIO)], capture_output=True, text=True, check=True
     )
     assert json.loads(module.stdout) == json.loads(console.stdout)
+
+
+def test_celery_fair_store_says_how_long_ago_a_dead_workers_lease_expired():
+    # A worker that died stays in the store until a live worker's housekeeping reclaims it:
+    # its lease is shown as expired some seconds ago, never as a negative time left.
+    from celery_fair.cli import format_store
+
+    state = {
+        "schema": "3",
+        "epoch": "1",
+        "token": 7,
+        "now": 1000.0,
+        "recovering_until": None,
+        "workers": [
+            {"worker": "w1@a", "jobs": 1, "lease_until": 1029.84},
+            {"worker": "w2@b", "jobs": 2, "lease_until": 349.7},
+            {"worker": "w3@c", "jobs": 0, "lease_until": 999.96},
+        ],
+        "tiers": {},
+        "types": {},
+        "jobs": [],
+        "conflicts": {},
+        "costs": {},
+        "keys": 0,
+        "estimates": 0,
+        "tombstones": 0,
+    }
+    lines = format_store(state, "here").splitlines()
+    assert "  w1@a  1 running  lease 29.8 s left" in lines
+    assert "  w2@b  2 running  lease expired 650.3 s ago (dead)" in lines
+    assert "  w3@c  0 running  lease expired 0.0 s ago (dead)" in lines
+    assert not any("-" in line for line in lines if "lease" in line)

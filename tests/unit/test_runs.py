@@ -12,7 +12,7 @@ from celery.exceptions import TimeLimitExceeded
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
-from celery_fair.worker.runs import Runs, wrap_callbacks
+from celery_fair.worker.runs import FinishedHere, Runs, wrap_callbacks
 
 
 class Pool:
@@ -117,3 +117,20 @@ def test_a_pool_call_that_is_not_one_of_ours_is_left_alone(world):
     request(app, "stranger").execute_using_pool(pool)
     assert "on_done" not in pool.calls[0]["callback"].__qualname__
     assert len(runs) == 0
+
+
+def test_finished_here_remembers_a_worker_s_final_ends_for_the_dedupe_window_and_no_more():
+    now = [100.0]
+    seen = FinishedHere(horizon=60.0, limit=3, clock=lambda: now[0])
+    seen.add("a")
+    now[0] = 130.0
+    seen.add("b")
+    assert [u in seen for u in "abc"] == [True, True, False]
+    now[0] = 160.0  # a's window is over (the store forgets its tombstone too)
+    assert [u in seen for u in "ab"] == [False, True]
+    seen.add("c")
+    assert len(seen) == 2  # a dropped as it aged out
+    seen.add("d")
+    seen.add("e")  # past the limit: the oldest goes
+    assert [u in seen for u in "bcde"] == [False, True, True, True]
+    assert len(seen) == 3

@@ -91,7 +91,7 @@ from .internals import (
 )
 from .link import StoreLink
 from .returns import dead_letter, return_to_queue
-from .runs import Run, Runs, wrap_callbacks
+from .runs import FinishedHere, Run, Runs, wrap_callbacks
 from .shard_turns import ShardTurns
 from .window import PrefetchWindow
 
@@ -227,6 +227,9 @@ class Gate:
         self.held_peak = 0  # the most held at once since the worker started
         # runs: requests handed to the pool (fair or plain) and not finished.
         self.runs = Runs()
+        # finished_here: the fair jobs this worker ended for good lately, to say where a late
+        # copy's job ran when the store drops the copy.
+        self.finished_here = FinishedHere(settings.dedupe_seconds)
         self.window = PrefetchWindow(lambda: self.consumer.qos, settings.max_held)
         # shard_windows: each shard consumer's own window on RabbitMQ (consumer_prefetch.py),
         # installed by the bootstep on each connection.
@@ -490,9 +493,10 @@ class Gate:
                 continue
             self.observer.duplicate()
             logger.warning(
-                "Task %s[%s] already ran to the end on another worker; dropping this copy.",
+                "Task %s[%s] already ran to the end on %s; dropping this copy.",
                 held.req.name,
                 uid,
+                "this worker" if uid in self.finished_here else "another worker",
             )
             ack_quietly(held.req)
             worker_state.task_ready(held.req)
@@ -621,6 +625,8 @@ class Gate:
                 # recognise a late copy of its message.
                 final = bool(getattr(run.req, "acknowledged", False))
                 self.engine.finish(uid, elapsed, final=final, unstarted=unstarted)
+                if final:
+                    self.finished_here.add(uid)
                 sizer = self._sizer
                 if elapsed is not None and sizer is not None:
                     # The reserve follows the jobs' wall times; the dispatch below applies a
