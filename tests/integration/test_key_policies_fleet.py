@@ -38,18 +38,23 @@ def test_a_key_capped_at_2_never_runs_more_than_2_across_the_fleet(make_run, sta
 def test_weights_3_and_1_share_the_slots_3_to_1_across_the_fleet(make_run, start_worker, broker):
     # Given two workers with 4 slots between them, "big" of weight 3 and "small" of weight 1,
     run = make_run(conf=fleet_conf(broker, fair_keys={"big": {"weight": 3}}))
-    start_fleet(run, start_worker, n=2)
+    warm = start_fleet(run, start_worker, n=2)
     clone = run.app.tasks["fairapp.clone"]
     # once the type's estimate has learned what a job takes (its default cost is 1 s: charged
     # that, the first jobs would tilt the costs for a while, whatever the weights),
     for i in range(20):
         clone.apply_async([f"warm{i}", 0.05], fairness_key="warm")
     wait_until(lambda: len(run.recorder.done_counts()) == 20, 60, "the warm-up")
-    # when both publish more than the slots can run (big 300, small 100, 50 ms each),
+    # when both have more waiting than the slots can run (big 300, small 100, 50 ms each:
+    # published while no worker runs, so that both wait from the first start however slowly
+    # a loaded host publishes; the store keeps the learned estimate),
+    for worker in warm:
+        worker.stop()
     for i in range(300):
         clone.apply_async([f"big{i}", 0.05], fairness_key="big")
     for i in range(100):
         clone.apply_async([f"small{i}", 0.05], fairness_key="small")
+    start_fleet(run, start_worker, n=2)
     wait_until(lambda: len(run.recorder.done_counts()) == 420, 120, "all 400 jobs")
     # then while both had work waiting (the first 200 starts), big got 3 slot-times for each
     # of small's, within 10%.
