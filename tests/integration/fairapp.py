@@ -49,8 +49,23 @@ class Recorder:
         raw = self.redis.hgetall(f"{self.prefix}:done")
         return {k.decode(): int(v) for k, v in raw.items()}
 
+    def release(self, tag: str) -> None:
+        """End the running job ``tag`` now (a job of ``LONG`` seconds or more waits for this)."""
+        self.redis.rpush(f"{self.prefix}:release:{tag}", 1)
+
+    def wait_released(self, tag: str, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the test releases ``tag`` first."""
+        self.redis.blpop([f"{self.prefix}:release:{tag}"], timeout=seconds)
+
     def clear(self) -> None:
         self.redis.delete(f"{self.prefix}:events", f"{self.prefix}:done", f"{self.prefix}:tries")
+        for key in self.redis.scan_iter(match=f"{self.prefix}:release:*"):
+            self.redis.delete(key)
+
+
+#: A job at least this long can be ended early by the test (``Recorder.release``): a test that
+#: needs a job running while it looks gives it a minute, and ends it when it has looked.
+LONG = 20.0
 
 
 def make_app(
@@ -83,7 +98,10 @@ def make_app(
 
     def run(tag: str, seconds: float, **extra: object) -> str:
         rec.record("start", tag, **extra)
-        time.sleep(min(seconds, cap))
+        if min(seconds, cap) >= LONG:
+            rec.wait_released(tag, min(seconds, cap))
+        else:
+            time.sleep(min(seconds, cap))
         rec.record("end", tag, **extra)
         rec.done(tag)
         return tag

@@ -76,7 +76,9 @@ def test_status_says_where_a_job_is_and_explain_says_what_holds_it(make_run, sta
     run = make_run(backend=BACKEND, conf={"fair_store_url": "memory"})
     worker = start_worker(run, concurrency=1)
     clone = run.app.tasks["fairapp.clone"]
-    long = clone.apply_async(["long", 10.0], fairness_key="a", job_id="linux")  # each ask: 1 s
+    # (a minute, ended by the test once it has looked: each ask waits 1 s for replies, and a
+    # loaded host takes seconds to start the command line)
+    long = clone.apply_async(["long", 60.0], fairness_key="a", job_id="linux")
     wait_until(lambda: run.recorder.events(), 20, "the long job to start")
     same = clone.apply_async(["same", 0.01], fairness_key="b", job_id="linux")
     other = clone.apply_async(["other", 0.01], fairness_key="c", job_id="git")
@@ -107,6 +109,7 @@ def test_status_says_where_a_job_is_and_explain_says_what_holds_it(make_run, sta
     assert "expected to start in about" in shown.stdout
     assert f"  - conflict on git:linux held by task {long.id} for " in shown.stdout
     # and once done, the result backend says so; an id nobody knows is unknown.
+    run.recorder.release("long")
     wait_until(lambda: run.recorder.done_counts().get("same") == 1, 30, "the held jobs to run")
     wait_until(lambda: status(run.app, same.id)["state"] == "done", 20, "same: done")
     assert status(run.app, "no-such-task")["state"] == "unknown"
@@ -157,7 +160,8 @@ def test_cancel_answers_for_each_place_a_job_can_be_and_refunds_what_never_ran(
     worker = start_worker(run, concurrency=1)
     store = store_of(run)
     clone = run.app.tasks["fairapp.clone"]
-    long = clone.apply_async(["long", 8.0], fairness_key="a")  # each cancel waits 1 s for replies
+    # (a minute, ended by the test: each cancel waits 1 s for replies)
+    long = clone.apply_async(["long", 60.0], fairness_key="a")
     wait_until(lambda: run.recorder.events(), 20, "the long job to start")
     ahead = clone.apply_async(["ahead", 0.01], fairness_key="b")
     wait_until(lambda: store.accumulated_cost("b") == 1.0, 20, "the next job's admission")
@@ -176,6 +180,7 @@ def test_cancel_answers_for_each_place_a_job_can_be_and_refunds_what_never_ran(
     # the running one runs on (not terminated), then is done; cancelling again says so.
     assert running["state"] == "already_running"
     assert running["terminated"] is False
+    run.recorder.release("long")
     wait_until(lambda: run.recorder.done_counts().get("long") == 1, 20, "the long job")
     wait_until(
         lambda: cancel(run.app, long.id)["state"] == "already_done", 20, "long: already_done"
@@ -231,7 +236,7 @@ def test_explain_names_a_conflicts_holder_on_another_worker(make_run, start_work
     run = make_run(conf=fleet_conf(broker, fair_shards=1))
     a = start_worker(run, concurrency=1)
     clone = run.app.tasks["fairapp.clone"]
-    long = clone.apply_async(["long", 10.0], fairness_key="a", job_id="linux")
+    long = clone.apply_async(["long", 60.0], fairness_key="a", job_id="linux")  # ended below
     wait_until(lambda: run.recorder.events(), 20, "the long job to start on A")
     run.app.control.cancel_consumer(run.queue, destination=[node(a)], reply=True)
     start_worker(run, concurrency=1)
@@ -252,6 +257,7 @@ def test_explain_names_a_conflicts_holder_on_another_worker(make_run, start_work
         f"conflict on git:linux held by task {long.id} on {node(a)} for "
     )
     assert found["holder"]["uid"] == long.id
+    run.recorder.release("long")
 
 
 def starts(run):
@@ -283,7 +289,8 @@ def test_reprioritise_moves_a_held_job_ahead_and_a_job_in_the_broker_takes_it_on
     run = make_run(backend=BACKEND, conf=fleet_conf(broker, fair_lookahead=0))
     worker = start_worker(run, concurrency=1)
     clone = run.app.tasks["fairapp.clone"]
-    long = clone.apply_async(["long", 10.0], fairness_key="a")  # each ask waits 1 s for replies
+    # (a minute, ended by the test: each ask waits 1 s for replies)
+    long = clone.apply_async(["long", 60.0], fairness_key="a")
     wait_until(lambda: run.recorder.events(), 20, "the long job to start")
     for i, key in enumerate(keys_apart(4)):
         clone.apply_async([f"bulk{i}", 0.2], fairness_key=key)
@@ -301,6 +308,7 @@ def test_reprioritise_moves_a_held_job_ahead_and_a_job_in_the_broker_takes_it_on
     # the running job answers already_running, an unknown one unknown.
     assert reprioritize(run.app, long.id, 9)["state"] == "already_running"
     assert reprioritize(run.app, "no-such-task", 9)["state"] == "unknown"
+    run.recorder.release("long")
     wait_until(lambda: run.recorder.done_counts().get("late") == 1, 30, "the late job")
     assert starts(run)[:2] == ["long", "late"], starts(run)
     shown = fair_command(run, "reprioritize", long.id, "5")  # the command line says the same
@@ -312,7 +320,7 @@ def test_reprioritise_moves_a_held_job_ahead_and_a_job_in_the_broker_takes_it_on
     # A job still in the broker (on a queue no worker reads yet) is unknown to every worker,
     # which remembers its priority: when it arrives behind held jobs, it takes it and goes
     # first.
-    clone.apply_async(["long2", 6.0], fairness_key="a")
+    clone.apply_async(["long2", 60.0], fairness_key="a")  # ended once the queued job is held
     wait_until(lambda: "long2" in starts(run), 20, "the second long job to start")
     for i, key in enumerate(keys_apart(3)):
         clone.apply_async([f"more{i}", 0.2], fairness_key=key)
@@ -323,6 +331,7 @@ def test_reprioritise_moves_a_held_job_ahead_and_a_job_in_the_broker_takes_it_on
         lambda: (s := status(run.app, queued.id)).get("place") and s, 20, "queued: held"
     )
     assert (arrived["place"], arrived["priority"]) == (1, 9)
+    run.recorder.release("long2")
     wait_until(lambda: run.recorder.done_counts().get("queued") == 1, 30, "the queued job")
     order = starts(run)
     assert order[order.index("long2") + 1] == "queued", order
