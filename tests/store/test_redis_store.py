@@ -14,7 +14,15 @@ from test_contract import ask
 
 from celery_fair.core import CostLifecycle
 from celery_fair.errors import ConfigurationError, StoreUnavailable
-from celery_fair.store import Done, RedisStore, Running, Verdict, conflict_field, queued_member
+from celery_fair.store import (
+    SCHEMA,
+    Done,
+    RedisStore,
+    Running,
+    Verdict,
+    conflict_field,
+    queued_member,
+)
 from celery_fair.store.base import rate_after, service_rate
 from celery_fair.store.redis import KEY_NAMES
 from celery_fair.store.wire import TOKEN_LOW_BITS, unpack_token
@@ -41,6 +49,40 @@ def test_an_unknown_schema_is_refused_loudly(redis_client, prefix):
     redis_client.hset(f"{{{prefix}}}:meta", "schema", "999")
     with pytest.raises(ConfigurationError, match="schema 999"):
         store.admit("w1", [ask("b")])
+
+
+def test_a_store_of_an_older_schema_is_upgraded_in_place_once_no_live_worker_holds_it(
+    redis_client, prefix
+):
+    # Given a store that learned costs and runs a job of w1, written by the previous schema,
+    key = {name: f"{{{prefix}}}:{name}" for name in KEY_NAMES}
+    old = RedisStore(redis_client, prefix, lifecycle=NEVER)
+    [first] = old.admit("w1", [ask("a", "alice", job_id="linux")]).grants
+    old.finish("w1", [Done("a", first.token, 4.0)])
+    old.admit("w1", [ask("b", "bob", job_id="linux")])
+    previous = str(int(SCHEMA) - 1)
+    redis_client.hset(key["meta"], "schema", previous)
+    new = RedisStore(redis_client, prefix, lifecycle=NEVER)
+    # when a worker of this version starts while w1 still holds its lease, it is refused,
+    # saying why and what to do, and the store is left as it was;
+    with pytest.raises(ConfigurationError, match=f"1 worker\\(s\\) of schema {previous} hold"):
+        new.check()
+    assert redis_client.hget(key["meta"], "schema").decode() == previous
+    assert redis_client.hexists(key["jobs"], "b")
+    # once w1's lease has lapsed (it stopped, or died), the next start upgrades it in place:
+    redis_client.zadd(key["workers"], {"w1": 1.0})
+    new.check()
+    assert redis_client.hget(key["meta"], "schema").decode() == SCHEMA
+    # the old running state is gone (nobody lives to own it: what a reclaim would free),
+    assert not redis_client.exists(key["jobs"], key["conflicts"], key["workers"], key["active"])
+    # what it learned stays, and the key that ran goes idle, so its cost lapses as usual,
+    assert new.accumulated_cost("alice") == 1.0
+    assert new.estimate("clone", "linux", 1.0) != 1.0
+    assert redis_client.zscore(key["seen"], "bob") is not None
+    # and the conflict is free again.
+    [grant] = new.admit("w2", [ask("c", "carol", job_id="linux")]).grants
+    assert grant.verdict is Verdict.ADMITTED
+    assert grant.token > first.token
 
 
 def test_scripts_come_back_after_script_flush(redis_client, prefix):

@@ -59,7 +59,7 @@ KEY_NAMES = (
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
-_SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies")
+_SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies", "open")
 """The scheduling scripts: common.lua and the generated argument names come first in each."""
 
 _STANDALONE = ("queued", "holder", "submission")
@@ -509,19 +509,16 @@ class RedisStore:
         return self._scripts[name].sha, self._sources[name]
 
     def check(self) -> None:
-        """Fail now, not at the first decision, if the store holds another schema.
+        """Fail now, not at the first decision, if the store cannot be opened: it holds a newer
+        schema, or an older one that a live worker still uses. A store of an older schema
+        that no live worker holds is upgraded in place (``open.lua``; docs/store.md). One
+        round trip.
 
         Raises:
-            ConfigurationError: The prefix holds another schema version.
+            ConfigurationError: The prefix holds a schema this version cannot open now.
             StoreUnavailable: Redis cannot be reached.
         """
-        found = self._read(lambda c: c.hget(self.keys[0], "schema"))
-        if found is not None and found.decode() != SCHEMA:
-            raise ConfigurationError(
-                f"celery-fair: the store at {self.keys[0]} has schema {found.decode()}; this "
-                f"celery-fair speaks schema {SCHEMA}. Use another fair_store_prefix or upgrade "
-                "every worker."
-            )
+        self._call("open", self._head(""))
 
     # -- inspection --------------------------------------------------------------------------
 

@@ -97,9 +97,39 @@ local function token_text(high, low) return string.format('%.0f:%.0f', high, low
 -- which nothing is admitted, so every worker can register its running jobs first. A new store's
 -- tokens start above its creation time in milliseconds (wire.py, TOKEN_LOW_BITS); every call
 -- raises them above the highest token its caller has seen (H_TOKEN_SEEN), so they never go back.
+--
+-- A store of an older schema is upgraded in place once no worker of it holds a live lease (they
+-- have all stopped, or died and lapsed): its running state goes (no live worker owns any of
+-- it: it is what a reclaim would free) and what it learned stays (accumulated costs,
+-- estimates, tombstones, runtime policies); then it opens as a new store. While a worker of the
+-- old schema lives, or when the store is newer than the caller, the call fails loudly.
+local function upgrade_or_refuse(found, schema, now)
+  local old, new = tonumber(found), tonumber(schema)
+  local live = redis.call('ZCOUNT', WORKERS, '(' .. fmt(now), '+inf')
+  if old and new and old < new and live == 0 then
+    -- a key that ran goes idle now, so that its accumulated cost lapses after the TTL as usual
+    for _, k in ipairs(redis.call('HKEYS', ACTIVE)) do redis.call('ZADD', SEEN, now, k) end
+    redis.call('DEL', META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS, ACTIVE, MINACC, CLAIMS)
+    return
+  end
+  local why
+  if old and new and old < new then
+    why = live .. ' worker(s) of schema ' .. found .. ' hold a live lease: stop them, and the ' ..
+      'first call of this version once their leases have lapsed upgrades the store in place'
+  else
+    why = 'upgrade this worker, or use another fair_store_prefix'
+  end
+  error({err = 'celery-fair: the store at ' .. META .. ' has schema ' .. found ..
+    '; this celery-fair speaks schema ' .. schema .. ': ' .. why .. '.'})
+end
+
 local function open_store(schema, expected, now, window)
   local m = redis.call('HMGET', META, 'schema', 'epoch', 'recovering_until', 'token', 'maint_at', MINE,
     renew_field(ARGV[H_WORKER]), 'token_high')
+  if m[1] and m[1] ~= schema then
+    upgrade_or_refuse(m[1], schema, now)
+    m = {false}
+  end
   tiers, types = totable(redis.call('HGETALL', TIERS)), totable(redis.call('HGETALL', TYPES))
   call_now = now
   local flat = redis.call('HGETALL', CLAIMS)
@@ -120,11 +150,6 @@ local function open_store(schema, expected, now, window)
       return epoch, true
     end
     return epoch, false
-  end
-  if m[1] ~= schema then
-    error({err = 'celery-fair: the store at ' .. META .. ' has schema ' .. m[1] ..
-      '; this celery-fair speaks schema ' .. schema .. '. Use another fair_store_prefix ' ..
-      'or upgrade every worker.'})
   end
   token = tonumber(m[4] or '0') or 0
   token_high = tonumber(m[8] or '0') or 0
