@@ -137,7 +137,7 @@ class Run:
                         channel = conn.channel()
         if self.backend:
             client = redis.Redis.from_url(self.backend)
-            for key in client.scan_iter(match="celery-task-meta-*", count=1000):
+            for key in client.scan_iter(match=f"{self.prefix}:*", count=1000):
                 client.delete(key)
         if self._app is not None:
             self._app.close()
