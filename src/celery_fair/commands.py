@@ -219,9 +219,37 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
                 f"; expected to start in about {found['expected_wait']:.1f} s (its key ends "
                 f"{found['key_rate']:.2f} jobs/s)"
             )
+    elif found["state"] == "unknown":
+        line += ": not held by any worker, and no result recorded; if it is still in the broker"
+        line += (
+            ", it waits there (turn on fair_track_submits to see it there)"
+            if not found.get("tracking", True)
+            else ", the registry of submissions does not know it either"
+        )
     click.echo(line)
     for reason in found.get("why", ()):
         click.echo(f"  - {reason}")
+
+
+def _when_it_arrives(found: dict[str, Any], what: str) -> str:
+    """What happens to a job no worker has, if it is still in the broker (``fair cancel`` and
+    ``fair reprioritize`` of a job ``unknown``): ``what`` every worker that answered does."""
+    workers = found.get("remembered_by", [])
+    if not workers:
+        said = (
+            ": not held by any worker, and no fair worker answered; a worker started later "
+            "does not know it"
+        )
+    else:
+        n = len(workers)
+        said = (
+            ": not held by any worker; if it is still in the broker, "
+            f"{'the worker' if n == 1 else f'each of the {n} workers'} that answered will "
+            f"{what} when it arrives"
+        )
+    if not found.get("tracking", True):
+        said += " (turn on fair_track_submits to see it there)"
+    return said
 
 
 @fair.command(cls=CeleryCommand)
@@ -248,6 +276,8 @@ def cancel(
         return
     where = f" on {found['worker']}" if "worker" in found else ""
     terminated = " (terminated)" if found.get("terminated") else ""
+    if found["state"] == "unknown":
+        terminated = _when_it_arrives(found, "drop it")
     click.echo(f"{task_id}: {found['state']}{where}{terminated}")
 
 
@@ -280,6 +310,9 @@ def reprioritize(
         return
     where = f" on {found['worker']}" if "worker" in found else ""
     queued = " (in the broker: it takes it when it arrives)" if found.get("queued") else ""
+    if found["state"] == "unknown":
+        at = "its type's priority" if wanted is None else f"priority {wanted}"
+        queued = _when_it_arrives(found, f"run it at {at}")
     click.echo(f"{task_id}: {found['state']}{where}{queued}")
 
 
