@@ -209,6 +209,11 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
             line += f" (now {found['effective_priority']})"
         if found.get("expected_wait") is not None:
             line += f"; expected to start in about {found['expected_wait']:.1f} s"
+            defaults = found.get("expected_wait_defaults") or 0.0
+            if defaults >= 0.5:  # mostly configuration, not experience
+                line += f" (a guess: {defaults:.0%} of it is default costs, nothing learned yet)"
+        elif found.get("waits_for"):
+            line += f"; no expected start, it waits on: {found['waits_for']}"
     elif found["state"] == "queued":  # in the broker
         line += (
             f", {found['place_in_key']} of {found['in_key']} not ended in its key "

@@ -6,7 +6,9 @@ place) and, if none holds or runs it, the result backend. The answer's ``state``
 
 - ``held``: a worker holds its message, waiting; with ``worker``, ``place`` (among the jobs that
   worker holds), ``place_in_key`` (among its fairness key's), ``effective_priority``,
-  ``expected_wait`` (seconds until it is expected to start: ``Scheduler.expected_wait``) and
+  ``expected_wait`` (seconds until it is expected to start: ``Scheduler.expected_start``;
+  ``None`` while it waits for a pause, a type cap or a tier cap, which ``waits_for`` names),
+  ``expected_wait_defaults`` (the share of that estimate built on default costs) and
   ``why``,
   the reasons in words ("type cap repack 3/3", "conflict on git:linux held by task X",
   "paused (key 'spam')", "behind 4 jobs that come first ...");

@@ -60,7 +60,7 @@ from ..core import (
     Scheduler,
     WallClock,
 )
-from ..core.types import check_priority
+from ..core.types import BLOCK_ORDER, check_priority
 from ..engine import Call, Decision, Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters, Fanout, Observer
@@ -853,6 +853,8 @@ class Gate:
             view = self.scheduler.status(uid)
             if view is None:
                 return {"state": "held", "waited": waited}
+            start = self.scheduler.expected_start(uid, self._pool_slots)
+            why = self.scheduler.explain(uid)
             return {
                 "state": "held",
                 "waited": waited,
@@ -864,8 +866,12 @@ class Gate:
                 "effective_priority": view.effective_priority,
                 "urgent": view.urgent,
                 "blocked_by": [r.value for r in view.blocked_by],
-                "why": self.scheduler.explain(uid),
-                "expected_wait": self.scheduler.expected_wait(uid, self._pool_slots),
+                "why": why,
+                "expected_wait": None if start is None else start.seconds,
+                # the share of that estimate built on default costs (nothing learned yet)
+                "expected_wait_defaults": 0.0 if start is None else start.from_defaults,
+                # what it waits for that the estimate does not measure, in words
+                "waits_for": _waits_for(start, view.blocked_by, why),
                 # the conflict it waits for, for job control to name its holder fleet-wide
                 "conflict": conflict_field(
                     self._groups.get(held.headers.job_type) or "", held.headers.job_id
@@ -1032,3 +1038,13 @@ class Gate:
         else:
             return float("inf")
         return timeout * HOLD_FRACTION
+
+
+def _waits_for(start: Any, blocked_by: tuple[BlockReason, ...], why: list[str]) -> str:
+    """The line of ``why`` (``Scheduler.explain``: one per reason, in ``BLOCK_ORDER``) that
+    says what ``start.waits_for`` is, or ``""``."""
+    if start is None or start.waits_for is None:
+        return ""
+    ordered = sorted(blocked_by, key=BLOCK_ORDER.index)
+    at = ordered.index(start.waits_for) if start.waits_for in ordered else -1
+    return why[at] if 0 <= at < len(why) else start.waits_for.value
