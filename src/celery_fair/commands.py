@@ -86,9 +86,10 @@ def top(ctx: click.Context, interval: float, timeout: float, once: bool) -> None
 )
 @click.pass_context
 def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> None:
-    """Record live arrivals and ends into a simulator trace (docs/simulator.md)."""
+    """Record live arrivals and ends into a simulator trace (docs/simulator.md), with the
+    policies in force: fair_keys and the runtime ones, pauses, tier caps, aging."""
     from .api import declared_types
-    from .record import Recorder, parse_duration
+    from .record import Recorder, parse_duration, settings_config
     from .settings import FairSettings
 
     try:
@@ -108,7 +109,8 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
             raise click.UsageError("no fair worker answered: give the trace's --capacity")
     app.control.enable_events()  # as Flower does: workers started without -E send them too
     recorder = Recorder()
-    with app.connection_for_read() as conn:
+    watch = _PolicyWatch(app, recorder)
+    with watch, app.connection_for_read() as conn:
         receiver = app.events.Receiver(conn, handlers={"*": recorder.event})
         stop = threading.Timer(seconds, lambda: setattr(receiver, "should_stop", True))
         ready = receiver.on_consume_ready
@@ -126,7 +128,7 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
             pass
         finally:
             stop.cancel()
-    trace = recorder.trace(types, capacity)
+    trace = recorder.trace(types, capacity, settings_config(settings), settings.keys)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(trace, f, indent=1)
         f.write("\n")
@@ -135,6 +137,54 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
         "waiting were left out. Replay: celery-fair simulate " + out,
         err=True,
     )
+
+
+class _PolicyWatch:
+    """Feeds ``recorder`` the fleet's runtime policies (``fair weights``, ``fair pause``) once
+    a second while a recording runs, from a thread of its own; nothing without a shared store
+    (then only ``fair_keys`` are in force)."""
+
+    INTERVAL = 1.0
+
+    def __init__(self, app: Any, recorder: Any) -> None:
+        self.app = app
+        self.recorder = recorder
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.policies: Any = None
+
+    def __enter__(self) -> _PolicyWatch:
+        from .policies import FleetPolicies
+
+        try:
+            self.policies = FleetPolicies(self.app)
+        except ConfigurationError:
+            return self  # no shared store: no runtime policies
+        self.look()  # those in force when the recording starts
+        self.thread = threading.Thread(target=self.run, name="fair-record-policies", daemon=True)
+        self.thread.start()
+        return self
+
+    def look(self) -> None:
+        from .policies import describe
+
+        try:
+            _, runtime = self.policies.show()
+        except StoreUnavailable:
+            return  # seen again at the next look
+        self.recorder.policies(time.time(), describe(runtime))
+
+    def run(self) -> None:
+        while not self.done.wait(self.INTERVAL):
+            self.look()
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.look()  # a pause lifted in the last second ends before the trace does
+        if self.policies is not None:
+            self.policies.close()
 
 
 @fair.command(cls=CeleryCommand)

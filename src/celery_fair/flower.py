@@ -51,8 +51,10 @@ COLUMNS = {
     "fairness_key": "Fairness key",
     "job_type": "Job type",
     "job_id": "Job id",
+    "submitted": "Published",
     "shard": "Shard",
-    "queue_wait": "Queue wait",
+    "queue_wait": "Wait since receipt",
+    "publish_wait": "Wait since publish",
     "place_in_key": "Place in key",
     "held_at_receipt": "Held at receipt",
     "fencing_token": "Fencing token",
@@ -63,7 +65,8 @@ COLUMNS = {
 
 #: Flower's ``tasks_columns`` option, set by ``from celery_fair.flower import *``.
 tasks_columns = (
-    "name,uuid,state,fairness_key,job_type,job_id,queue_wait,received,started,runtime,worker"
+    "name,uuid,state,fairness_key,job_type,job_id,publish_wait,queue_wait,received,started,"
+    "runtime,worker"
 )
 
 INSTALLED: dict[str, bool] = {}

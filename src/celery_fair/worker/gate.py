@@ -327,6 +327,8 @@ class Gate:
                 "place_in_key": key_pending,
                 "held_at_receipt": len(self.held),
             }
+            if parsed.submitted is not None:  # its publish, for the wait from then
+                held.events["submitted"] = parsed.submitted
             attach(req, held.events)
         if self._reserve and not self._recheck:
             # Worth a store call only if the reserve would hold the newcomer up longer than
@@ -435,6 +437,9 @@ class Gate:
                 )
             if held.events is not None:
                 held.events["queue_wait"] = round(wait, 6)
+                submitted = held.events.get("submitted")
+                if submitted is not None:  # on two clocks: the producer's and this one
+                    held.events["publish_wait"] = round(max(0.0, time.time() - submitted), 6)
                 held.events["fencing_token"] = admission.token
                 held.events["fair_priority"] = admission.priority  # its own, reprioritised too
                 if effective is not None:
