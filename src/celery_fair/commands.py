@@ -121,9 +121,10 @@ def top(ctx: click.Context, interval: float, timeout: float, once: bool) -> None
 )
 @click.pass_context
 def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> None:
-    """Record live arrivals and ends into a simulator trace (docs/simulator.md)."""
+    """Record live arrivals and ends into a simulator trace (docs/simulator.md), with the
+    policies in force: fair_keys and the runtime ones, pauses, tier caps, aging."""
     from .api import declared_types
-    from .record import Recorder, parse_duration
+    from .record import Recorder, parse_duration, settings_config
     from .settings import FairSettings
 
     try:
@@ -143,7 +144,8 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
             raise click.UsageError("no fair worker answered: give the trace's --capacity")
     app.control.enable_events()  # as Flower does: workers started without -E send them too
     recorder = Recorder()
-    with app.connection_for_read() as conn:
+    watch = _PolicyWatch(app, recorder)
+    with watch, app.connection_for_read() as conn:
         receiver = app.events.Receiver(conn, handlers={"*": recorder.event})
         stop = threading.Timer(seconds, lambda: setattr(receiver, "should_stop", True))
         ready = receiver.on_consume_ready
@@ -161,7 +163,7 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
             pass
         finally:
             stop.cancel()
-    trace = recorder.trace(types, capacity)
+    trace = recorder.trace(types, capacity, settings_config(settings), settings.keys)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(trace, f, indent=1)
         f.write("\n")
@@ -170,6 +172,54 @@ def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> N
         "waiting were left out. Replay: celery-fair simulate " + out,
         err=True,
     )
+
+
+class _PolicyWatch:
+    """Feeds ``recorder`` the fleet's runtime policies (``fair weights``, ``fair pause``) once
+    a second while a recording runs, from a thread of its own; nothing without a shared store
+    (then only ``fair_keys`` are in force)."""
+
+    INTERVAL = 1.0
+
+    def __init__(self, app: Any, recorder: Any) -> None:
+        self.app = app
+        self.recorder = recorder
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.policies: Any = None
+
+    def __enter__(self) -> _PolicyWatch:
+        from .policies import FleetPolicies
+
+        try:
+            self.policies = FleetPolicies(self.app)
+        except ConfigurationError:
+            return self  # no shared store: no runtime policies
+        self.look()  # those in force when the recording starts
+        self.thread = threading.Thread(target=self.run, name="fair-record-policies", daemon=True)
+        self.thread.start()
+        return self
+
+    def look(self) -> None:
+        from .policies import describe
+
+        try:
+            _, runtime = self.policies.show()
+        except StoreUnavailable:
+            return  # seen again at the next look
+        self.recorder.policies(time.time(), describe(runtime))
+
+    def run(self) -> None:
+        while not self.done.wait(self.INTERVAL):
+            self.look()
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.look()  # a pause lifted in the last second ends before the trace does
+        if self.policies is not None:
+            self.policies.close()
 
 
 @fair.command(cls=_Command)
@@ -254,6 +304,11 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
             line += f" (now {found['effective_priority']})"
         if found.get("expected_wait") is not None:
             line += f"; expected to start in about {found['expected_wait']:.1f} s"
+            defaults = found.get("expected_wait_defaults") or 0.0
+            if defaults >= 0.5:  # mostly configuration, not experience
+                line += f" (a guess: {defaults:.0%} of it is default costs, nothing learned yet)"
+        elif found.get("waits_for"):
+            line += f"; no expected start, it waits on: {found['waits_for']}"
     elif found["state"] == "queued":  # in the broker
         line += (
             f", {found['place_in_key']} of {found['in_key']} not ended in its key "
@@ -264,9 +319,37 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
                 f"; expected to start in about {found['expected_wait']:.1f} s (its key ends "
                 f"{found['key_rate']:.2f} jobs/s)"
             )
+    elif found["state"] == "unknown":
+        line += ": not held by any worker, and no result recorded; if it is still in the broker"
+        line += (
+            ", it waits there (turn on fair_track_submits to see it there)"
+            if not found.get("tracking", True)
+            else ", the registry of submissions does not know it either"
+        )
     click.echo(line)
     for reason in found.get("why", ()):
         click.echo(f"  - {reason}")
+
+
+def _when_it_arrives(found: dict[str, Any], what: str) -> str:
+    """What happens to a job no worker has, if it is still in the broker (``fair cancel`` and
+    ``fair reprioritize`` of a job ``unknown``): ``what`` every worker that answered does."""
+    workers = found.get("remembered_by", [])
+    if not workers:
+        said = (
+            ": not held by any worker, and no fair worker answered; a worker started later "
+            "does not know it"
+        )
+    else:
+        n = len(workers)
+        said = (
+            ": not held by any worker; if it is still in the broker, "
+            f"{'the worker' if n == 1 else f'each of the {n} workers'} that answered will "
+            f"{what} when it arrives"
+        )
+    if not found.get("tracking", True):
+        said += " (turn on fair_track_submits to see it there)"
+    return said
 
 
 @fair.command(cls=_Command)
@@ -293,6 +376,8 @@ def cancel(
         return
     where = f" on {found['worker']}" if "worker" in found else ""
     terminated = " (terminated)" if found.get("terminated") else ""
+    if found["state"] == "unknown":
+        terminated = _when_it_arrives(found, "drop it")
     click.echo(f"{task_id}: {found['state']}{where}{terminated}")
 
 
@@ -327,6 +412,9 @@ def reprioritize(
         return
     where = f" on {found['worker']}" if "worker" in found else ""
     queued = " (in the broker: it takes it when it arrives)" if found.get("queued") else ""
+    if found["state"] == "unknown":
+        at = "its type's priority" if wanted is None else f"priority {wanted}"
+        queued = _when_it_arrives(found, f"run it at {at}")
     click.echo(f"{task_id}: {found['state']}{where}{queued}")
 
 

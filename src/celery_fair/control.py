@@ -6,7 +6,9 @@ place) and, if none holds or runs it, the result backend. The answer's ``state``
 
 - ``held``: a worker holds its message, waiting; with ``worker``, ``place`` (among the jobs that
   worker holds), ``place_in_key`` (among its fairness key's), ``effective_priority``,
-  ``expected_wait`` (seconds until it is expected to start: ``Scheduler.expected_wait``) and
+  ``expected_wait`` (seconds until it is expected to start: ``Scheduler.expected_start``;
+  ``None`` while it waits for a pause, a type cap or a tier cap, which ``waits_for`` names),
+  ``expected_wait_defaults`` (the share of that estimate built on default costs) and
   ``why``,
   the reasons in words ("type cap repack 3/3", "conflict on git:linux held by task X",
   "paused (key 'spam')", "behind 4 jobs that come first ...");
@@ -19,7 +21,11 @@ place) and, if none holds or runs it, the result backend. The answer's ``state``
   among the submissions not ended, by time of submission, ``key_rate`` (its key's submissions
   ended per second lately, 0 until known) and, once that is known, ``expected_wait``: its
   key's jobs ahead of it at that pace;
-- ``unknown``: no worker has it and neither the backend nor the registry knows it.
+- ``unknown``: no worker has it and neither the backend nor the registry knows it. That is
+  also the answer for a job still in the broker when the registry is off (the default): a
+  worker holds about a window of a burst, the rest waits in the broker. ``tracking`` says
+  whether the registry was asked (``False``: turn on ``fair_track_submits`` to see such a job
+  as ``queued``).
 
 ``cancel(app, task_id)`` sends Celery's own ``revoke`` to every worker inside one remote-control
 command, ``fair_cancel``, which then asks the worker's gate for the job (O(1)): a held or
@@ -31,8 +37,10 @@ reserved job is dropped at once and its key refunded. The answer's ``state`` is 
   signalled (side effects it has made stay made: see docs/operations.md);
 - ``already_done``: the result backend has its result;
 - ``unknown``: no worker has it, and no registry says it was submitted. If it is still in the
-  broker, every worker running now drops it when it arrives (it is in their revoked set, as
-  with ``celery revoke``); with ``fair_track_submits`` such a job is ``cancelled`` instead
+  broker, every worker that answered drops it when it arrives (it is in their revoked set, as
+  with ``celery revoke``): ``remembered_by`` lists them (empty: no worker answered, and a
+  worker started later does not know it). ``tracking`` says whether the registry was asked;
+  with ``fair_track_submits`` a job still in the broker is ``cancelled`` instead
   (``queued: True``).
 
 ``reprioritize(app, task_id, priority)`` gives a job that has not started its own priority
@@ -46,8 +54,9 @@ answer's ``state`` is one of:
   remembers the priority and the job takes it when it arrives;
 - ``already_running``: a worker has admitted or runs it; nothing changed;
 - ``already_done``: the result backend has its result (or says it was revoked);
-- ``unknown``: no worker has it and no registry says it was submitted. Every worker still
-  remembers the priority (the last 50,000 given), in case the job is on its way.
+- ``unknown``: no worker has it and no registry says it was submitted. Every fair worker that
+  answered remembers the priority (the last 50,000 given) and gives it to the job if it
+  arrives: ``remembered_by`` lists them. ``tracking`` as for ``cancel``.
 
 The job is named by its Celery task id; its ``job_id`` is the resource it works on.
 """
@@ -121,6 +130,8 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
         )
         if found.expected_wait is not None:
             out["expected_wait"] = found.expected_wait
+    else:
+        out["tracking"] = _tracking(app)
     return out
 
 
@@ -151,24 +162,32 @@ def _name_the_holder(app: Any, found: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _answered(replies: Any, task_id: str) -> dict[str, str]:
+def _answered(replies: Any, task_id: str) -> dict[str, list[str]]:
     """The workers that answered a job-control broadcast for ``task_id`` in words (``"ok"``,
-    ``"cancelled"``, ``"already_running"``), by answer; an empty answer (the worker does not
-    have the job), an error and a non-fair worker's reply are left out."""
-    found = {}
+    ``"cancelled"``, ``"already_running"``, ``"revoked"``, ``"remembered"``), sorted, by
+    answer; an empty answer (an older worker that does not have the job), an error and a
+    non-fair worker's reply are left out."""
+    found: dict[str, list[str]] = {}
     for reply in replies or ():
         for worker, answer in reply.items():
             said = answer.get(task_id) if isinstance(answer, dict) else None
             if isinstance(said, str):
-                found[said] = worker
-    return found
+                found.setdefault(said, []).append(worker)
+    return {said: sorted(workers) for said, workers in found.items()}
+
+
+def _tracking(app: Any) -> bool:
+    """Whether the producers' registry of submissions is on (``fair_track_submits``)."""
+    from .submissions import settings_of
+
+    return bool(settings_of(app).tracking)
 
 
 def _tracked(app: Any, task_id: str) -> Any:
     """The tracked submission ``task_id`` (``fair_track_submits``), or ``None``."""
-    from .submissions import settings_of, tracked_store
+    from .submissions import tracked_store
 
-    if not settings_of(app).tracking:
+    if not _tracking(app):
         return None
     return tracked_store(app).queued(task_id)
 
@@ -181,11 +200,13 @@ def fair_cancel(
     state: Any, task_id: str, terminate: bool = False, signal: str | None = None, **kwargs: Any
 ) -> dict[str, Any]:
     """Revoke ``task_id`` as Celery's ``revoke`` does, then drop it from the gate if held
-    (worker side). Answers ``{task_id: "cancelled" | "already_running"}``, or ``{}``."""
+    (worker side). Answers ``{task_id: "cancelled" | "already_running"}``, or, for a job
+    not here, ``{task_id: "revoked"}``: it is in this worker's revoked set, so dropped if it
+    arrives."""
     celery_revoke(state, task_id, terminate=terminate, signal=signal)
     gate = getattr(state.consumer, "fair_gate", None)
     answer = gate.cancel(task_id) if gate is not None else None
-    return {task_id: answer} if answer else {}
+    return {task_id: answer or "revoked"}
 
 
 def cancel(
@@ -209,7 +230,7 @@ def cancel(
     out: dict[str, Any] = {"task_id": task_id}
     for state in ("cancelled", "already_running"):
         if state in found:
-            out.update(state=state, worker=found[state])
+            out.update(state=state, worker=found[state][0])
             if state == "already_running":
                 out["terminated"] = terminate
             return out
@@ -230,7 +251,7 @@ def cancel(
 
         untrack(app, [task_id])  # its place counts against no limit from now on
     else:
-        out["state"] = "unknown"
+        out.update(state="unknown", remembered_by=found.get("revoked", []), tracking=_tracking(app))
     return out
 
 
@@ -243,7 +264,8 @@ def fair_reprioritize(
 ) -> dict[str, Any]:
     """Give ``task_id`` the priority ``priority`` (``None``: its type's) if this worker holds
     it, else remember it for when it comes (worker side). Answers ``{task_id: "ok" |
-    "already_running"}``, ``{task_id: {"error": ...}}`` for a priority refused, or ``{}``."""
+    "already_running" | "remembered"}``, ``{task_id: {"error": ...}}`` for a priority
+    refused, or ``{}`` (not a fair worker)."""
     gate = getattr(state.consumer, "fair_gate", None)
     if gate is None:
         return {}
@@ -251,7 +273,7 @@ def fair_reprioritize(
         answer = gate.reprioritize(task_id, priority)
     except SchedulerError as exc:
         return {task_id: {"error": str(exc)}}
-    return {task_id: answer} if answer else {}
+    return {task_id: answer or "remembered"}
 
 
 def reprioritize(
@@ -273,7 +295,7 @@ def reprioritize(
     out: dict[str, Any] = {"task_id": task_id, "priority": priority}
     for state in ("ok", "already_running"):
         if state in found:
-            out.update(state=state, worker=found[state])
+            out.update(state=state, worker=found[state][0])
             return out
     if not isinstance(app.backend, DisabledBackend):
         result_state = app.backend.get_state(task_id)
@@ -286,5 +308,7 @@ def reprioritize(
     if _tracked(app, task_id) is not None:  # in the broker: every worker remembers it
         out.update(state="ok", queued=True)
     else:
-        out["state"] = "unknown"
+        out.update(
+            state="unknown", remembered_by=found.get("remembered", []), tracking=_tracking(app)
+        )
     return out

@@ -8,15 +8,16 @@
 Flower has no plugin interface; it executes its configuration file in its own process before it
 starts, which is where this module hooks in:
 
-- **Task fields.** Fair workers put ``fairness_key``, ``job_type``, ``job_id``, ``shard``,
-  ``queue_wait``, ``place_in_key``, ``held_at_receipt``, ``fencing_token``,
-  ``effective_priority``, ``urgent`` and ``fair_priority`` in their task
+- **Task fields.** Fair workers put ``fairness_key``, ``job_type``, ``job_id``, ``submitted``,
+  ``shard``, ``queue_wait``, ``publish_wait``, ``place_in_key``, ``held_at_receipt``,
+  ``fencing_token``, ``effective_priority``, ``urgent`` and ``fair_priority`` in their task
   events (worker/events.py). Celery's event state keeps every field but lists only its own in
   ``Task._fields``, which Flower's task page, ``/api/tasks`` and ``/api/task/info`` show; the
   fair fields are added there.
 - **Columns.** They become columns of the tasks page (``TASK_COLUMNS``), and the star import
-  sets Flower's ``tasks_columns`` option to show the key, the type, the job id and the wait
-  (``--tasks_columns`` on the command line still wins).
+  sets Flower's ``tasks_columns`` option to show the key, the type, the job id and the waits
+  (``--tasks_columns`` on the command line still wins), and its ``format_task`` option so that
+  the waits read as Flower's run times do (``format_task``).
 - **Metrics.** Flower's ``/metrics`` serves Prometheus' default registry; a collector there reads
   the fleet's shared store at each scrape: live workers, running jobs by tier and type against
   their caps, by fairness key (the top ``TOP_KEYS`` and ``other``), conflicts held, accumulated
@@ -31,13 +32,14 @@ logged once and skipped, and Flower keeps working. Tested against ``SUPPORTED_FL
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from .fleet import service
 from .worker.events import EVENT_FIELDS
 
-__all__ = ["tasks_columns"]
+__all__ = ["format_task", "tasks_columns"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +53,10 @@ COLUMNS = {
     "fairness_key": "Fairness key",
     "job_type": "Job type",
     "job_id": "Job id",
+    "submitted": "Published",
     "shard": "Shard",
-    "queue_wait": "Queue wait",
+    "queue_wait": "Wait since receipt",
+    "publish_wait": "Wait since publish",
     "place_in_key": "Place in key",
     "held_at_receipt": "Held at receipt",
     "fencing_token": "Fencing token",
@@ -63,10 +67,60 @@ COLUMNS = {
 
 #: Flower's ``tasks_columns`` option, set by ``from celery_fair.flower import *``.
 tasks_columns = (
-    "name,uuid,state,fairness_key,job_type,job_id,queue_wait,received,started,runtime,worker"
+    "name,uuid,state,fairness_key,job_type,job_id,publish_wait,queue_wait,received,started,"
+    "runtime,worker"
 )
 
 INSTALLED: dict[str, bool] = {}
+
+#: The fields that are durations in seconds: shown as Flower shows a run time.
+_DURATIONS = ("queue_wait", "publish_wait")
+
+
+def format_task(task: Any) -> Any:
+    """Flower's ``format_task`` option, set by ``from celery_fair.flower import *``: on the
+    tasks page and each task's page (not in the API, which keeps numbers), the waits read as
+    Flower's run times do (``850.00 ms``, ``3.20 s``, ``1:02:05``) and ``submitted`` as a date
+    and time of the Flower server's zone. Flower hands it a copy of the task.
+
+    An app with a ``format_task`` of its own calls this one from it::
+
+        from celery_fair.flower import *
+        from celery_fair.flower import format_task as fair_format_task
+
+        def format_task(task):
+            return my_format(fair_format_task(task))
+    """
+    for name in _DURATIONS:
+        value = getattr(task, name, None)
+        if _is_number(value):
+            setattr(task, name, duration_words(value))
+    submitted = getattr(task, "submitted", None)
+    if _is_number(submitted):
+        stamp = time.localtime(submitted)
+        millis = round((submitted % 1) * 1000) % 1000
+        task.submitted = time.strftime("%Y-%m-%d %H:%M:%S", stamp) + f".{millis:03d}"
+    return task
+
+
+def duration_words(seconds: float) -> str:
+    """``seconds`` as Flower's tasks page writes a run time.
+
+    >>> duration_words(0.0123), duration_words(3.2), duration_words(3725)
+    ('12.30 ms', '3.20 s', '1:02:05')
+    """
+    if seconds < 1:
+        return f"{seconds * 1000:.2f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def install() -> dict[str, bool]:

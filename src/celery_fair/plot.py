@@ -21,7 +21,7 @@ from typing import Any
 from .errors import ConfigurationError
 from .sim import SimResult, Trace
 
-__all__ = ["plot", "slots_by_key", "waits_by_key"]
+__all__ = ["ecdf", "figure", "plot", "slots_by_key", "waits_by_key"]
 
 #: Keys drawn by name; the others are summed as "other".
 HEAVY_KEYS = 8
@@ -81,6 +81,19 @@ def plot(runs: Sequence[tuple[str, Trace, SimResult]], path: str | Path) -> None
     suffix = path.suffix.lower()
     if suffix not in (".png", ".svg", ".html"):
         raise ConfigurationError(f"--plot: expected a .png, .svg or .html file, got {path.name}")
+    plt = _pyplot()
+    fig = figure(runs)
+    if suffix == ".html":
+        svg = io.StringIO()
+        fig.savefig(svg, format="svg")
+        _, trace0, result0 = runs[0]
+        path.write_text(_page(svg.getvalue(), runs, heavy_keys(trace0, result0)), encoding="utf-8")
+    else:
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -90,11 +103,21 @@ def plot(runs: Sequence[tuple[str, Trace, SimResult]], path: str | Path) -> None
         raise ConfigurationError(
             "--plot needs matplotlib: pip install 'celery-fair[plot]'"
         ) from None
+    return plt
+
+
+def figure(runs: Sequence[tuple[str, Trace, SimResult]]) -> Any:
+    """The matplotlib figure of ``runs``: one timeline per run, then the waits of all runs.
+    Each legend sits to the right of its chart, never over the data."""
+    plt = _pyplot()
     _, trace0, result0 = runs[0]
     keys = heavy_keys(trace0, result0)
     colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(keys)}
     colours["other"] = (0.75, 0.75, 0.75, 1.0)
-    fig, axes = plt.subplots(len(runs) + 1, 1, figsize=(11, 3.2 * (len(runs) + 1)))
+    fig, axes = plt.subplots(
+        len(runs) + 1, 1, figsize=(13, 3.2 * (len(runs) + 1)), layout="constrained"
+    )
+    outside = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
     for ax, (label, trace, result) in zip(axes, runs, strict=False):
         times, series = slots_by_key(trace, result, keys)
         lanes = [*keys, "other"]
@@ -110,30 +133,47 @@ def plot(runs: Sequence[tuple[str, Trace, SimResult]], path: str | Path) -> None
         ax.set_title(f"{label}: slots in use by fairness key (capacity {trace.capacity})")
         ax.set_xlabel("time (s)")
         ax.set_ylabel("slots")
-        ax.legend(loc="upper right", fontsize="small", ncol=3)
+        ax.legend(fontsize="small", **outside)
     ax = axes[-1]
     styles = ("-", "--", ":", "-.")
-    for n, (label, trace, result) in enumerate(runs):
-        waits = waits_by_key(trace, result, keys)
+    waits = [waits_by_key(trace, result, keys) for _, trace, result in runs]
+    # every line runs to the longest wait, so that a key whose jobs all started early (or
+    # that has one job) shows as a line at 1, not as a point nobody sees
+    longest = max((w[-1] for run in waits for w in run.values() if w), default=0.0)
+    for n, (label, _, _) in enumerate(runs):
         for k in keys:
-            w = waits[k]
-            if w:
-                shares = [(i + 1) / len(w) for i in range(len(w))]
-                ax.step(w, shares, where="post", color=colours[k], linestyle=styles[n % 4],
+            xs, ys = ecdf(waits[n][k], longest)
+            if xs:
+                ax.step(xs, ys, where="post", color=colours[k], linestyle=styles[n % 4],
                         label=f"{_label(k)} ({label})")  # fmt: skip
+                # a dot where each job started, so that one job is seen as one
+                ax.plot(xs[1 : len(waits[n][k]) + 1], ys[1 : len(waits[n][k]) + 1],
+                        linestyle="none", marker="o", markersize=3, color=colours[k])  # fmt: skip
+    ax.margins(x=0.04)
     ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_ylim(-0.02, 1.05)
     ax.set_title("Wait from arrival to start, per key: share of its jobs started within x")
     ax.set_xlabel("wait (s)")
     ax.set_ylabel("share of jobs")
-    ax.legend(loc="lower right", fontsize="x-small", ncol=2)
-    fig.tight_layout()
-    if suffix == ".html":
-        svg = io.StringIO()
-        fig.savefig(svg, format="svg")
-        path.write_text(_page(svg.getvalue(), runs, keys), encoding="utf-8")
-    else:
-        fig.savefig(path, dpi=110)
-    plt.close(fig)
+    ax.legend(fontsize="x-small", ncol=1 + len(keys) * len(runs) // 12, **outside)
+    return fig
+
+
+def ecdf(waits: Sequence[float], until: float) -> tuple[list[float], list[float]]:
+    """The steps of the share of jobs started within x, for sorted ``waits``: from 0 at the
+    first wait up to 1 at the last, then level to ``until`` (for ``step(where="post")``).
+
+    >>> ecdf([3.0], 10.0)
+    ([3.0, 3.0, 10.0], [0.0, 1.0, 1.0])
+    """
+    if not waits:
+        return [], []
+    xs = [waits[0], *waits]
+    ys = [0.0, *((i + 1) / len(waits) for i in range(len(waits)))]
+    if until > waits[-1]:
+        xs.append(until)
+        ys.append(1.0)
+    return xs, ys
 
 
 def _label(key: str) -> str:

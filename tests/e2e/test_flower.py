@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -213,7 +214,9 @@ def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
         lambda: (t := api_task(done[0].id)).get("state") == "SUCCESS" and t, 20, "b0's success"
     )
     assert finished["fairness_key"] == "tenant-b"
-    assert finished["queue_wait"] >= 0
+    assert finished["queue_wait"] >= 0  # numbers in the API
+    assert finished["publish_wait"] >= 0  # from its fair_submitted header
+    assert isinstance(finished["submitted"], float)
     assert finished["fencing_token"] >= 1
     assert finished["shard"] == shard_of("tenant-b", DEFAULT_SHARDS)
 
@@ -242,6 +245,19 @@ def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
 
         wait_until(lambda: {"tenant-a", "tenant-b"} <= keys_shown(), 20, "the keys in the table",
                    show=keys_shown)  # fmt: skip
+        # and the waits, since publish and since receipt, as Flower writes a run time.
+        assert labels[slugs.index("publish_wait")] == "Wait since publish"
+
+        def waits_shown():
+            rows = browser.find_elements(By.CSS_SELECTOR, "#tasks-table tbody tr")
+            cells = [r.find_elements(By.TAG_NAME, "td") for r in rows]
+            at = [slugs.index("publish_wait"), slugs.index("queue_wait")]
+            return [[c[i].text for i in at] for c in cells if len(c) > max(at) and c[at[0]].text]
+
+        shown = wait_until(waits_shown, 20, "the waits in the table", show=waits_shown)
+        assert all(
+            re.fullmatch(r"\d+\.\d\d (ms|s)|\d+:\d\d(:\d\d)?", w) for r in shown for w in r
+        ), shown
         screenshot(browser, "flower-tasks.png", tmp_path, flower_version)
     # the task page shows them as rows,
     browser.set_window_size(1600, 1900)  # the fair fields come after Celery's own

@@ -88,6 +88,9 @@ def make_app(
             # workers (Redis keeps them apart by the run's global_keyprefix as well).
             "control_exchange": f"{queue}-control",
             "event_exchange": f"{queue}-events",
+            # Results under the run's prefix too, so that a run's cleanup deletes its own
+            # results only, never those of a run going on beside it.
+            "result_backend_transport_options": {"global_keyprefix": f"{prefix}:"},
             **(conf or {}),
         }
     )

@@ -7,8 +7,10 @@ import json
 import socket
 import subprocess
 import sys
+import time
 
 from harness import HERE, Worker, gate_stats, wait_until
+from test_fleet import fleet_conf
 
 from celery_fair import fair_headers
 
@@ -82,12 +84,18 @@ def test_a_bad_setting_is_a_clear_error_not_a_traceback(make_run):
     assert "Traceback" not in out.stderr
 
 
+N = 30  # jobs recorded: 3 s of work on 2 slots, more than a worker holds at once
+
+
 def test_record_writes_the_live_traffic_as_a_trace_the_simulator_replays(
-    make_run, start_worker, tmp_path
+    make_run, start_worker, tmp_path, broker
 ):
-    # Given a worker (started without -E: record turns task events on, as Flower does),
-    run = make_run()
+    # Given a worker (started without -E: record turns task events on, as Flower does), a
+    # key policy in fair_keys, one set at run time and a key paused,
+    run = make_run(conf=fleet_conf(broker, fair_keys={"alice": {"weight": 2}}))
     worker = start_worker(run, concurrency=2)
+    for args in (("weights", "bob", "--weight", "3"), ("pause", "--key", "dave")):
+        assert fair_command(run, *args).returncode == 0
     # (record sums the slots of every fair worker that answers the app's remote control: the
     # run's own control exchange makes that this test's worker alone; wait until it answers)
     ours = f"{worker.name}@{socket.gethostname()}"
@@ -105,11 +113,14 @@ def test_record_writes_the_live_traffic_as_a_trace_the_simulator_replays(
     try:
         wait_until(lambda: "recording for" in log.read_text(), 30, "the recorder to listen",
                    show=log.read_text)  # fmt: skip
-        # when three clients' jobs run while it records,
-        for i in range(6):
+        # when three clients' jobs run while it records, published in one burst (which the
+        # worker takes from the broker over seconds, two slots at a time),
+        published = time.time()
+        for i in range(N):
             key = ("alice", "bob", "carol")[i % 3]
             run.send("fairapp.clone", f"j{i}", 0.2, headers=fair_headers("clone", key, f"r{i}"))
-        wait_until(lambda: len(run.recorder.done_counts()) == 6, 30, "the jobs")
+        publishing = time.time() - published
+        wait_until(lambda: len(run.recorder.done_counts()) == N, 30, "the jobs")
         assert recording.wait(30) == 0, log.read_text()
     finally:
         if recording.poll() is None:
@@ -121,10 +132,15 @@ def test_record_writes_the_live_traffic_as_a_trace_the_simulator_replays(
     assert set(trace["types"]) == {"clone"}
     jobs = trace["jobs"]
     assert sorted((j["fairness_key"], j["job_id"]) for j in jobs) == sorted(
-        (("alice", "bob", "carol")[i % 3], f"r{i}") for i in range(6)
+        (("alice", "bob", "carol")[i % 3], f"r{i}") for i in range(N)
     )
     assert all(0.15 <= j["duration"] < 5 for j in jobs)
     assert jobs[0]["arrival"] == 0
+    # arriving when they were published (the burst as it was, not as the worker took it),
+    assert jobs[-1]["arrival"] <= publishing + 1e-3, (jobs[-1]["arrival"], publishing)
+    # under the policies in force: fair_keys and the runtime ones, and the pause,
+    assert trace["keys"] == {"alice": {"weight": 2.0}, "bob": {"weight": 3.0}}
+    assert trace["pauses"] == [{"key": "dave", "at": 0.0}]
     # and the simulator replays it.
     replay = subprocess.run(
         [sys.executable, "-m", "celery_fair", "simulate", str(trace_path), "--format", "table"],

@@ -190,11 +190,36 @@ def test_cancel_answers_for_each_place_a_job_can_be_and_refunds_what_never_ran(
     shown = fair_command(run, "cancel", long.id)  # the command line says the same
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip() == f"{long.id}: already_done"
-    # A job still in the broker (on a queue no worker reads yet) is unknown to every worker,
-    # and dropped when it arrives; the job behind it runs.
+    # A job still in the broker (on a queue no worker reads yet: with the defaults, what a
+    # burst beyond the worker's window is) is unknown to every worker, and the answer says
+    # which workers will drop it when it arrives, and that the registry was not asked;
     queued = clone.apply_async(["queued", 0.01], fairness_key="d", queue="later")
+    assert status(run.app, queued.id) == {
+        "task_id": queued.id,
+        "state": "unknown",
+        "tracking": False,
+    }
+    shown = fair_command(run, "job", queued.id)  # (the command line says it in words)
+    assert shown.stdout.strip() == (
+        f"{queued.id}: unknown: not held by any worker, and no result recorded; if it is "
+        "still in the broker, it waits there (turn on fair_track_submits to see it there)"
+    )
+    assert cancel(run.app, queued.id) == {
+        "task_id": queued.id,
+        "state": "unknown",
+        "remembered_by": [node(worker)],
+        "tracking": False,
+    }
+    queued2 = clone.apply_async(["queued2", 0.01], fairness_key="d", queue="later")
+    shown = fair_command(run, "cancel", queued2.id)  # (a second cancel says cancelled)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == (
+        f"{queued2.id}: unknown: not held by any worker; if it is still in the broker, the "
+        "worker that answered will drop it when it arrives (turn on fair_track_submits to see "
+        "it there)"
+    )
+    # then both are dropped when they arrive; the job behind them runs.
     clone.apply_async(["behind", 0.01], fairness_key="d", queue="later")
-    assert cancel(run.app, queued.id)["state"] == "unknown"
     run.app.control.add_consumer("later", destination=[node(worker)], reply=True)
     wait_until(lambda: run.recorder.done_counts().get("behind") == 1, 20, "the job behind")
     # A running job cancelled with terminate=True is stopped.
@@ -207,7 +232,7 @@ def test_cancel_answers_for_each_place_a_job_can_be_and_refunds_what_never_ran(
     clone.apply_async(["after", 0.01], fairness_key="f")
     wait_until(lambda: run.recorder.done_counts().get("after") == 1, 20, "a later job")
     done = run.recorder.done_counts()
-    assert not {"ahead", "held", "queued", "slow"} & set(done), done
+    assert not {"ahead", "held", "queued", "queued2", "slow"} & set(done), done
     store.close()
 
 
@@ -314,6 +339,12 @@ def test_reprioritise_moves_a_held_job_ahead_and_a_job_in_the_broker_takes_it_on
     shown = fair_command(run, "reprioritize", long.id, "5")  # the command line says the same
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip() == f"{long.id}: already_done"
+    shown = fair_command(run, "reprioritize", "no-such-task", "9")  # an unknown one in words
+    assert shown.stdout.strip() == (
+        "no-such-task: unknown: not held by any worker; if it is still in the broker, the "
+        "worker that answered will run it at priority 9 when it arrives (turn on "
+        "fair_track_submits to see it there)"
+    )
     refused = fair_command(run, "reprioritize", late.id, "0")  # and refuses a bad priority
     assert refused.returncode == 2
     assert "'0' is not a positive int or 'type'" in refused.stderr
@@ -325,7 +356,13 @@ def test_reprioritise_moves_a_held_job_ahead_and_a_job_in_the_broker_takes_it_on
     for i, key in enumerate(keys_apart(3)):
         clone.apply_async([f"more{i}", 0.2], fairness_key=key)
     queued = clone.apply_async(["queued", 0.2], fairness_key="a", queue="later")
-    assert reprioritize(run.app, queued.id, 9)["state"] == "unknown"
+    assert reprioritize(run.app, queued.id, 9) == {
+        "task_id": queued.id,
+        "priority": 9,
+        "state": "unknown",
+        "remembered_by": [node(worker)],
+        "tracking": False,
+    }
     run.app.control.add_consumer("later", destination=[node(worker)], reply=True)
     arrived = wait_until(
         lambda: (s := status(run.app, queued.id)).get("place") and s, 20, "queued: held"

@@ -10,6 +10,7 @@ from test_fair_command import fair_command
 from test_fleet import fleet_conf, start_fleet
 
 from celery_fair import fair_headers
+from celery_fair.control import status
 
 
 def test_pausing_a_key_holds_its_jobs_and_resuming_runs_each_once(make_run, start_worker, broker):
@@ -22,8 +23,9 @@ def test_pausing_a_key_holds_its_jobs_and_resuming_runs_each_once(make_run, star
     clone = run.app.tasks["fairapp.clone"]
     # when acme and bob each publish 10 jobs (within a second of the pause: the store refuses
     # acme's jobs even to a worker whose beat has not brought the pause yet),
+    acme = []
     for i in range(10):
-        clone.apply_async([f"acme{i}", 0.05], fairness_key="acme")
+        acme.append(clone.apply_async([f"acme{i}", 0.05], fairness_key="acme"))
         clone.apply_async([f"bob{i}", 0.05], fairness_key="bob")
     # then bob's all run, and acme's wait, held by the workers as paused,
     wait_until(
@@ -37,6 +39,13 @@ def test_pausing_a_key_holds_its_jobs_and_resuming_runs_each_once(make_run, star
 
     wait_until(lambda: paused_held() == 10, 30, "acme's 10 jobs held as paused")
     assert not any(t.startswith("acme") for t in run.recorder.done_counts())
+    # with no expected start, but what they wait for (not "about 0.0 s": nothing runs),
+    found = status(run.app, acme[-1].id)
+    assert (found["state"], found["expected_wait"]) == ("held", None), found
+    assert found["waits_for"] == "paused (key 'acme')"
+    shown = fair_command(run, "job", acme[-1].id)
+    assert "; no expected start, it waits on: paused (key 'acme')" in shown.stdout, shown.stdout
+    assert "expected to start in about" not in shown.stdout
     # and once resumed, each of acme's runs exactly once.
     out = fair_command(run, "resume", "--key", "acme")
     assert out.returncode == 0, out.stderr

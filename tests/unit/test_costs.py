@@ -139,3 +139,23 @@ def test_advance_idle_never_lowers_a_key():
 def test_lifecycle_settings_are_validated(kwargs, message):
     with pytest.raises(ConfigurationError, match=message):
         CostLifecycle(**kwargs)
+
+
+def test_a_types_learned_cost_over_its_resources_follows_each_learning_and_expiry():
+    from celery_fair.core.costs import Estimates
+
+    e = Estimates(alpha=0.5, ttl=10.0)
+    assert e.guess(("t", "new"), 7.0) == (7.0, True)  # nothing learned: the default, named
+    e.observe(("t", "a"), 2.0, 6.0, now=0.0)  # 4.0
+    e.set(("t", "b"), 8.0, now=5.0)
+    e.observe(("u", "a"), 1.0, 1.0, now=5.0)  # another type's: not counted for t
+    assert e.type_mean("t") == pytest.approx(6.0)
+    assert e.guess(("t", "new"), 7.0) == (pytest.approx(6.0), False)
+    assert e.guess(("t", "a"), 7.0) == (4.0, False)  # its own estimate first
+    e.observe(("t", "b"), 0.0, 7.0, now=6.0)  # 4.0
+    assert e.type_mean("t") == pytest.approx(4.0)
+    e.expire(now=10.0)  # ("t", "a") unused since 0
+    assert e.type_mean("t") == pytest.approx(4.0)
+    e.expire(now=20.0)
+    assert e.type_mean("t") is None
+    assert e.guess(("t", "new"), 7.0) == (7.0, True)

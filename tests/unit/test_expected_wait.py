@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from celery_fair.core import JobType, Scheduler, SchedulerConfig, SimClock
+from celery_fair.core import BlockReason, JobType, Scheduler, SchedulerConfig, SimClock
 
 
 def make(capacity=2):
@@ -56,3 +56,45 @@ def test_a_key_alone_is_served_by_every_slot():
     # j3 waits for j2's 1 s and what j0 and j1 have left (2 s), shared by 2 slots: 1.5 s;
     # key a, alone, has both slots: j2's 1 s at 2 slots is 0.5 s, less
     assert s.expected_wait("j3") == pytest.approx(1.5)
+
+
+def test_a_job_of_a_paused_key_or_a_capped_type_has_no_expected_start_but_what_it_waits_for():
+    s = Scheduler(SchedulerConfig(2), SimClock(), [JobType("clone", 8, max_concurrency=1)])
+    s.submit("r1", "clone", "r1", "a", cost=1.0)
+    s.schedule()  # r1 runs: the type's cap is reached, one slot is free
+    s.submit("capped", "clone", "x", "b", cost=1.0)
+    start = s.expected_start("capped")
+    assert (start.seconds, start.waits_for) == (None, BlockReason.TYPE_CAP)
+    s2 = make(capacity=1)
+    s2.submit("r1", "clone", "r1", "a", cost=0.2)
+    s2.schedule()
+    s2.pause_key("spam")
+    s2.submit("p1", "clone", "p1", "spam", cost=1.0)
+    # (it used to be expected in the running job's 0.2 s: a paused key's share is 0)
+    start = s2.expected_start("p1")
+    assert (start.seconds, start.waits_for) == (None, BlockReason.PAUSED)
+    assert s2.expected_wait("p1") is None
+
+
+def test_a_resource_never_seen_counts_at_its_types_learned_cost_and_defaults_are_named():
+    # Given a type whose default_cost (10 s) is far from what its jobs take (about 1 s),
+    s = Scheduler(SchedulerConfig(1), SimClock(), [JobType("clone", 8, default_cost=10.0)])
+    for i in range(3):
+        s.submit(f"q{i}", "clone", f"new{i}", "a")
+    s.schedule()
+    # when nothing of the type is learned yet, the estimate is all default costs, and says so,
+    start = s.expected_start("q2")
+    assert start.seconds == pytest.approx(20.0)
+    assert start.from_defaults == 1.0
+    s._clock.advance(1.0)
+    s.complete("q0", 1.0)  # learns clone:new0 (1 s with alpha's weight on the 10 s default)
+    learned = s.estimate("clone", "new0")
+    assert learned < 10.0
+    # then a job behind more never-seen resources counts each at the type's learned cost,
+    s.schedule()  # q1 runs
+    for i in range(3, 6):
+        s.submit(f"q{i}", "clone", f"new{i}", "b")
+    start = s.expected_start("q5")
+    ahead = [learned] * 4  # q1 (running, just admitted), q2, q3, q4
+    assert start.seconds == pytest.approx(sum(ahead))  # not 40 s of defaults
+    assert start.from_defaults == 0.0

@@ -46,6 +46,28 @@ def test_the_fair_fields_are_columns_of_flowers_tasks_page():
     assert shown[:6] == ["name", "uuid", "state", "fairness_key", "job_type", "job_id"]
 
 
+def test_the_pages_show_the_waits_as_flower_shows_a_run_time_and_the_api_keeps_numbers():
+    import copy
+    import time
+
+    helper.install()
+    state = State()
+    submitted = time.mktime((2024, 5, 1, 9, 30, 15, 0, 0, -1)) + 0.25
+    state.event({"type": "task-started", "uuid": "t1", "timestamp": 2.0, "clock": 2,
+                 "local_received": 2.0, "hostname": "w1", "queue_wait": 0.012345,
+                 "publish_wait": 83.4, "submitted": submitted})  # fmt: skip
+    task = state.tasks["t1"]
+    # Flower hands format_task a copy for its pages (views only: the API does not call it),
+    shown = helper.format_task(copy.copy(task)).as_dict()
+    assert (shown["queue_wait"], shown["publish_wait"]) == ("12.35 ms", "1:23")
+    assert shown["submitted"] == "2024-05-01 09:30:15.250"
+    assert task.as_dict()["queue_wait"] == 0.012345  # the task itself keeps its numbers
+    # and the star import sets Flower's option (a module-level name Flower reads).
+    namespace: dict[str, object] = {}
+    exec("from celery_fair.flower import *", namespace)
+    assert namespace["format_task"] is helper.format_task
+
+
 def test_a_hook_whose_names_moved_is_logged_once_and_the_others_still_apply(monkeypatch, caplog):
     import flower.views.tasks
 

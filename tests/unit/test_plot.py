@@ -82,3 +82,84 @@ def test_simulate_runs_the_alternative_beside_and_draws_both(tmp_path, capsys):
 def test_a_plot_of_an_unknown_kind_is_refused(tmp_path, capsys):
     assert main(["simulate", "--example", "git-hosting", "--plot", str(tmp_path / "x.gif")]) == 2
     assert "expected a .png, .svg or .html file" in capsys.readouterr().err
+
+
+FIRST_EXAMPLE = {  # simulator.md's first trace: each key has one job
+    "capacity": 8,
+    "types": {
+        "sync-clone": {"priority": 8, "max_concurrency": 8, "conflict_group": "git",
+                       "default_cost": 10},
+        "repack": {"priority": 4, "max_concurrency": 3, "conflict_group": "git",
+                   "default_cost": 20},
+    },
+    "jobs": [
+        {"name": "repack:linux", "type": "repack", "job_id": "linux", "fairness_key": "",
+         "arrival": 0, "duration": 12},
+        {"name": "alice:1", "type": "sync-clone", "job_id": "linux", "fairness_key": "10.0.0.7",
+         "arrival": 1, "duration": 30, "cost": 30},
+    ],
+}  # fmt: skip
+
+
+def wait_lines(fig):
+    """The wait chart's lines by label: each line's points."""
+    ax = fig.axes[-1]
+    return {line.get_label(): list(zip(line.get_xdata(), line.get_ydata(), strict=True))
+            for line in ax.get_lines()}  # fmt: skip
+
+
+def drawn(points):
+    """A line has length: it is not one point (or one point repeated)."""
+    return len(set(points)) > 1
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [
+        pytest.param(lambda: [("trace", *run(FIRST_EXAMPLE))], id="one-job-per-key"),
+        pytest.param(
+            lambda: [
+                ("current", *run(load_bundled("git-hosting"))),
+                (
+                    "alternative",
+                    *run(with_overrides(load_bundled("git-hosting"), _toml(ALT))),
+                ),
+            ],
+            id="git-hosting-comparison",
+        ),
+    ],
+)
+def test_every_key_has_a_visible_wait_line_and_no_legend_covers_a_chart(runs):
+    import matplotlib.pyplot as plt
+
+    from celery_fair.plot import figure
+
+    runs = runs()
+    fig = figure(runs)
+    try:
+        lines = wait_lines(fig)
+        _, trace, result = runs[0]
+        for label, _, _ in runs:
+            for key in heavy_keys(trace, result):
+                name = f"{key or '(background)'} ({label})"
+                # each key's ECDF is drawn, a key of one job or of equal waits too
+                assert name in lines, sorted(lines)
+                assert drawn(lines[name]), (name, lines[name])
+                assert lines[name][-1][1] == 1.0  # it reaches every job
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            assert legend is not None
+            box, chart = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert not box.overlaps(chart), (ax.get_title(), box, chart)  # beside, not over
+            assert box.x1 <= fig.bbox.x1 + 1  # and inside the picture
+    finally:
+        plt.close(fig)
+
+
+def _toml(path):
+    import tomllib
+
+    with open(path, "rb") as f:
+        return tomllib.load(f)

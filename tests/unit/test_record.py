@@ -65,3 +65,66 @@ def test_a_job_of_a_type_the_app_does_not_declare_is_left_out():
 def test_bad_durations_are_refused(text):
     with pytest.raises(ValueError, match="expected a duration"):
         parse_duration(text)
+
+
+def test_arrivals_are_the_submission_times_so_a_burst_stays_a_burst():
+    # Given a burst of 60 jobs published within 0.5 s, which a worker received over 23 s (it
+    # holds about a window of them; the rest waited in the broker),
+    rec = Recorder()
+    for i in range(60):
+        submitted = 1000.0 + i * 0.5 / 59
+        received = 1000.2 + i * 23.0 / 59
+        rec.event(fair("task-received", f"j{i}", received, submitted=submitted))
+        rec.event(ev("task-succeeded", f"j{i}", received + 1.0, runtime=0.3))
+    rec.event(fair("task-received", "late", 1030.0))  # published without the header
+    rec.event(ev("task-succeeded", "late", 1031.0, runtime=0.3))
+    rec.event(fair("task-received", "skewed", 1031.0, submitted=1040.0))  # a clock ahead
+    rec.event(ev("task-succeeded", "skewed", 1032.0, runtime=0.3))
+    arrivals = [j["arrival"] for j in rec.trace(TYPES, capacity=4)["jobs"]]
+    # then the trace's arrivals are when they were published, not when they were received,
+    assert arrivals[:60] == pytest.approx([i * 0.5 / 59 for i in range(60)], abs=1e-6)
+    assert arrivals[60:] == [30.0, 31.0]  # its receipt; never after its receipt
+
+
+def test_the_policies_in_force_go_into_the_trace_and_the_replay_honours_them():
+    # Given fair_keys, a runtime weight on top, a key paused from before the first arrival
+    # until 5 s into it and a type paused from 8 s on, and settings the simulator models,
+    from celery_fair.core import Aging, KeyPolicies
+    from celery_fair.record import settings_config
+    from celery_fair.settings import FairSettings
+
+    settings = FairSettings.from_celery_conf(
+        {
+            "fair_keys": {"alice": {"weight": 2}, "ci:*": {"max_concurrency": 1}},
+            "fair_tier_caps": {8: 3},
+            "fair_aging": {"interval": 10, "grace": 30},
+            "fair_alpha": 0.5,
+        }
+    )
+    rec = Recorder()
+    rec.policies(90.0, {"keys": {"bob": {"weight": 3}}, "paused_keys": ["bob"]})
+    rec.event(fair("task-received", "a", 100.0, submitted=100.0))
+    rec.event(ev("task-succeeded", "a", 101.0, runtime=1.0))
+    bob = {"job_type": "clone", "fairness_key": "bob", "job_id": "git"}
+    rec.event(ev("task-received", "b", 100.0, submitted=100.0, **bob))
+    rec.event(ev("task-succeeded", "b", 106.0, runtime=1.0))
+    rec.policies(105.0, {"keys": {}, "paused_keys": [], "paused_types": []})
+    rec.policies(108.0, {"keys": {}, "paused_types": ["clone", "repack"]})  # repack: no jobs
+    trace = rec.trace(TYPES, 2, settings_config(settings), settings.keys)
+    # then the trace carries them (the runtime key policies as first seen),
+    assert trace["keys"] == {
+        "alice": {"weight": 2.0},
+        "ci:*": {"max_concurrency": 1},
+        "bob": {"weight": 3},
+    }
+    assert trace["pauses"] == [
+        {"key": "bob", "at": 0.0, "until": 5.0},
+        {"type": "clone", "at": 8.0},
+    ]
+    assert trace["tier_caps"] == {"8": 3}
+    assert Aging.from_mapping(trace["aging"]) == settings.aging
+    assert trace["alpha"] == 0.5
+    assert KeyPolicies.from_mapping(trace["keys"]).for_key("alice").weight == 2.0
+    # and the simulator replays it as it was: bob's job starts when its pause ends.
+    result = simulate(parse_trace(trace))
+    assert [(j.name, j.start) for j in result.jobs] == [("clone:0", 0.0), ("clone:1", 5.0)]

@@ -3,7 +3,12 @@
 Estimates: one exponential moving average of observed wall time per ``(type, job_id)``,
 ``alpha * elapsed + (1 - alpha) * previous``, computed in exactly that form so that every
 implementation of the rule rounds the same way. Before any observation the estimate is the
-type's ``default_cost``.
+type's ``default_cost``. That is what a key is charged, in Python and in the store's Lua alike.
+
+A forecast (when will a job start: ``Scheduler.expected_start``) guesses better for a resource
+never seen: the type's learned cost over all its resources (the mean of the type's learned
+estimates, ``Estimates.guess``) before its ``default_cost``, and says which of its costs are
+still the default. The guess is never charged, so the store's rule is unchanged.
 
 Accumulated cost: one number per fairness key, the sum of the estimates charged to it at
 admission. Three lifecycle options keep the map bounded and fair over time (``CostLifecycle``):
@@ -51,13 +56,42 @@ class Estimates:
     use moves its entry to the end and the clock never goes back.
     """
 
-    __slots__ = ("_values", "alpha", "ttl")
+    __slots__ = ("_by_type", "_values", "alpha", "ttl")
 
     def __init__(self, alpha: float, ttl: float | None) -> None:
         self.alpha = alpha
         self.ttl = ttl
         # (type, job_id) -> [estimate, last used]
         self._values: OrderedDict[EstimateKey, list[float]] = OrderedDict()
+        # type -> [sum, count] of the estimates in _values whose key's type it is
+        self._by_type: dict[str, list[float]] = {}
+
+    def _counted(self, key: EstimateKey, old: float | None, new: float | None) -> None:
+        """Keep ``_by_type`` equal to its sentence when ``key``'s value goes from ``old`` to
+        ``new`` (``None``: absent). O(1)."""
+        totals = self._by_type.get(key[0])
+        if totals is None:
+            totals = self._by_type[key[0]] = [0.0, 0]
+        totals[0] += (new or 0.0) - (old or 0.0)
+        totals[1] += (new is not None) - (old is not None)
+        if not totals[1]:
+            del self._by_type[key[0]]
+
+    def type_mean(self, type: str) -> float | None:
+        """The type's learned cost over all its resources: the mean of its learned estimates,
+        ``None`` before any. O(1)."""
+        totals = self._by_type.get(type)
+        return None if totals is None else max(0.0, totals[0] / totals[1])
+
+    def guess(self, key: EstimateKey, default: float) -> tuple[float, bool]:
+        """The best forecast of what ``key`` costs, and whether it is ``default`` (nothing of
+        its type learned yet): its learned estimate, else its type's learned cost over all
+        resources (``type_mean``), else ``default``. Not marked used. O(1)."""
+        entry = self._values.get(key)
+        if entry is not None:
+            return entry[0], False
+        mean = self.type_mean(key[0])
+        return (default, True) if mean is None else (mean, False)
 
     def get(self, key: EstimateKey, default: float, now: float) -> float:
         """The estimate for ``key`` (``default`` if never observed); marks it used. O(1)."""
@@ -74,7 +108,9 @@ class Estimates:
         entry = self._values.get(key)
         if entry is None:
             self._values[key] = [value, now]
+            self._counted(key, None, value)
             return
+        self._counted(key, entry[0], value)
         entry[0] = value
         entry[1] = now
         if self.ttl is not None:
@@ -92,8 +128,10 @@ class Estimates:
         if entry is None:
             value = alpha * elapsed + (1 - alpha) * default
             self._values[key] = [value, now]
+            self._counted(key, None, value)
             return value
         value = alpha * elapsed + (1 - alpha) * entry[0]
+        self._counted(key, entry[0], value)
         entry[0] = value
         entry[1] = now
         if self.ttl is not None:
@@ -111,7 +149,7 @@ class Estimates:
             key = next(iter(values))
             if values[key][1] + ttl > now:
                 break
-            del values[key]
+            self._counted(key, values.pop(key)[0], None)
             dropped += 1
         return dropped
 
@@ -127,6 +165,9 @@ class Estimates:
 
     def __len__(self) -> int:
         return len(self._values)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
 
 
 class KeyState:

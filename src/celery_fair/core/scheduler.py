@@ -31,10 +31,12 @@ from .fairqueue import (
 )
 from .policy import blocked_by, select
 from .types import (
+    BLOCK_ORDER,
     Admission,
     Aging,
     BlockReason,
     CancelOutcome,
+    ExpectedStart,
     JobState,
     JobType,
     JobView,
@@ -770,13 +772,13 @@ class Scheduler:
         """
         free = self._capacity - self._running
         conflicts = self._conflicts
-        counts = dict.fromkeys((*(r.value for r in _BLOCK_ORDER), "admissible"), 0)
+        counts = dict.fromkeys((*(r.value for r in BLOCK_ORDER), "admissible"), 0)
         for job in self._jobs.values():
             if job.state is not JobState.PENDING:
                 continue
             reasons = blocked_by(job, free, conflicts, self._urgent_passes)
             name = "admissible"
-            for reason in _BLOCK_ORDER:
+            for reason in BLOCK_ORDER:
                 if reason in reasons:
                     name = reason.value
                     break
@@ -896,12 +898,24 @@ class Scheduler:
         return self._view(job, place, place_in_key)
 
     def expected_wait(self, ref: Hashable, slots: int | None = None) -> float | None:
-        """Seconds until pending job ``ref`` is expected to start: the work ahead of it (what
-        the running jobs have left of their estimates, plus the estimates of the pending jobs
-        that come before it) shared by ``slots`` (default: the capacity), and no less than
-        the work of its own key's jobs ahead of it at its key's share of the slots (its
-        water-filled allocation among the keys with work here). ``None`` if it is not
-        pending.
+        """``expected_start(ref, slots).seconds``: seconds until pending job ``ref`` is
+        expected to start, ``None`` if it is not pending or the model cannot say. O(n)."""
+        start = self.expected_start(ref, slots)
+        return None if start is None else start.seconds
+
+    def expected_start(self, ref: Hashable, slots: int | None = None) -> ExpectedStart | None:
+        """When pending job ``ref`` is expected to start (``None`` if it is not pending): the
+        work ahead of it (what the running jobs have left of their estimates, plus the
+        estimates of the pending jobs that come before it) shared by ``slots`` (default: the
+        capacity), and no less than the work of its own key's jobs ahead of it at its key's
+        share of the slots (its water-filled allocation among the keys with work here, which
+        a key cap bounds).
+
+        Each cost is its ``(type, job_id)``'s learned estimate, else its type's learned cost
+        over all resources, else the type's ``default_cost`` (``Estimates.guess``), and
+        ``from_defaults`` says how much of the work ahead is the default. A job that waits for
+        a pause, a type cap or a tier cap has no ``seconds``: it starts when that ends, which
+        no estimate measures (``waits_for`` says which).
 
         A model, not a promise: a newcomer that goes first, a conflict or a cap that keeps a
         slot from the jobs ahead, and estimates that miss move it (docs/operations.md gives
@@ -909,28 +923,42 @@ class Scheduler:
         job = self._jobs.get(ref)
         if job is None or job.state is not JobState.PENDING:
             return None
-        self._look()
+        view = self.status(ref)
+        assert view is not None
+        waits_for = next((r for r in BLOCK_ORDER if r in view.blocked_by and r in _UNTIMED), None)
+        if waits_for is not None and waits_for is not BlockReason.KEY_CAP:
+            return ExpectedStart(None, waits_for)
         now = self._clock.now()
         mine = job.order()
-        peek = self._estimates.peek
+        guess = self._estimates.guess
         slots = max(1, self._capacity if slots is None else slots)
         work = 0.0  # everything ahead of it here
+        default = 0.0  # of which counted at a default_cost
         in_key = 0.0  # its own key's jobs ahead of it
         for other in self._jobs.values():
+            jtype = other.lane.type
             if other.state is JobState.RUNNING:
-                work += max(0.0, other.estimate - (now - other.admitted_at))
+                cost, is_default = other.estimate, False  # what it was charged
+                if other.cost is None and (jtype.name, other.job_id) not in self._estimates:
+                    cost, is_default = guess((jtype.name, other.job_id), other.estimate)
+                left = max(0.0, cost - (now - other.admitted_at))
+                work += left
+                default += left if is_default else 0.0
             elif other is not job and other.order() < mine:
-                cost = other.cost
-                if cost is None:
-                    jtype = other.lane.type
-                    cost = peek((jtype.name, other.job_id), jtype.default_cost)
+                if other.cost is None:
+                    cost, is_default = guess((jtype.name, other.job_id), jtype.default_cost)
+                else:
+                    cost, is_default = other.cost, False
                 work += cost
+                default += cost if is_default else 0.0
                 if other.key is job.key:
                     in_key += cost
         # and no faster than its key is served: its share of the slots (allocation.py)
         share = shares(slots, self._demands())[0].get(job.key.name, 0.0)
         by_key = in_key / share if share > 0 else 0.0
-        return max(work / slots, by_key)
+        return ExpectedStart(
+            max(work / slots, by_key), waits_for, default / work if work > 0 else 0.0
+        )
 
     def explain(self, ref: Hashable) -> list[str]:
         """Why pending job ``ref`` is not running yet, in words, one line per reason (empty
@@ -950,7 +978,7 @@ class Scheduler:
         tier = lane.tier
         key = job.key
         words = []
-        for reason in sorted(view.blocked_by, key=_BLOCK_ORDER.index):
+        for reason in sorted(view.blocked_by, key=BLOCK_ORDER.index):
             if reason is BlockReason.PAUSED:
                 what = f"type {lane.type.name}" if lane.paused else f"key {key.name!r}"
                 words.append(f"paused ({what})")
@@ -1232,14 +1260,10 @@ class Scheduler:
         )
 
 
-#: The reason a blocked job counts under in ``blocked_counts``: the first that applies.
-_BLOCK_ORDER = (
-    BlockReason.PAUSED,
-    BlockReason.CONFLICT,
-    BlockReason.KEY_CAP,
-    BlockReason.TYPE_CAP,
-    BlockReason.TIER_CAP,
-    BlockReason.CAPACITY,
+#: What holds a job back that ``expected_start`` does not wait out by itself (a key cap is
+#: modelled: its key's share of the slots is at most its cap).
+_UNTIMED = frozenset(
+    {BlockReason.PAUSED, BlockReason.TYPE_CAP, BlockReason.TIER_CAP, BlockReason.KEY_CAP}
 )
 
 

@@ -13,11 +13,13 @@ from typing import NamedTuple, NewType
 from ..errors import ConfigurationError, SchedulerError
 
 __all__ = [
+    "BLOCK_ORDER",
     "Admission",
     "Aging",
     "BlockReason",
     "CancelOutcome",
     "CostLifecycle",
+    "ExpectedStart",
     "FairnessKey",
     "JobId",
     "JobRef",
@@ -474,6 +476,18 @@ class BlockReason(enum.Enum):
     """Its fairness key or its job type is paused."""
 
 
+#: The order of precedence of the reasons: the reason a blocked job counts under in
+#: ``blocked_counts`` is the first that applies, and ``explain`` words them in this order.
+BLOCK_ORDER = (
+    BlockReason.PAUSED,
+    BlockReason.CONFLICT,
+    BlockReason.KEY_CAP,
+    BlockReason.TYPE_CAP,
+    BlockReason.TIER_CAP,
+    BlockReason.CAPACITY,
+)
+
+
 class CancelOutcome(enum.Enum):
     """The result of cancelling a job."""
 
@@ -604,6 +618,26 @@ class JobView:
     blocked_by: tuple[BlockReason, ...]
     effective_priority: int = 0
     urgent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedStart:
+    """When a pending job is expected to start (``Scheduler.expected_start``).
+
+    Attributes:
+        seconds: Seconds from now; ``None`` when the model cannot say: the job waits for
+            something no estimate measures (``waits_for``: a pause, or a type or tier cap).
+        waits_for: The first reason that holds it back that the estimate does not wait out
+            by itself (``PAUSED``, ``TYPE_CAP``, ``TIER_CAP``), or ``KEY_CAP`` (then
+            ``seconds`` is its key's jobs ahead at no more than its cap); ``None`` otherwise.
+        from_defaults: The fraction (0 to 1) of the work ahead counted at a type's
+            ``default_cost`` because nothing of that type was learned yet: near 1, the
+            estimate is a guess from the configuration.
+    """
+
+    seconds: float | None
+    waits_for: BlockReason | None = None
+    from_defaults: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,14 +4,17 @@ No new event type: a custom ``task-*`` event becomes a state of its own in Celer
 state (Flower's), which then masks STARTED. The fields ride on the standard events instead:
 
 - ``task-received``, sent by Celery's strategy before the gate sees the request, carries the
-  message's ``fairness_key``, ``job_type``, ``job_id`` and ``shard`` (the index of its key's
-  shard among its queue's ``fair_shards``; none when sharding is off)
+  message's ``fairness_key``, ``job_type``, ``job_id``, ``submitted`` (its ``fair_submitted``
+  header: when it was published, epoch seconds on the producer's clock) and ``shard`` (the
+  index of its key's shard among its queue's ``fair_shards``; none when sharding is off)
   for tasks whose class uses ``fair_strategy`` (every ``FairTask``, so every ``@fair_task``):
   a held task shows in Flower as RECEIVED with its key.
 - Every later event of a fair job (``task-started`` when it is admitted and starts, then
   ``task-succeeded``, ``-failed``, ``-retried``, ``-revoked``...) carries the same fields as the
   gate parsed them (repaired where they were bad), plus ``queue_wait`` (seconds from its receipt
-  to its admission), ``place_in_key`` (its key's jobs held by this worker when it arrived, itself
+  to its admission), ``publish_wait`` (seconds from ``submitted`` to its admission: the time
+  in the broker too, read across the producer's and the worker's clocks, never below 0),
+  ``place_in_key`` (its key's jobs held by this worker when it arrived, itself
   included), ``held_at_receipt`` (all fair jobs it held then), ``fencing_token``, and from its
   admission on ``effective_priority`` (its priority as aging had raised it then; its own
   priority without aging), ``urgent`` (``True`` when it had aged to the urgent threshold;
@@ -25,13 +28,14 @@ Flower sends), and cost nothing otherwise.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from celery.worker.strategy import default as _default_strategy
 
 from ..routing import shard_count, shard_of
-from .headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, header_text
+from .headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED, header_text
 
 __all__ = ["EVENT_FIELDS", "attach", "fair_strategy", "received_fields"]
 
@@ -40,8 +44,10 @@ EVENT_FIELDS = (
     "fairness_key",
     "job_type",
     "job_id",
+    "submitted",
     "shard",
     "queue_wait",
+    "publish_wait",
     "place_in_key",
     "held_at_receipt",
     "fencing_token",
@@ -55,13 +61,17 @@ _LONGEST = 256
 
 def received_fields(message: Any, shards: int) -> dict[str, Any]:
     """The fields of a message's ``task-received`` event, from its raw headers: Unicode text
-    only, none longer than 256 characters (the gate validates them when it holds the job)."""
+    only, none longer than 256 characters, and a finite submission time (the gate validates
+    them when it holds the job)."""
     headers = message.headers or {}
     fields: dict[str, Any] = {}
     for name in (FAIRNESS_KEY, JOB_TYPE, JOB_ID):
         value = header_text(headers.get(name))
         if value is not None and len(value) <= _LONGEST:
             fields[name] = value
+    stamp = headers.get(SUBMITTED)
+    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
+        fields["submitted"] = float(stamp)
     key = fields.get(FAIRNESS_KEY)
     if key is not None and shards > 1:
         fields["shard"] = shard_of(key, shards)

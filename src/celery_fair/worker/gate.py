@@ -60,7 +60,7 @@ from ..core import (
     Scheduler,
     WallClock,
 )
-from ..core.types import check_priority
+from ..core.types import BLOCK_ORDER, check_priority
 from ..engine import Call, Decision, Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters, Fanout, Observer
@@ -368,6 +368,8 @@ class Gate:
                 "place_in_key": key_pending,
                 "held_at_receipt": len(self.held),
             }
+            if parsed.submitted is not None:  # its publish, for the wait from then
+                held.events["submitted"] = parsed.submitted
             attach(req, held.events)
         if self._reserve and not self._recheck:
             # Worth a store call only if the reserve would hold the newcomer up longer than
@@ -476,6 +478,9 @@ class Gate:
                 )
             if held.events is not None:
                 held.events["queue_wait"] = round(wait, 6)
+                submitted = held.events.get("submitted")
+                if submitted is not None:  # on two clocks: the producer's and this one
+                    held.events["publish_wait"] = round(max(0.0, time.time() - submitted), 6)
                 held.events["fencing_token"] = admission.token
                 held.events["fair_priority"] = admission.priority  # its own, reprioritised too
                 if effective is not None:
@@ -928,6 +933,8 @@ class Gate:
             view = self.scheduler.status(uid)
             if view is None:
                 return {"state": "held", "waited": waited}
+            start = self.scheduler.expected_start(uid, self._pool_slots)
+            why = self.scheduler.explain(uid)
             return {
                 "state": "held",
                 "waited": waited,
@@ -939,8 +946,12 @@ class Gate:
                 "effective_priority": view.effective_priority,
                 "urgent": view.urgent,
                 "blocked_by": [r.value for r in view.blocked_by],
-                "why": self.scheduler.explain(uid),
-                "expected_wait": self.scheduler.expected_wait(uid, self._pool_slots),
+                "why": why,
+                "expected_wait": None if start is None else start.seconds,
+                # the share of that estimate built on default costs (nothing learned yet)
+                "expected_wait_defaults": 0.0 if start is None else start.from_defaults,
+                # what it waits for that the estimate does not measure, in words
+                "waits_for": _waits_for(start, view.blocked_by, why),
                 # the conflict it waits for, for job control to name its holder fleet-wide
                 "conflict": conflict_field(
                     self._groups.get(held.headers.job_type) or "", held.headers.job_id
@@ -1111,3 +1122,13 @@ class Gate:
         else:
             return float("inf")
         return timeout * HOLD_FRACTION
+
+
+def _waits_for(start: Any, blocked_by: tuple[BlockReason, ...], why: list[str]) -> str:
+    """The line of ``why`` (``Scheduler.explain``: one per reason, in ``BLOCK_ORDER``) that
+    says what ``start.waits_for`` is, or ``""``."""
+    if start is None or start.waits_for is None:
+        return ""
+    ordered = sorted(blocked_by, key=BLOCK_ORDER.index)
+    at = ordered.index(start.waits_for) if start.waits_for in ordered else -1
+    return why[at] if 0 <= at < len(why) else start.waits_for.value
