@@ -293,12 +293,20 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
     if as_json:
         click.echo(json.dumps(found, indent=1, sort_keys=True, default=str))
         return
+    for line in job_lines(task_id, found):
+        click.echo(line)
+
+
+def job_lines(task_id: str, found: dict[str, Any]) -> list[str]:
+    """``fair job``'s words for ``found``, what ``celery_fair.control.status`` answered."""
+    from .core import key_label
+
     where = f" on {found['worker']}" if "worker" in found else ""
     line = f"{task_id}: {found['state']}{where}"
     if found["state"] == "held" and found.get("place") is not None:
         line += (
             f", {found['place']} of {found['held']} held there, {found['place_in_key']} in its "
-            f"key {found['fairness_key']!r}, priority {found['priority']}"
+            f"key {key_label(found['fairness_key'])}, priority {found['priority']}"
         )
         if found.get("effective_priority") != found.get("priority"):
             line += f" (now {found['effective_priority']})"
@@ -312,7 +320,7 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
     elif found["state"] == "queued":  # in the broker
         line += (
             f", {found['place_in_key']} of {found['in_key']} not ended in its key "
-            f"{found['fairness_key']!r}, {found['place']} of {found['total']} in all"
+            f"{key_label(found['fairness_key'])}, {found['place']} of {found['total']} in all"
         )
         if found.get("expected_wait") is not None:
             line += (
@@ -326,9 +334,7 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
             if not found.get("tracking", True)
             else ", the registry of submissions does not know it either"
         )
-    click.echo(line)
-    for reason in found.get("why", ()):
-        click.echo(f"  - {reason}")
+    return [line, *(f"  - {reason}" for reason in found.get("why", ()))]
 
 
 def _when_it_arrives(found: dict[str, Any], what: str) -> str:

@@ -140,6 +140,27 @@ def test_the_background_key_reads_the_same_everywhere():
     shown = text(commands.render({"store": summary, "workers": [], "queues": []}))
     assert "(background)" in [row[0] for row in table_rows(shown)]
     assert flower._label("") == sim._key_label("") == "(background)"
+    # fair job too, for a job held and for one still in the broker
+    held = {
+        "state": "held",
+        "worker": "w1",
+        "place": 1,
+        "held": 2,
+        "place_in_key": 1,
+        "fairness_key": "",
+        "priority": 4,
+        "effective_priority": 4,
+        "why": ["slots"],
+    }
+    queued = {"state": "queued", "place_in_key": 2, "in_key": 3, "fairness_key": "",
+              "place": 5, "total": 9}  # fmt: skip
+    assert commands.job_lines("t1", held) == [
+        "t1: held on w1, 1 of 2 held there, 1 in its key (background), priority 4",
+        "  - slots",
+    ]
+    assert commands.job_lines("t2", queued) == [
+        "t2: queued, 2 of 3 not ended in its key (background), 5 of 9 in all"
+    ]
 
 
 # -- help ---------------------------------------------------------------------------------------
