@@ -264,16 +264,31 @@ def weights(
         raise click.UsageError("give the key (or pattern) to change: fair weights NAME ...")
     if options and reset:
         raise click.UsageError("--reset drops NAME's runtime policy: give no options with it")
-    with _policies(ctx) as policies:
+    if not (options or reset) and not _has_shared_store(ctx):
+        # Nothing can change at run time without a shared store, but fair_keys still apply.
+        from .policies import RuntimePolicies
+        from .settings import FairSettings
+
         try:
-            if reset:
-                policies.reset(name)
-            elif options:
-                policies.set(name, **options)
-            version, runtime = policies.show()
-            configured = policies.configured()
+            configured = FairSettings.from_celery_conf(ctx.obj.app.conf).keys
         except ConfigurationError as exc:
             raise click.UsageError(f"celery-fair: {exc}") from None
+        version, runtime = 0, RuntimePolicies()
+        click.echo(
+            "(no shared store: fair_keys alone apply; changing them at run time needs one)",
+            err=True,
+        )
+    else:
+        with _policies(ctx) as policies:
+            try:
+                if reset:
+                    policies.reset(name)
+                elif options:
+                    policies.set(name, **options)
+                version, runtime = policies.show()
+                configured = policies.configured()
+            except ConfigurationError as exc:
+                raise click.UsageError(f"celery-fair: {exc}") from None
     if name is not None and not options and not reset:
         _show_key(version, configured, runtime, name, as_json)
     else:
@@ -457,6 +472,17 @@ def _pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...], on
         except ConfigurationError as exc:
             raise click.UsageError(f"celery-fair: {exc}") from None
     _show_policies(version, configured, runtime, False)
+
+
+def _has_shared_store(ctx: click.Context) -> bool:
+    """Whether the command's app has a shared store (a Redis ``fair_store_url`` or broker)."""
+    from .policies import FleetPolicies
+
+    try:
+        FleetPolicies(ctx.obj.app).close()
+    except ConfigurationError:
+        return False
+    return True
 
 
 class _policies:

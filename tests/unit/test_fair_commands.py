@@ -183,3 +183,43 @@ def test_every_commands_help_describes_its_arguments_apart_and_shows_no_markup()
             [line] = [x for x in out.output.split("Options:")[0].splitlines()
                       if x.strip().lstrip("[").startswith(metavar)]  # fmt: skip
             assert len(line.split()) > 1, (name, line)  # with a description
+
+
+def test_weights_without_a_shared_store_shows_the_fair_keys_in_force(tmp_path):
+    # Given an app on an in-memory broker with fair_keys and no shared store,
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent.parent / "integration"
+    conf = {"fair_keys": {"tenant:acme": {"weight": 3}, "tenant:*": {"max_concurrency": 4}}}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(here),
+        "FAIRAPP_BROKER": "memory://",
+        "FAIRAPP_QUEUE": "q",
+        "FAIRAPP_PREFIX": "p",
+        "FAIRAPP_BACKEND": "",
+        "FAIRAPP_CONF": json.dumps(conf),
+    }
+
+    def fair(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "celery", "-A", "fairapp", "fair", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+    # when fair weights is asked, alone and for one key,
+    shown, one = fair("weights"), fair("weights", "tenant:bob")
+    # then it shows the entries fair_keys sets, and says why nothing can change at run time,
+    assert shown.returncode == 0, shown.stderr
+    assert "tenant:acme" in shown.stdout, shown.stdout
+    assert "tenant:*" in shown.stdout, shown.stdout
+    assert "no shared store" in shown.stderr
+    assert one.returncode == 0, one.stderr
+    assert "tenant:*" in one.stdout, one.stdout
+    # while a change is refused with the reason, not a traceback.
+    change = fair("weights", "tenant:bob", "--weight", "2")
+    assert change.returncode != 0
+    assert "shared store" in change.stderr
+    assert "Traceback" not in change.stderr
