@@ -102,3 +102,55 @@ def test_the_simulator_traces_in_the_docs_run_and_give_the_rows_shown():
             assert shown, command
             assert all(row in got for row in shown), (command, shown, got)
     assert ran >= 3  # weights and pauses, allocation caps, starvation
+
+
+#: A relative link to a heading: ``[x](operations.md#lookahead)``, ``[x](#lookahead)``.
+ANCHORED_LINK = re.compile(r"\]\((?!https?:|mailto:)([^)#\s]*)#([^)\s]+)\)")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer (GitHub's rule) gives the headings of ``text``: lower
+    case, links reduced to their words, every character but letters, digits, ``_``, ``-`` and
+    spaces dropped, spaces made ``-``; a repeated anchor gets ``-1``, ``-2``... Lines inside
+    fenced blocks are not headings (a shell comment is not a title)."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    seen: dict[str, int] = {}
+    anchors = set()
+    for title in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", prose, re.MULTILINE):
+        words = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).lower()
+        anchor = re.sub(r"[^\w\- ]", "", words).replace(" ", "-")
+        count = seen.get(anchor, 0)
+        seen[anchor] = count + 1
+        anchors.add(anchor if count == 0 else f"{anchor}-{count}")
+    return anchors
+
+
+def test_every_link_to_a_heading_finds_it():
+    """A link into a page lands on its section: a heading renamed or moved to another page
+    (docs/benchmarks.md's history went to docs/benchmarks-history.md) breaks no link."""
+    missing = []
+    for doc in DOCUMENTS:
+        for path, anchor in ANCHORED_LINK.findall(doc.read_text()):
+            target = doc.parent / path if path else doc
+            if not target.exists() or target.suffix != ".md":
+                continue  # a missing file is the test above's finding
+            if anchor not in heading_anchors(target.read_text()):
+                missing.append(f"{doc.relative_to(ROOT)}: {path}#{anchor}")
+    assert missing == []
+
+
+def test_heading_anchors_follow_the_renderers_rule():
+    text = (
+        "# A killed worker (`benchmarks/kill_bench.py`)\n"
+        "## End to end: plain Celery against `-P fair`\n"
+        "```sh\n# a shell comment\n```\n"
+        "## Lookahead\n### Lookahead\n"
+        "## Policies by fairness key: [`fair_keys`](x.md)\n"
+    )
+    assert heading_anchors(text) == {
+        "a-killed-worker-benchmarkskill_benchpy",
+        "end-to-end-plain-celery-against--p-fair",
+        "lookahead",
+        "lookahead-1",
+        "policies-by-fairness-key-fair_keys",
+    }
