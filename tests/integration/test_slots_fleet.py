@@ -15,18 +15,19 @@ from test_fleet import fleet_conf, start_fleet
 
 from celery_fair import fair_headers
 
-# A caller process: at time argv[1] (its scheduler made before), runs a 0.2 s repack slot on
-# each job id of argv[3] in turn, as fairness key argv[2], recording each block's start and
-# end as the tasks do.
+# A caller process: makes its scheduler (as a web server would, before any request), says it is
+# ready and waits for the test's go, then runs a 0.2 s repack slot on each job id of argv[2] in
+# turn, as fairness key argv[1], recording each block's start and end as the tasks do.
 CALLER = """
 import sys, time
 import fairapp
 import celery_fair as fair
 
-at, name, job_ids = float(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
+name, job_ids = sys.argv[1], sys.argv[2].split(",")
 rec = fairapp.Recorder(fairapp.os.environ["FAIRAPP_PREFIX"])
-fair.slots.slot_scheduler(fairapp.app)  # made before the moment, as in a web server
-time.sleep(max(0.0, at - time.time()))
+fair.slots.slot_scheduler(fairapp.app)
+rec.redis.rpush(f"{rec.prefix}:ready", name)
+rec.redis.blpop([f"{rec.prefix}:go:{name}"], timeout=120)
 for i, job_id in enumerate(job_ids):
     tag = f"slot:{job_id}:{name}:{i}"
     with fair.slot("repack", job_id=job_id, fairness_key=name, timeout=60, app=fairapp.app):
@@ -49,10 +50,11 @@ with fair.slot("repack", job_id="linux", fairness_key="web", timeout=30, app=fai
 """
 
 
-def callers(run, names_and_jobs, at):
-    return [
+def callers(run, names_and_jobs):
+    """The caller processes, each ready (its scheduler made) and waiting for ``go``."""
+    procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CALLER, repr(at), name, ",".join(jobs)],
+            [sys.executable, "-c", CALLER, name, ",".join(jobs)],
             cwd=HERE,
             env=run.env(),
             stdout=subprocess.PIPE,
@@ -61,6 +63,20 @@ def callers(run, names_and_jobs, at):
         )
         for name, jobs in names_and_jobs
     ]
+    ready = f"{run.recorder.prefix}:ready"
+    wait_until(
+        lambda: (
+            run.recorder.redis.llen(ready) == len(procs) or any(p.poll() is not None for p in procs)
+        ),
+        120,
+        "the callers to be ready",
+    )
+    return procs
+
+
+def go(run, names_and_jobs):
+    for name, _ in names_and_jobs:
+        run.recorder.redis.rpush(f"{run.recorder.prefix}:go:{name}", 1)
 
 
 def test_slots_in_four_processes_share_the_type_cap_and_conflicts_with_worker_jobs(
@@ -70,15 +86,14 @@ def test_slots_in_four_processes_share_the_type_cap_and_conflicts_with_worker_jo
     # conflict on their repository (the git group),
     run = make_run(conf=fleet_conf(broker))
     start_fleet(run, start_worker, n=2, concurrency=2)
-    # when four web processes each run three repack slots (one of linux) at the moment
+    # when four web processes each run three repack slots (one of linux) from the moment
     # eight repack jobs (three of linux) are published to the workers,
-    at = time.time() + 3.0
     plan = [(f"web{p}", ["linux", f"p{p}a", f"p{p}b"]) for p in range(4)]
-    procs = callers(run, plan, at)
-    time.sleep(max(0.0, at - time.time()))
+    procs = callers(run, plan)
     for i in range(8):
         job = "linux" if i % 3 == 0 else f"w{i}"
         run.send("fairapp.repack", f"job:{job}:{i}", 0.3, headers=fair_headers("repack", "bg", job))
+    go(run, plan)
     try:
         outputs = [p.communicate(timeout=90) for p in procs]
     finally:
@@ -151,6 +166,8 @@ def test_a_waiting_slot_takes_the_next_freed_slot_before_a_workers_held_backlog(
     # Given a worker running repacks (capped at 2) with a backlog of them held behind,
     run = make_run(conf=fleet_conf(broker))
     start_worker(run, concurrency=2)
+    plan = [("web", ["mine"])]
+    (proc,) = callers(run, plan)  # (ready before the backlog starts, however slow the host)
     for i in range(40):
         run.send("fairapp.repack", f"job:{i}", 0.4, headers=fair_headers("repack", "bg", f"r{i}"))
     wait_until(
@@ -159,8 +176,8 @@ def test_a_waiting_slot_takes_the_next_freed_slot_before_a_workers_held_backlog(
         "the backlog to run",
     )
     # when a web process asks for one repack slot while both repack slots are busy,
-    at = time.time() + 2.0
-    (proc,) = callers(run, [("web", ["mine"])], at)
+    at = time.time()
+    go(run, plan)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.strip() == "ok", err
