@@ -54,8 +54,12 @@ class Recorder:
         self.redis.rpush(f"{self.prefix}:release:{tag}", 1)
 
     def wait_released(self, tag: str, seconds: float) -> None:
-        """Sleep ``seconds``, or less if the test releases ``tag`` first."""
-        self.redis.blpop([f"{self.prefix}:release:{tag}"], timeout=seconds)
+        """Sleep ``seconds``, or less if the test releases ``tag`` first (looked for every
+        50 ms: a blocking pop would meet the socket timeout a worker's clients may carry)."""
+        deadline = time.monotonic() + seconds
+        key = f"{self.prefix}:release:{tag}"
+        while time.monotonic() < deadline and not self.redis.lpop(key):
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     def clear(self) -> None:
         self.redis.delete(f"{self.prefix}:events", f"{self.prefix}:done", f"{self.prefix}:tries")

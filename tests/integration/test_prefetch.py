@@ -103,4 +103,9 @@ def test_a_wider_shard_window_on_rabbitmq_takes_no_more_of_the_backlog(make_run,
     # inside: the long one and 4 short ones), and the rest of the backlog stays in the broker.
     assert run.recorder.done_counts().get("long") is None
     assert ready_in_broker(run) >= behind - CELERYS
-    wait_until(lambda: len(run.recorder.done_counts()) == behind + 1 + later, 60, "every task")
+    wait_until(
+        lambda: len(run.recorder.done_counts()) == behind + 1 + later,
+        60,
+        "every task",
+        show=lambda: run.recorder.done_counts(),
+    )

@@ -27,7 +27,7 @@ name, job_ids = sys.argv[1], sys.argv[2].split(",")
 rec = fairapp.Recorder(fairapp.os.environ["FAIRAPP_PREFIX"])
 fair.slots.slot_scheduler(fairapp.app)
 rec.redis.rpush(f"{rec.prefix}:ready", name)
-rec.redis.blpop([f"{rec.prefix}:go:{name}"], timeout=120)
+rec.wait_released(f"go:{name}", 120)
 for i, job_id in enumerate(job_ids):
     tag = f"slot:{job_id}:{name}:{i}"
     with fair.slot("repack", job_id=job_id, fairness_key=name, timeout=60, app=fairapp.app):
@@ -76,7 +76,7 @@ def callers(run, names_and_jobs):
 
 def go(run, names_and_jobs):
     for name, _ in names_and_jobs:
-        run.recorder.redis.rpush(f"{run.recorder.prefix}:go:{name}", 1)
+        run.recorder.release(f"go:{name}")
 
 
 def test_slots_in_four_processes_share_the_type_cap_and_conflicts_with_worker_jobs(
