@@ -138,11 +138,11 @@ def test_a_fair_task_id_published_twice_is_one_job(world):
     assert runs(run, tag) == 1
 
 
+# Late copies are recognised by the shared store's tombstones: the world with a shared store.
+@pytest.mark.parametrize("world", [("redis", "store")], indirect=True, ids=["redis-store"])
 def test_a_late_copy_of_a_job_this_worker_finished_is_dropped_as_this_workers(world):
     # Given a fair job this worker ran to the end (its message acknowledged),
     run, worker = world
-    if run.conf.get("fair_store_url") == "memory":
-        pytest.skip("late copies are recognised by the shared store's tombstones")
     tag, task_id = tag_of("late-copy"), str(uuid.uuid4())
     headers = fair_headers("clone", "k", tag)
     run.send("fairapp.clone", tag, 0.01, task_id=task_id, headers=headers)
