@@ -18,9 +18,7 @@ from .fairqueue import (
     PendingJob,
     SideLane,
     Tier,
-    conflict_held,
     discard,
-    key_blocks,
     recheck_loans,
     reposition,
     resume_aging,
@@ -29,7 +27,7 @@ from .fairqueue import (
     take_back_loans,
     unblock,
 )
-from .policy import blocked_by, select
+from .policy import blocked_by, conflict_held, goes_before, key_blocks, select
 from .types import (
     BLOCK_ORDER,
     Admission,
@@ -841,31 +839,10 @@ class Scheduler:
                 ):
                     return False
         self._age(self._clock.now())
-        priority, urgent = job.lane.effective(job)
         cost = job.cost
         if cost is None:
             cost = self.estimate(job.lane.type.name, job.job_id)
-        used = job.key.acc + cost
-        keys = self._accounts.keys
-        ahead = 0.0  # the estimates of the admissions ``ref`` goes before
-        for other in admitted:
-            if urgent or other.urgent:  # urgent jobs go first, oldest first
-                if not urgent or (other.urgent and job.arrival >= other.arrival):
-                    continue
-            else:
-                theirs = other.effective_priority
-                if theirs is None:
-                    theirs = other.priority
-                if priority < theirs:
-                    continue
-                if priority == theirs:
-                    key = keys.get(other.fairness_key)
-                    if used > (0.0 if key is None else key.acc) - other.estimate:
-                        continue
-            ahead += other.estimate
-            if ahead >= tolerance:
-                return True
-        return False
+        return goes_before(job, cost, admitted, self._accounts.keys, tolerance)
 
     def estimate(self, type: str, job_id: str | None = None) -> float:
         """The current estimate for ``(type, job_id)``."""
