@@ -7,6 +7,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import count
 
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
+from . import inspect, words
 from .aging import Agenda, PauseLog
 from .allocation import Allocation, KeyDemand, shares
 from .clock import Clock
@@ -27,12 +28,11 @@ from .fairqueue import (
     take_back_loans,
     unblock,
 )
-from .policy import blocked_by, conflict_held, goes_before, key_blocks, select
+from .inspect import Why
+from .policy import conflict_held, goes_before, key_blocks, select
 from .types import (
-    BLOCK_ORDER,
     Admission,
     Aging,
-    BlockReason,
     CancelOutcome,
     ExpectedStart,
     JobState,
@@ -768,20 +768,12 @@ class Scheduler:
         went: a pause, its conflict, its key's cap, its type's cap, its tier's cap, then
         every slot being busy. For metrics; O(pending).
         """
-        free = self._capacity - self._running
-        conflicts = self._conflicts
-        counts = dict.fromkeys((*(r.value for r in BLOCK_ORDER), "admissible"), 0)
-        for job in self._jobs.values():
-            if job.state is not JobState.PENDING:
-                continue
-            reasons = blocked_by(job, free, conflicts, self._urgent_passes)
-            name = "admissible"
-            for reason in BLOCK_ORDER:
-                if reason in reasons:
-                    name = reason.value
-                    break
-            counts[name] += 1
-        return counts
+        return inspect.blocked_counts(
+            self._jobs.values(),
+            self._capacity - self._running,
+            self._conflicts,
+            self._urgent_passes,
+        )
 
     def pending_of(self, fairness_key: str) -> int:
         """How many pending jobs ``fairness_key`` has. O(1)."""
@@ -864,15 +856,7 @@ class Scheduler:
         self._look()
         if job.state is JobState.RUNNING:
             return self._view(job, None, None)
-        mine = job.order()
-        place = 1
-        place_in_key = 1
-        for other in self._jobs.values():
-            if other.state is JobState.PENDING and other.order() < mine:
-                place += 1
-                if other.key is job.key:
-                    place_in_key += 1
-        return self._view(job, place, place_in_key)
+        return self._view(job, *inspect.place_of(job, self._jobs.values()))
 
     def expected_wait(self, ref: Hashable, slots: int | None = None) -> float | None:
         """``expected_start(ref, slots).seconds``: seconds until pending job ``ref`` is
@@ -902,39 +886,28 @@ class Scheduler:
             return None
         view = self.status(ref)
         assert view is not None
-        waits_for = next((r for r in BLOCK_ORDER if r in view.blocked_by and r in _UNTIMED), None)
-        if waits_for is not None and waits_for is not BlockReason.KEY_CAP:
-            return ExpectedStart(None, waits_for)
-        now = self._clock.now()
-        mine = job.order()
-        guess = self._estimates.guess
-        slots = max(1, self._capacity if slots is None else slots)
-        work = 0.0  # everything ahead of it here
-        default = 0.0  # of which counted at a default_cost
-        in_key = 0.0  # its own key's jobs ahead of it
-        for other in self._jobs.values():
-            jtype = other.lane.type
-            if other.state is JobState.RUNNING:
-                cost, is_default = other.estimate, False  # what it was charged
-                if other.cost is None and (jtype.name, other.job_id) not in self._estimates:
-                    cost, is_default = guess((jtype.name, other.job_id), other.estimate)
-                left = max(0.0, cost - (now - other.admitted_at))
-                work += left
-                default += left if is_default else 0.0
-            elif other is not job and other.order() < mine:
-                if other.cost is None:
-                    cost, is_default = guess((jtype.name, other.job_id), jtype.default_cost)
-                else:
-                    cost, is_default = other.cost, False
-                work += cost
-                default += cost if is_default else 0.0
-                if other.key is job.key:
-                    in_key += cost
-        # and no faster than its key is served: its share of the slots (allocation.py)
-        share = shares(slots, self._demands())[0].get(job.key.name, 0.0)
-        by_key = in_key / share if share > 0 else 0.0
-        return ExpectedStart(
-            max(work / slots, by_key), waits_for, default / work if work > 0 else 0.0
+        return inspect.expected_start(
+            job,
+            view,
+            self._jobs.values(),
+            self._estimates,
+            self._capacity if slots is None else slots,
+            self._demands(),
+            self._clock.now(),
+        )
+
+    def why(self, ref: Hashable) -> Why | None:
+        """What holds pending job ``ref`` back now, as values (``inspect.Why``: each blocker
+        with its numbers, in ``BLOCK_ORDER``, and how many jobs come before it); ``None`` for a
+        job that is not pending here. ``explain`` words it. O(n) (it counts the jobs before it).
+        """
+        job = self._jobs.get(ref)
+        if job is None or job.state is not JobState.PENDING:
+            return None
+        view = self.status(ref)
+        assert view is not None
+        return inspect.why(
+            job, view, self._conflicts, self._clock.now(), self._running, self._capacity
         )
 
     def explain(self, ref: Hashable) -> list[str]:
@@ -945,85 +918,24 @@ class Scheduler:
 
         Example: ``["type cap repack 3/3", "behind 4 jobs that come first"]``.
         """
-        job = self._jobs.get(ref)
-        if job is None or job.state is not JobState.PENDING:
-            return []
-        view = self.status(ref)
-        assert view is not None
-        assert view.place is not None
-        lane = job.lane
-        tier = lane.tier
-        key = job.key
-        words = []
-        for reason in sorted(view.blocked_by, key=BLOCK_ORDER.index):
-            if reason is BlockReason.PAUSED:
-                what = f"type {lane.type.name}" if lane.paused else f"key {key.name!r}"
-                words.append(f"paused ({what})")
-            elif reason is BlockReason.CONFLICT:
-                ckey = job.ckey
-                assert ckey is not None
-                holder = self._conflicts[ckey].holder
-                on = f"{ckey[0]}:{ckey[1]}"
-                if holder is None or holder is ELSEWHERE:
-                    words.append(f"conflict on {on} held by a job on another worker")
-                else:
-                    since = self._clock.now() - holder.admitted_at
-                    words.append(f"conflict on {on} held by task {holder.ref} for {since:.1f} s")
-            elif reason is BlockReason.KEY_CAP:
-                words.append(
-                    f"key cap {key.name!r} {key.running + key.elsewhere}/{key.limit}"
-                    + (f" ({key.elsewhere} on other workers)" if key.elsewhere else "")
-                )
-            elif reason is BlockReason.TYPE_CAP:
-                words.append(
-                    f"type cap {lane.type.name} {lane.running + lane.elsewhere}/{lane.limit}"
-                    + (f" ({lane.elsewhere} on other workers)" if lane.elsewhere else "")
-                )
-            elif reason is BlockReason.TIER_CAP:
-                words.append(
-                    f"tier cap {tier.priority} {tier.running + tier.elsewhere}/{tier.limit}"
-                    + (f" ({tier.elsewhere} on other workers)" if tier.elsewhere else "")
-                )
-            elif reason is BlockReason.CAPACITY:
-                words.append(f"every slot busy {self._running}/{self._capacity}")
-        if view.place > 1:
-            ahead = view.place - 1
-            jobs = "1 job that comes" if ahead == 1 else f"{ahead} jobs that come"
-            words.append(f"behind {jobs} first (higher priority, or keys that have used less)")
-        if not words:
-            words.append("first in line: it starts at the next decision")
-        return words
+        why = self.why(ref)
+        return [] if why is None else words.lines(why)
 
     def snapshot(self) -> Snapshot:
         """The whole state, pending jobs in dispatch order with their places. O(n log n)."""
         self._look()
-        pending = sorted(
-            (j for j in self._jobs.values() if j.state is JobState.PENDING), key=PendingJob.order
-        )
-        running = sorted(
-            (j for j in self._jobs.values() if j.state is JobState.RUNNING), key=lambda j: j.token
-        )
-        per_key: dict[str, int] = {}
-        views = []
-        for place, job in enumerate(pending, start=1):
-            n = per_key[job.key.name] = per_key.get(job.key.name, 0) + 1
-            views.append(self._view(job, place, n))
-        views.extend(self._view(job, None, None) for job in running)
-        running_by_key: dict[str, int] = {}
-        for job in running:
-            running_by_key[job.key.name] = running_by_key.get(job.key.name, 0) + 1
-        return Snapshot(
-            now=self._clock.now(),
-            capacity=self._capacity,
-            running=self._running,
-            pending=self._pending,
-            running_by_tier={t.priority: t.running for t in self._tiers},
-            running_by_type={name: lane.running for name, lane in self._lanes.items()},
-            pending_by_key=per_key,
-            running_by_key=running_by_key,
-            accumulated_cost=self._accounts.costs(),
-            estimates=dict(self._estimates.items()),
-            jobs=tuple(views),
+        return inspect.snapshot(
+            self._jobs.values(),
+            self._clock.now(),
+            self._capacity,
+            self._running,
+            self._pending,
+            self._tiers,
+            self._lanes,
+            self._accounts,
+            self._estimates,
+            self._conflicts,
+            self._urgent_passes,
         )
 
     # -- internals ---------------------------------------------------------------------
@@ -1215,33 +1127,8 @@ class Scheduler:
                     cl.revalidate()
 
     def _view(self, job: PendingJob, place: int | None, place_in_key: int | None) -> JobView:
-        pending = job.state is JobState.PENDING
-        effective, urgent = job.lane.effective(job) if pending else job.effective
-        return JobView(
-            ref=job.ref,
-            type=job.lane.type.name,
-            job_id=job.job_id,
-            fairness_key=job.key.name,
-            priority=job.lane.tier.priority,
-            arrival=job.arrival,
-            state=job.state,
-            place=place,
-            place_in_key=place_in_key,
-            blocked_by=blocked_by(
-                job, self._capacity - self._running, self._conflicts, self._urgent_passes
-            )
-            if pending
-            else (),
-            effective_priority=effective,
-            urgent=urgent,
-        )
-
-
-#: What holds a job back that ``expected_start`` does not wait out by itself (a key cap is
-#: modelled: its key's share of the slots is at most its cap).
-_UNTIMED = frozenset(
-    {BlockReason.PAUSED, BlockReason.TYPE_CAP, BlockReason.TIER_CAP, BlockReason.KEY_CAP}
-)
+        free = self._capacity - self._running
+        return inspect.view(job, place, place_in_key, free, self._conflicts, self._urgent_passes)
 
 
 # Exact types: bool is an int subclass but not a number of seconds. Comparisons with _INF
