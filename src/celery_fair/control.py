@@ -71,6 +71,7 @@ from celery.worker.control import control_command, inspect_command
 from celery.worker.control import revoke as celery_revoke
 
 from .core.types import check_priority
+from .core.words import ELSEWHERE
 from .errors import SchedulerError
 
 __all__ = ["cancel", "reprioritize", "status"]
@@ -135,15 +136,12 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
     return out
 
 
-_ELSEWHERE = "held by a job on another worker"
-
-
 def _name_the_holder(app: Any, found: dict[str, Any]) -> dict[str, Any]:
     """A held job waits for a conflict another worker's job holds: ask the shared store which
     job, on which worker, since when (one read), and say so in its reasons."""
     field = found.get("conflict")
     why = found.get("why") or []
-    if not field or not any(_ELSEWHERE in reason for reason in why):
+    if not field or not any(ELSEWHERE in reason for reason in why):
         return found
     from .errors import ConfigurationError, StoreUnavailable
     from .submissions import tracked_store
@@ -157,7 +155,7 @@ def _name_the_holder(app: Any, found: dict[str, Any]) -> dict[str, Any]:
     worker = holder.worker.split("/")[0] or "another worker"
     since = f" for {holder.held_for:.1f} s" if holder.held_for is not None else ""
     words = f"held by task {holder.uid} on {worker}{since}"
-    found["why"] = [reason.replace(_ELSEWHERE, words) for reason in why]
+    found["why"] = [reason.replace(ELSEWHERE, words) for reason in why]
     found["holder"] = holder._asdict()
     return found
 

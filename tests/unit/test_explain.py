@@ -1,8 +1,18 @@
-"""``Scheduler.explain``: why a pending job is not running yet, in words, with its numbers."""
+"""``Scheduler.explain`` and ``why``: why a pending job is not running yet, in words and as
+values, with its numbers."""
 
 from __future__ import annotations
 
-from celery_fair.core import JobType, KeyPolicies, Scheduler, SchedulerConfig, SimClock
+from celery_fair.core import (
+    BlockReason,
+    JobType,
+    KeyPolicies,
+    Scheduler,
+    SchedulerConfig,
+    SimClock,
+    words,
+)
+from celery_fair.core.inspect import CapFull, ConflictHeld, Paused, SlotsBusy, Why
 
 BEHIND_ONE = "behind 1 job that comes first (higher priority, or keys that have used less)"
 
@@ -67,3 +77,37 @@ def test_pauses_busy_slots_and_the_jobs_ahead():
     assert s.explain("b1") == ["first in line: it starts at the next decision"]
     assert s.explain("a1") == []  # not pending (done)
     assert s.explain("nobody") == []
+
+
+def test_why_gives_the_same_answer_as_values_that_the_words_are_written_from():
+    """``Scheduler.why``: the blockers with their numbers, in ``BLOCK_ORDER``, and the jobs
+    ahead; ``explain`` is ``words.lines`` of it, so both say the same thing."""
+    s = make(capacity=2, keys={"tenant": {"max_concurrency": 1}})
+    s.submit("first", "clone", "linux", "tenant")
+    s.submit("r1", "repack", "r1", "a")
+    assert [a.ref for a in s.schedule()] == ["first", "r1"]
+    s._clock.advance(1.5)
+    s.submit("second", "clone", "linux", "tenant")
+    s.submit("r2", "repack", "r2", "b")
+    s.hold_elsewhere("git", "rails")
+    s.submit("third", "clone", "rails", "c")
+    s.set_running_elsewhere({}, {"repack": 1}, {"tenant": 1})
+    assert s.why("second") == Why(
+        (
+            ConflictHeld("git", "linux", "first", 1.5),
+            CapFull(BlockReason.KEY_CAP, "tenant", 1, 1, 1),
+            SlotsBusy(2, 2),
+        ),
+        1,  # third: its key has used less
+    )
+    assert s.why("r2") == Why(
+        (CapFull(BlockReason.TYPE_CAP, "repack", 1, 1, 1), SlotsBusy(2, 2)), 2
+    )
+    assert s.why("third") == Why((ConflictHeld("git", "rails"), SlotsBusy(2, 2)), 0)
+    s.pause_type("clone")
+    assert s.why("third").blockers[0] == Paused(type="clone")
+    for ref in ("second", "r2", "third"):
+        assert s.explain(ref) == words.lines(s.why(ref))
+    assert s.why("first") is None  # running
+    assert s.why("nobody") is None
+    assert words.lines(Why((), 0)) == [words.FIRST]

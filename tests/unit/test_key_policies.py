@@ -266,3 +266,38 @@ def test_the_last_waiter_of_a_paused_key_cancelled_on_a_free_conflict_leaves_not
     s.release("a")  # the conflict is free, its only waiter's key paused: nothing lent
     s.cancel("b")
     assert s._conflicts == {}
+
+
+# -- the keys' terms alone (core/keys.py), without a scheduler ------------------------------
+
+
+def test_key_rules_give_a_key_its_terms_by_name_before_and_after_it_appears():
+    from celery_fair.core.aging import Agenda
+    from celery_fair.core.costs import Accounts
+    from celery_fair.core.keys import KeyRules
+    from celery_fair.core.types import CostLifecycle
+
+    accounts = Accounts(CostLifecycle(), 0.0)
+    rules = KeyRules(
+        accounts, keys({"tenant:*": {"max_concurrency": 2, "weight": 3}}), True, Agenda(0.0)
+    )
+    rules.pause_key("tenant:b", True)  # not known yet: paused when it appears
+    rules.set_elsewhere({"tenant:a": 2})
+    a, b, c = (accounts.get(name) for name in ("tenant:a", "tenant:b", "other"))
+    for key in (a, b, c):
+        rules.adopt(key)
+    assert (a.limit, a.weight, a.elsewhere, a.cap, a.paused) == (2, 3.0, 2, 0, False)
+    assert (b.cap, b.paused) == (0, True)
+    assert rules.terms("other") == (None, 1.0)
+    assert rules.terms("tenant:z") == (2, 3.0)
+    assert rules.limits() == {"tenant:a": 2, "tenant:b": 2}
+    rules.set_elsewhere({})  # the other workers' jobs ended: a runs again
+    rules.pause_key("tenant:b", False)
+    assert (a.elsewhere, a.cap, b.cap, b.paused) == (0, 2, 2, False)
+    a.pending = c.pending = 1
+    rules.reshare_due = False
+    rules.demand_moved(a, 1)
+    assert rules.reshare_due  # a's room crossed its share (0 before any reshare)
+    rules.reshare(4)
+    assert rules.allocation(4).slots == {"tenant:a": 1, "other": 1}
+    assert (a.share, c.share, rules.reshare_due) == (1, 1, False)

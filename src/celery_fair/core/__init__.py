@@ -50,13 +50,24 @@ conflicts its key has jobs waiting on, independent of how many jobs are blocked;
 O(log n) plus one loan per lane of a released conflict; snapshot O(n log n); status of one job
 O(n).
 
+Modules
+-------
+``types`` (values in and out), ``clock``, ``policy`` (the dispatch rule), ``fairqueue`` (the
+pending index), ``costs`` (estimates and accounts), ``aging``, ``allocation``, ``inspect``
+(status, expected start, blockers, snapshot: values only), ``words`` (those values in
+English), ``reserve``, and ``scheduler``, the façade that owns the state and calls the rest.
+
 Rules for this package
 ----------------------
-1. Every rule that decides admission lives in ``policy.py``; the structures in
-   ``fairqueue.py`` only keep the order and the wait lists.
+1. Every rule that decides admission lives in ``policy.py`` (``select``, ``blocked_by``,
+   ``comes_before``, ``key_holds``, ``goes_before``); the structures in ``fairqueue.py`` only
+   keep the order and the wait lists, and take the rule from ``policy.py``, which imports
+   them for type checking only.
 2. Nothing here imports outside the standard library or reads time except through ``Clock``
    (``clock.py`` is the one module that touches ``time``).
 3. Expected outcomes are return values; exceptions mean the caller broke the contract.
+4. Inspection answers in values (``inspect.Why`` and its blockers); ``words.py`` is the one
+   module that writes English, for ``Scheduler.explain`` and the tools that show it.
 """
 
 from __future__ import annotations

@@ -46,10 +46,11 @@ from typing import TYPE_CHECKING
 
 from .aging import URGENT, Agenda, PauseLog, paused_within
 from .costs import UNLIMITED, cap_left
+from .policy import comes_before, key_blocks, key_holds
 from .types import JobState
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Iterator, Mapping
+    from collections.abc import Hashable, Iterator
 
     from .costs import KeyState
     from .types import Aging, JobType
@@ -73,8 +74,6 @@ __all__ = [
     "PendingJob",
     "SideLane",
     "Tier",
-    "conflict_held",
-    "key_blocks",
     "reposition",
     "resume_aging",
     "rise",
@@ -383,12 +382,12 @@ class KeyedQueue:
             key = kq.key
             if ages:
                 true_level, true_rank, true_acc = lane.place(job)
-                held = key.running >= key.cap and (true_level != _NEG_URGENT or key.paused)
+                held = key_holds(key, true_level)
             else:
                 true_level = level
                 true_rank = key.rank
                 true_acc = key.acc
-                held = key.running >= key.cap
+                held = key.running >= key.cap  # key_holds, for a lane that never ages
             if held:  # the key is blocked: its whole queue leaves the heap
                 heappop(heap)
                 kq.ver = -1
@@ -845,7 +844,7 @@ class ConflictLane:
         best = parked.best(False)
         lent = self.lent
         if lent is not None:
-            if not key_blocks(lent) and (best is None or _comes_before(lent, best)):
+            if not key_blocks(lent) and (best is None or comes_before(lent, best)):
                 self._register(lent)
                 return
             # A parked job now comes first: take the loan back.
@@ -899,39 +898,6 @@ class ConflictLane:
             if conflict.lanes.get(self.lane) is self:
                 del conflict.lanes[self.lane]
                 conflict.forget_if_idle()
-
-
-def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: PendingJob) -> bool:
-    """Whether a running job (here or elsewhere) holds ``job``'s conflict. O(1)."""
-    ckey = job.ckey
-    if ckey is None:
-        return False
-    conflict = conflicts.get(ckey)
-    return conflict is not None and conflict.holder is not None
-
-
-def key_blocks(job: PendingJob) -> bool:
-    """Whether ``job``'s key holds it back: paused, or at its cap while the job is not urgent."""
-    key = job.key
-    if key.running < key.cap:
-        return False
-    return key.paused or job.lane.place(job)[0] != _NEG_URGENT
-
-
-def _comes_before(a: PendingJob, b: PendingJob) -> bool:
-    if a.lane.aging is not None or b.lane.aging is not None:
-        return (*a.lane.place(a), a.arrival, a.seq) < (*b.lane.place(b), b.arrival, b.seq)
-    a_key = a.key
-    b_key = b.key
-    if a_key.rank != b_key.rank:
-        return a_key.rank < b_key.rank
-    a_acc = a_key.acc
-    b_acc = b_key.acc
-    if a_acc != b_acc:
-        return a_acc < b_acc
-    if a.arrival != b.arrival:
-        return a.arrival < b.arrival
-    return a.seq < b.seq
 
 
 def recheck_loans(key: KeyState) -> None:

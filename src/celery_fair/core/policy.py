@@ -1,25 +1,85 @@
 """The dispatch rule: which pending job is admissible, and which comes first.
 
-Every rule that decides admission lives here. ``select`` is the hot path; ``blocked_by``
-states the same rules one job at a time for snapshots, status and tests.
+Every rule that decides admission lives here, once: the structures of ``fairqueue.py`` import
+``comes_before``, ``key_holds`` and ``key_blocks`` from this module to keep their order and
+their wait lists, and import nothing of it else. ``select`` is the hot path; ``blocked_by``
+states the same rules one job at a time for snapshots, status and tests; ``goes_before`` says
+whether a pending job comes before admissions already made (``Scheduler.outranks``).
+
+This module reads the structures of ``fairqueue.py`` (tiers, lanes, jobs, keys) but imports
+them only for type checking, so the index depends on the rule and never the other way round.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fairqueue import _NEG_URGENT, _comes_before, conflict_held, key_blocks
+from .aging import URGENT
 from .types import BlockReason
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
+    from .costs import KeyState
     from .fairqueue import Conflict, ConflictKey, PendingJob, Tier
+    from .types import Admission
 
-__all__ = ["blocked_by", "comes_before", "select"]
+__all__ = [
+    "blocked_by",
+    "comes_before",
+    "conflict_held",
+    "goes_before",
+    "key_blocks",
+    "key_holds",
+    "select",
+]
 
-comes_before = _comes_before
-"""``comes_before(a, b)``: within a tier, ``a`` precedes ``b`` by (cost, arrival, seq)."""
+_NEG_URGENT = -URGENT
+"""The first component of an urgent job's place (``Lane.place``): urgent jobs go first."""
+
+
+def comes_before(a: PendingJob, b: PendingJob) -> bool:
+    """Whether pending ``a`` precedes pending ``b`` in their tier: by place (effective
+    priority, rank, accumulated cost of the key; urgent jobs first), then arrival, then
+    submission order. O(1)."""
+    if a.lane.aging is not None or b.lane.aging is not None:
+        return (*a.lane.place(a), a.arrival, a.seq) < (*b.lane.place(b), b.arrival, b.seq)
+    a_key = a.key
+    b_key = b.key
+    if a_key.rank != b_key.rank:
+        return a_key.rank < b_key.rank
+    a_acc = a_key.acc
+    b_acc = b_key.acc
+    if a_acc != b_acc:
+        return a_acc < b_acc
+    if a.arrival != b.arrival:
+        return a.arrival < b.arrival
+    return a.seq < b.seq
+
+
+def key_holds(key: KeyState, level: float) -> bool:
+    """Whether ``key`` holds back its job whose place starts with ``level`` (``-effective
+    priority``): the key runs its cap (``cap`` counts its jobs elsewhere and its pause), and
+    the job is not urgent, or the key is paused (an urgent job passes a key's cap, never its
+    pause). O(1)."""
+    return key.running >= key.cap and (level != _NEG_URGENT or key.paused)
+
+
+def key_blocks(job: PendingJob) -> bool:
+    """Whether ``job``'s key holds it back now (``key_holds`` at the job's place). O(1)."""
+    key = job.key
+    if key.running < key.cap:
+        return False
+    return key.paused or job.lane.place(job)[0] != _NEG_URGENT
+
+
+def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: PendingJob) -> bool:
+    """Whether a running job (here or elsewhere) holds ``job``'s conflict. O(1)."""
+    ckey = job.ckey
+    if ckey is None:
+        return False
+    conflict = conflicts.get(ckey)
+    return conflict is not None and conflict.holder is not None
 
 
 def select(
@@ -122,3 +182,42 @@ def blocked_by(
     if conflict_held(conflicts, job):
         reasons.append(BlockReason.CONFLICT)
     return tuple(reasons)
+
+
+def goes_before(
+    job: PendingJob,
+    cost: float,
+    admitted: Iterable[Admission],
+    keys: Mapping[str, KeyState],
+    tolerance: float,
+) -> bool:
+    """Whether pending ``job``, whose estimate is ``cost``, goes before admissions of
+    ``admitted`` (admitted, not yet started) whose estimates add up to at least ``tolerance``
+    (``Scheduler.outranks`` says when the question may be asked). O(1) per admission.
+
+    ``job`` goes before an admission when it is urgent and the admission is not (or is, but
+    arrived later), when it is of a higher effective priority, or of the same and its key,
+    even charged ``cost``, has used no more than the admission's key had before it was
+    charged (``keys``: the keys by name, as the admissions' keys are now).
+    """
+    priority, urgent = job.lane.effective(job)
+    used = job.key.acc + cost
+    ahead = 0.0  # the estimates of the admissions ``job`` goes before
+    for other in admitted:
+        if urgent or other.urgent:  # urgent jobs go first, oldest first
+            if not urgent or (other.urgent and job.arrival >= other.arrival):
+                continue
+        else:
+            theirs = other.effective_priority
+            if theirs is None:
+                theirs = other.priority
+            if priority < theirs:
+                continue
+            if priority == theirs:
+                key = keys.get(other.fairness_key)
+                if used > (0.0 if key is None else key.acc) - other.estimate:
+                    continue
+        ahead += other.estimate
+        if ahead >= tolerance:
+            return True
+    return False

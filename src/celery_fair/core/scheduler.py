@@ -7,8 +7,9 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import count
 
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
+from . import inspect, words
 from .aging import Agenda, PauseLog
-from .allocation import Allocation, KeyDemand, shares
+from .allocation import Allocation
 from .clock import Clock
 from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
 from .fairqueue import (
@@ -18,23 +19,20 @@ from .fairqueue import (
     PendingJob,
     SideLane,
     Tier,
-    conflict_held,
     discard,
-    key_blocks,
     recheck_loans,
     reposition,
-    resume_aging,
     rise,
     take,
     take_back_loans,
     unblock,
 )
-from .policy import blocked_by, select
+from .inspect import Why
+from .keys import KeyRules, rerank
+from .policy import conflict_held, goes_before, key_blocks, select
 from .types import (
-    BLOCK_ORDER,
     Admission,
     Aging,
-    BlockReason,
     CancelOutcome,
     ExpectedStart,
     JobState,
@@ -99,20 +97,10 @@ class Scheduler:
         self._accounts = Accounts(config.lifecycle, now)
         # _due: no cost or estimate expires, and no reset falls, before this time.
         self._due = self._accounts.next_due()
-        self._policies = config.keys
-        # Keys and types paused by name (a key not known yet is paused when it appears), and
-        # what other workers run of each key (a shared store's count).
-        self._paused_keys: set[str] = set()
-        self._paused_types: set[str] = set()
-        self._keys_elsewhere: dict[str, int] = {}
-        # When each key ever paused was paused, by name (aging does not count that time).
-        self._key_pauses: dict[str, PauseLog] = {}
         # The time of the operation in progress, and when aging next moves a key queue up.
         self._agenda = Agenda(now)
-        # Allocation caps: each key's allocation is its soft cap (its ``share``), computed
-        # again before the next decision once ``_reshare_due`` (see ``_demand_moved``).
-        self._sharing = config.allocation_caps
-        self._reshare_due = self._sharing
+        # The keys' terms by name: policies, pauses, counts elsewhere, shares (keys.py).
+        self._keys = KeyRules(self._accounts, config.keys, config.allocation_caps, self._agenda)
         # Whether urgent jobs pass what other workers run against tier and type caps (the
         # store weighs it for them), or must keep within it (a share set while it is away).
         self._urgent_passes = True
@@ -141,7 +129,7 @@ class Scheduler:
         lane = Lane(jtype, tier, self._conflicts, self._agenda, self._aging_of(jtype))
         if lane.aging is not None:
             self._agenda.active = True
-        if jtype.name in self._paused_types:
+        if jtype.name in self._keys.paused_types:
             lane.paused = True
             lane.pauses = PauseLog()
             lane.pauses.pause(self._clock.now())
@@ -205,7 +193,7 @@ class Scheduler:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ConfigurationError(f"capacity must be an int >= 0, got {capacity!r}")
         self._capacity = capacity
-        self._reshare_due = self._sharing
+        self._keys.reshare_due = self._keys.sharing
 
     # -- events in ---------------------------------------------------------------------
 
@@ -258,11 +246,11 @@ class Scheduler:
         key = accounts.keys.get(fairness_key)
         if key is None:
             key = accounts.get(fairness_key)
-            self._apply_policy(key)
+            self._keys.adopt(key)
         if key.pending == 0 and key.running == 0:
             accounts.activate(key)
-        if self._sharing:
-            self._demand_moved(key, 1)
+        if self._keys.sharing:
+            self._keys.demand_moved(key, 1)
         group = lane.type.conflict_group
         ckey = (group, job_id) if group and job_id is not None else None
         job = PendingJob(ref, lane, job_id, key, arrival, next(self._seq), cost, ckey)
@@ -310,8 +298,8 @@ class Scheduler:
         self._pending -= 1
         key = job.key
         key.pending -= 1
-        if self._sharing:
-            self._demand_moved(key, -1)
+        if self._keys.sharing:
+            self._keys.demand_moved(key, -1)
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
@@ -414,7 +402,7 @@ class Scheduler:
         if key.blocked is not None and key.running < key.cap:
             unblock(key)
         if key.min_slots or key.share != UNLIMITED:
-            self._rerank(key)
+            rerank(key)
         conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
         if conflict is not None and conflict.holder is job:
             conflict.holder = None
@@ -483,115 +471,58 @@ class Scheduler:
             lane.recap()
         if keys is None:
             return
-        before = self._keys_elsewhere
-        self._keys_elsewhere = counts = {k: n for k, n in keys.items() if n}
-        known = self._accounts.keys
-        for name in before.keys() | counts.keys():
-            key = known.get(name)
-            if key is not None:
-                key.elsewhere = counts.get(name, 0)
-                self._key_limits_changed(key)
+        self._keys.set_elsewhere(keys)
 
     # -- policies: weights, caps and pauses by key, pauses by type --------------------
 
     @property
     def key_policies(self) -> KeyPolicies:
-        return self._policies
+        return self._keys.policies
 
     def set_key_policies(self, policies: KeyPolicies) -> None:
         """Replace the policies by fairness key; every known key follows at once (a key
         below a raised cap runs again, a key above a lowered one runs nothing more until it
         is below it). O(keys · patterns), plus O(q log n) for each key that unblocks."""
-        if not isinstance(policies, KeyPolicies):
-            raise ConfigurationError(f"expected KeyPolicies, got {policies!r}")
-        self._policies = policies
-        for key in list(self._accounts.keys.values()):
-            self._apply_policy(key)
+        self._keys.set_policies(policies)
 
     def key_terms(self, fairness_key: str) -> tuple[int | None, float]:
         """``fairness_key``'s cap (``None``: none) and weight, as its policy gives them.
         O(1) for a known key, O(patterns) otherwise."""
-        key = self._accounts.keys.get(fairness_key)
-        if key is not None:
-            return (None if key.limit == UNLIMITED else key.limit), key.weight
-        policy = self._policies.for_key(fairness_key)
-        return policy.max_concurrency, float(policy.weight)
+        return self._keys.terms(fairness_key)
 
     def key_limits(self) -> dict[str, int]:
         """The cap of every known key that has one. O(keys)."""
-        return {
-            name: key.limit for name, key in self._accounts.keys.items() if key.limit != UNLIMITED
-        }
+        return self._keys.limits()
 
     def counted_keys(self) -> set[str]:
         """The known keys whose jobs on other workers matter here: those with a cap or a
         minimum of slots. O(keys)."""
-        return {
-            name
-            for name, key in self._accounts.keys.items()
-            if key.limit != UNLIMITED or key.min_slots
-        }
+        return self._keys.counted()
 
     def allocation(self) -> Allocation:
         """How many of this scheduler's slots each key with work would get by its policy
         (core/allocation.py): minimums, then weights, clamped by caps and demand (running
         plus pending jobs; none while paused). A view for metrics and inspection, computed
         when asked: O(k log k) for the k keys with work, never part of a decision."""
-        return shares(self._capacity, self._demands())[1]
-
-    def _demands(self) -> dict[str, KeyDemand]:
-        """What ``allocate`` needs of each key with work. O(keys)."""
-        return {
-            name: KeyDemand(
-                key.weight,
-                key.min_slots,
-                None if key.limit == UNLIMITED else key.limit,
-                0 if key.paused else key.running + key.pending,
-            )
-            for name, key in self._accounts.keys.items()
-            if key.running + key.pending
-        }
-
-    def _demand_moved(self, key: KeyState, by: int) -> None:
-        """``key``'s running plus pending jobs just moved ``by`` (+1 or -1): the allocation
-        must be computed again if its room (``KeyState.room``) changed and, before or after,
-        reached down to its share; above its share, a key's room moves nobody's
-        (``allocation.shares``). O(1)."""
-        after = key.room()
-        before = key.room(by)
-        if after != before and min(before, after) <= key.share_frac + 1e-6:
-            self._reshare_due = True
+        return self._keys.allocation(self._capacity)
 
     def _look(self) -> None:
         """Bring the order up to now for a look at it (aging, and shares)."""
         self._age(self._clock.now())
-        if self._reshare_due:
-            self._reshare()
-
-    def _reshare(self) -> None:
-        """Make each key's share its allocation again, and its rank follow. O(k log k) for
-        the k keys with work, plus O(q log n) for each key that moves earlier."""
-        self._reshare_due = False
-        demands = self._demands()
-        fracs, allocation = shares(self._capacity, demands)
-        for name, key in self._accounts.keys.items():
-            if name in demands:
-                key.share_frac = fracs[name]
-                key.share = allocation.slots[name]
-            else:  # no work: a job that comes makes this run again before it is decided
-                key.share_frac = 0.0
-                key.share = 0
-            self._rerank(key)
+        if self._keys.reshare_due:
+            self._keys.reshare(self._capacity)
 
     def pause_key(self, fairness_key: str) -> None:
         """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,
         in order, and cost no decision anything. Jobs already running go on. O(1), plus the
         loans the key holds."""
-        self._pause_key(fairness_key, True)
+        self._age(self._clock.now())
+        self._keys.pause_key(fairness_key, True)
 
     def resume_key(self, fairness_key: str) -> None:
         """Undo ``pause_key``. O(q log n), q the key queues of the key."""
-        self._pause_key(fairness_key, False)
+        self._age(self._clock.now())
+        self._keys.pause_key(fairness_key, False)
 
     def pause_type(self, type: str) -> None:
         """Run no more jobs of ``type`` until ``resume_type``; a decision skips its lane as it
@@ -606,54 +537,17 @@ class Scheduler:
         """Undo ``pause_type``. O(1)."""
         self._pause_type(type, False)
 
-    def _pause_key(self, fairness_key: str, paused: bool) -> None:
-        self._age(self._clock.now())
-        if (fairness_key in self._paused_keys) == paused:
-            return
-        (self._paused_keys.add if paused else self._paused_keys.discard)(fairness_key)
-        log = self._key_pauses.get(fairness_key)
-        if log is None:
-            log = self._key_pauses[fairness_key] = PauseLog()
-        (log.pause if paused else log.resume)(self._agenda.now)
-        key = self._accounts.keys.get(fairness_key)
-        if key is not None:
-            key.paused = paused
-            key.pauses = log
-            self._key_limits_changed(key)
-            self._reshare_due = self._sharing
-            if not paused and self._agenda.active:
-                resume_aging(key)  # their waiting goes on: book their next rise again
-
     def _pause_type(self, type: str, paused: bool) -> None:
         lane = self._lanes.get(type)
         if lane is None:
             raise UnknownJobType(f"unknown job type {type!r}")
         self._age(self._clock.now())
-        (self._paused_types.add if paused else self._paused_types.discard)(type)
-        if lane.paused == paused:
-            return
-        lane.paused = paused
-        if lane.pauses is None:
-            lane.pauses = PauseLog()
-        (lane.pauses.pause if paused else lane.pauses.resume)(self._agenda.now)
-        lane.recap()
-        if paused:
-            return
-        for each in self._all_lanes():
-            if each.type is lane.type and each.aging is not None:
-                # Their waiting goes on: every key queue of the lane gets its place and
-                # booking.
-                each.queue.refresh()
-                for conflict in list(self._conflicts.values()):
-                    cl = conflict.lanes.get(each)
-                    if cl is not None:
-                        cl.parked.refresh()
-                        cl.revalidate()
+        self._keys.pause_type(lane, paused, self._all_lanes(), self._conflicts)
 
     @property
     def paused(self) -> tuple[frozenset[str], frozenset[str]]:
         """The paused fairness keys and job types."""
-        return frozenset(self._paused_keys), frozenset(self._paused_types)
+        return frozenset(self._keys.paused_keys), frozenset(self._keys.paused_types)
 
     def hold_elsewhere(self, group: str, job_id: str) -> None:
         """Another worker holds the conflict ``(group, job_id)``: its waiters here wait. O(1)."""
@@ -698,8 +592,9 @@ class Scheduler:
         """
         now = self._clock.now()
         self._maintain(now)
-        if self._reshare_due:
-            self._reshare()
+        keys = self._keys
+        if keys.reshare_due:
+            keys.reshare(self._capacity)
         job = select(
             self._tiers, self._capacity - self._running, self._agenda.active, self._urgent_passes
         )
@@ -713,8 +608,9 @@ class Scheduler:
         """Admit jobs one at a time until nothing more is admissible."""
         now = self._clock.now()
         self._maintain(now)
-        if self._reshare_due:
-            self._reshare()
+        keys = self._keys
+        if keys.reshare_due:
+            keys.reshare(self._capacity)
         tiers = self._tiers
         admitted: list[Admission] = []
         while True:
@@ -770,20 +666,12 @@ class Scheduler:
         went: a pause, its conflict, its key's cap, its type's cap, its tier's cap, then
         every slot being busy. For metrics; O(pending).
         """
-        free = self._capacity - self._running
-        conflicts = self._conflicts
-        counts = dict.fromkeys((*(r.value for r in BLOCK_ORDER), "admissible"), 0)
-        for job in self._jobs.values():
-            if job.state is not JobState.PENDING:
-                continue
-            reasons = blocked_by(job, free, conflicts, self._urgent_passes)
-            name = "admissible"
-            for reason in BLOCK_ORDER:
-                if reason in reasons:
-                    name = reason.value
-                    break
-            counts[name] += 1
-        return counts
+        return inspect.blocked_counts(
+            self._jobs.values(),
+            self._capacity - self._running,
+            self._conflicts,
+            self._urgent_passes,
+        )
 
     def pending_of(self, fairness_key: str) -> int:
         """How many pending jobs ``fairness_key`` has. O(1)."""
@@ -841,31 +729,10 @@ class Scheduler:
                 ):
                     return False
         self._age(self._clock.now())
-        priority, urgent = job.lane.effective(job)
         cost = job.cost
         if cost is None:
             cost = self.estimate(job.lane.type.name, job.job_id)
-        used = job.key.acc + cost
-        keys = self._accounts.keys
-        ahead = 0.0  # the estimates of the admissions ``ref`` goes before
-        for other in admitted:
-            if urgent or other.urgent:  # urgent jobs go first, oldest first
-                if not urgent or (other.urgent and job.arrival >= other.arrival):
-                    continue
-            else:
-                theirs = other.effective_priority
-                if theirs is None:
-                    theirs = other.priority
-                if priority < theirs:
-                    continue
-                if priority == theirs:
-                    key = keys.get(other.fairness_key)
-                    if used > (0.0 if key is None else key.acc) - other.estimate:
-                        continue
-            ahead += other.estimate
-            if ahead >= tolerance:
-                return True
-        return False
+        return goes_before(job, cost, admitted, self._accounts.keys, tolerance)
 
     def estimate(self, type: str, job_id: str | None = None) -> float:
         """The current estimate for ``(type, job_id)``."""
@@ -887,15 +754,7 @@ class Scheduler:
         self._look()
         if job.state is JobState.RUNNING:
             return self._view(job, None, None)
-        mine = job.order()
-        place = 1
-        place_in_key = 1
-        for other in self._jobs.values():
-            if other.state is JobState.PENDING and other.order() < mine:
-                place += 1
-                if other.key is job.key:
-                    place_in_key += 1
-        return self._view(job, place, place_in_key)
+        return self._view(job, *inspect.place_of(job, self._jobs.values()))
 
     def expected_wait(self, ref: Hashable, slots: int | None = None) -> float | None:
         """``expected_start(ref, slots).seconds``: seconds until pending job ``ref`` is
@@ -925,39 +784,28 @@ class Scheduler:
             return None
         view = self.status(ref)
         assert view is not None
-        waits_for = next((r for r in BLOCK_ORDER if r in view.blocked_by and r in _UNTIMED), None)
-        if waits_for is not None and waits_for is not BlockReason.KEY_CAP:
-            return ExpectedStart(None, waits_for)
-        now = self._clock.now()
-        mine = job.order()
-        guess = self._estimates.guess
-        slots = max(1, self._capacity if slots is None else slots)
-        work = 0.0  # everything ahead of it here
-        default = 0.0  # of which counted at a default_cost
-        in_key = 0.0  # its own key's jobs ahead of it
-        for other in self._jobs.values():
-            jtype = other.lane.type
-            if other.state is JobState.RUNNING:
-                cost, is_default = other.estimate, False  # what it was charged
-                if other.cost is None and (jtype.name, other.job_id) not in self._estimates:
-                    cost, is_default = guess((jtype.name, other.job_id), other.estimate)
-                left = max(0.0, cost - (now - other.admitted_at))
-                work += left
-                default += left if is_default else 0.0
-            elif other is not job and other.order() < mine:
-                if other.cost is None:
-                    cost, is_default = guess((jtype.name, other.job_id), jtype.default_cost)
-                else:
-                    cost, is_default = other.cost, False
-                work += cost
-                default += cost if is_default else 0.0
-                if other.key is job.key:
-                    in_key += cost
-        # and no faster than its key is served: its share of the slots (allocation.py)
-        share = shares(slots, self._demands())[0].get(job.key.name, 0.0)
-        by_key = in_key / share if share > 0 else 0.0
-        return ExpectedStart(
-            max(work / slots, by_key), waits_for, default / work if work > 0 else 0.0
+        return inspect.expected_start(
+            job,
+            view,
+            self._jobs.values(),
+            self._estimates,
+            self._capacity if slots is None else slots,
+            self._keys.demands(),
+            self._clock.now(),
+        )
+
+    def why(self, ref: Hashable) -> Why | None:
+        """What holds pending job ``ref`` back now, as values (``inspect.Why``: each blocker
+        with its numbers, in ``BLOCK_ORDER``, and how many jobs come before it); ``None`` for a
+        job that is not pending here. ``explain`` words it. O(n) (it counts the jobs before it).
+        """
+        job = self._jobs.get(ref)
+        if job is None or job.state is not JobState.PENDING:
+            return None
+        view = self.status(ref)
+        assert view is not None
+        return inspect.why(
+            job, view, self._conflicts, self._clock.now(), self._running, self._capacity
         )
 
     def explain(self, ref: Hashable) -> list[str]:
@@ -968,85 +816,24 @@ class Scheduler:
 
         Example: ``["type cap repack 3/3", "behind 4 jobs that come first"]``.
         """
-        job = self._jobs.get(ref)
-        if job is None or job.state is not JobState.PENDING:
-            return []
-        view = self.status(ref)
-        assert view is not None
-        assert view.place is not None
-        lane = job.lane
-        tier = lane.tier
-        key = job.key
-        words = []
-        for reason in sorted(view.blocked_by, key=BLOCK_ORDER.index):
-            if reason is BlockReason.PAUSED:
-                what = f"type {lane.type.name}" if lane.paused else f"key {key.name!r}"
-                words.append(f"paused ({what})")
-            elif reason is BlockReason.CONFLICT:
-                ckey = job.ckey
-                assert ckey is not None
-                holder = self._conflicts[ckey].holder
-                on = f"{ckey[0]}:{ckey[1]}"
-                if holder is None or holder is ELSEWHERE:
-                    words.append(f"conflict on {on} held by a job on another worker")
-                else:
-                    since = self._clock.now() - holder.admitted_at
-                    words.append(f"conflict on {on} held by task {holder.ref} for {since:.1f} s")
-            elif reason is BlockReason.KEY_CAP:
-                words.append(
-                    f"key cap {key.name!r} {key.running + key.elsewhere}/{key.limit}"
-                    + (f" ({key.elsewhere} on other workers)" if key.elsewhere else "")
-                )
-            elif reason is BlockReason.TYPE_CAP:
-                words.append(
-                    f"type cap {lane.type.name} {lane.running + lane.elsewhere}/{lane.limit}"
-                    + (f" ({lane.elsewhere} on other workers)" if lane.elsewhere else "")
-                )
-            elif reason is BlockReason.TIER_CAP:
-                words.append(
-                    f"tier cap {tier.priority} {tier.running + tier.elsewhere}/{tier.limit}"
-                    + (f" ({tier.elsewhere} on other workers)" if tier.elsewhere else "")
-                )
-            elif reason is BlockReason.CAPACITY:
-                words.append(f"every slot busy {self._running}/{self._capacity}")
-        if view.place > 1:
-            ahead = view.place - 1
-            jobs = "1 job that comes" if ahead == 1 else f"{ahead} jobs that come"
-            words.append(f"behind {jobs} first (higher priority, or keys that have used less)")
-        if not words:
-            words.append("first in line: it starts at the next decision")
-        return words
+        why = self.why(ref)
+        return [] if why is None else words.lines(why)
 
     def snapshot(self) -> Snapshot:
         """The whole state, pending jobs in dispatch order with their places. O(n log n)."""
         self._look()
-        pending = sorted(
-            (j for j in self._jobs.values() if j.state is JobState.PENDING), key=PendingJob.order
-        )
-        running = sorted(
-            (j for j in self._jobs.values() if j.state is JobState.RUNNING), key=lambda j: j.token
-        )
-        per_key: dict[str, int] = {}
-        views = []
-        for place, job in enumerate(pending, start=1):
-            n = per_key[job.key.name] = per_key.get(job.key.name, 0) + 1
-            views.append(self._view(job, place, n))
-        views.extend(self._view(job, None, None) for job in running)
-        running_by_key: dict[str, int] = {}
-        for job in running:
-            running_by_key[job.key.name] = running_by_key.get(job.key.name, 0) + 1
-        return Snapshot(
-            now=self._clock.now(),
-            capacity=self._capacity,
-            running=self._running,
-            pending=self._pending,
-            running_by_tier={t.priority: t.running for t in self._tiers},
-            running_by_type={name: lane.running for name, lane in self._lanes.items()},
-            pending_by_key=per_key,
-            running_by_key=running_by_key,
-            accumulated_cost=self._accounts.costs(),
-            estimates=dict(self._estimates.items()),
-            jobs=tuple(views),
+        return inspect.snapshot(
+            self._jobs.values(),
+            self._clock.now(),
+            self._capacity,
+            self._running,
+            self._pending,
+            self._tiers,
+            self._lanes,
+            self._accounts,
+            self._estimates,
+            self._conflicts,
+            self._urgent_passes,
         )
 
     # -- internals ---------------------------------------------------------------------
@@ -1130,10 +917,10 @@ class Scheduler:
         key.running -= 1
         if key.blocked is not None and key.running < key.cap:
             unblock(key)
-        if self._sharing:
-            self._demand_moved(key, -1)
+        if self._keys.sharing:
+            self._keys.demand_moved(key, -1)
         if key.min_slots or key.share != UNLIMITED:
-            self._rerank(key)
+            rerank(key)
         jtype = lane.type
         ekey = (jtype.name, job.job_id)
         if elapsed is None:
@@ -1150,42 +937,6 @@ class Scheduler:
             self._accounts.deactivate(key, now)
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
         return Release(ref, jtype.name, job.job_id, key.name, elapsed, estimate)
-
-    def _apply_policy(self, key: KeyState) -> None:
-        """Give ``key`` its policy, pause and count elsewhere (new, or after a change)."""
-        policy = self._policies.for_key(key.name)
-        key.weight = float(policy.weight)
-        key.min_slots = policy.min_slots
-        cap = policy.max_concurrency
-        key.limit = UNLIMITED if cap is None else cap
-        key.paused = key.name in self._paused_keys
-        key.pauses = self._key_pauses.get(key.name)
-        key.elsewhere = self._keys_elsewhere.get(key.name, 0)
-        self._key_limits_changed(key)
-        self._reshare_due = self._sharing
-
-    def _rerank(self, key: KeyState) -> None:
-        """Make ``key.rank`` follow its running jobs (here and elsewhere) against its minimum
-        and its share. O(1) while it stays; O(q log n) when it changes."""
-        rank = key.rank_now()
-        old = key.rank
-        if rank == old:
-            return
-        key.rank = rank
-        if rank < old:  # earlier in the order: fresh entries, and the lanes it waits in lend
-            reposition(key)
-        elif key.lent:  # later: loans it holds may have to move
-            recheck_loans(key)
-
-    def _key_limits_changed(self, key: KeyState) -> None:
-        """``key``'s cap inputs changed: block or unblock it. O(loans) or O(q log n)."""
-        self._rerank(key)
-        key.recap()
-        if key.running >= key.cap:
-            if key.lent:
-                take_back_loans(key)
-        elif key.blocked is not None:
-            unblock(key)
 
     def _set_acc(self, key: KeyState, value: float) -> None:
         """Set a key's accumulated cost, keeping every order that uses it right."""
@@ -1238,33 +989,8 @@ class Scheduler:
                     cl.revalidate()
 
     def _view(self, job: PendingJob, place: int | None, place_in_key: int | None) -> JobView:
-        pending = job.state is JobState.PENDING
-        effective, urgent = job.lane.effective(job) if pending else job.effective
-        return JobView(
-            ref=job.ref,
-            type=job.lane.type.name,
-            job_id=job.job_id,
-            fairness_key=job.key.name,
-            priority=job.lane.tier.priority,
-            arrival=job.arrival,
-            state=job.state,
-            place=place,
-            place_in_key=place_in_key,
-            blocked_by=blocked_by(
-                job, self._capacity - self._running, self._conflicts, self._urgent_passes
-            )
-            if pending
-            else (),
-            effective_priority=effective,
-            urgent=urgent,
-        )
-
-
-#: What holds a job back that ``expected_start`` does not wait out by itself (a key cap is
-#: modelled: its key's share of the slots is at most its cap).
-_UNTIMED = frozenset(
-    {BlockReason.PAUSED, BlockReason.TYPE_CAP, BlockReason.TIER_CAP, BlockReason.KEY_CAP}
-)
+        free = self._capacity - self._running
+        return inspect.view(job, place, place_in_key, free, self._conflicts, self._urgent_passes)
 
 
 # Exact types: bool is an int subclass but not a number of seconds. Comparisons with _INF

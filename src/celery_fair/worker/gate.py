@@ -59,8 +59,10 @@ from ..core import (
     ReserveDepth,
     Scheduler,
     WallClock,
+    words,
 )
-from ..core.types import BLOCK_ORDER, check_priority
+from ..core.inspect import Why
+from ..core.types import check_priority
 from ..engine import Call, Decision, Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters, Fanout, Observer
@@ -934,7 +936,8 @@ class Gate:
             if view is None:
                 return {"state": "held", "waited": waited}
             start = self.scheduler.expected_start(uid, self._pool_slots)
-            why = self.scheduler.explain(uid)
+            found = self.scheduler.why(uid)
+            why = [] if found is None else words.lines(found)
             return {
                 "state": "held",
                 "waited": waited,
@@ -951,7 +954,7 @@ class Gate:
                 # the share of that estimate built on default costs (nothing learned yet)
                 "expected_wait_defaults": 0.0 if start is None else start.from_defaults,
                 # what it waits for that the estimate does not measure, in words
-                "waits_for": _waits_for(start, view.blocked_by, why),
+                "waits_for": _waits_for(start, found),
                 # the conflict it waits for, for job control to name its holder fleet-wide
                 "conflict": conflict_field(
                     self._groups.get(held.headers.job_type) or "", held.headers.job_id
@@ -1124,11 +1127,11 @@ class Gate:
         return timeout * HOLD_FRACTION
 
 
-def _waits_for(start: Any, blocked_by: tuple[BlockReason, ...], why: list[str]) -> str:
-    """The line of ``why`` (``Scheduler.explain``: one per reason, in ``BLOCK_ORDER``) that
-    says what ``start.waits_for`` is, or ``""``."""
+def _waits_for(start: Any, found: Why | None) -> str:
+    """What ``start.waits_for`` is, in the words of its blocker in ``found``, or ``""``."""
     if start is None or start.waits_for is None:
         return ""
-    ordered = sorted(blocked_by, key=BLOCK_ORDER.index)
-    at = ordered.index(start.waits_for) if start.waits_for in ordered else -1
-    return why[at] if 0 <= at < len(why) else start.waits_for.value
+    blockers = () if found is None else found.blockers
+    return next(
+        (words.line(b) for b in blockers if b.reason is start.waits_for), start.waits_for.value
+    )

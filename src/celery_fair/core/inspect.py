@@ -1,0 +1,300 @@
+"""Inspection: where a job is, what holds it back, when it should start, the whole state.
+
+Pure functions of the scheduler's structures, called by the ``Scheduler`` façade; none of
+them changes anything or decides anything. What holds a job back comes back as values (the
+``Blocker`` types below, one per ``BlockReason``, each with its numbers), never as words:
+``words.py`` writes them in English for whoever shows them (the worker's job control, the
+command line, ``fair.slot``'s timeout, logs). What is admissible is ``policy.blocked_by``'s to
+say; this module only gathers its answer with the numbers behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .allocation import KeyDemand, shares
+from .fairqueue import ELSEWHERE, PendingJob
+from .policy import blocked_by
+from .types import BLOCK_ORDER, BlockReason, ExpectedStart, JobState, JobView, Snapshot
+
+if TYPE_CHECKING:
+    from .costs import Accounts, Estimates
+    from .fairqueue import Conflict, ConflictKey, Lane, Tier
+
+__all__ = [
+    "Blocker",
+    "CapFull",
+    "ConflictHeld",
+    "Paused",
+    "SlotsBusy",
+    "Why",
+    "blocked_counts",
+    "expected_start",
+    "place_of",
+    "snapshot",
+    "view",
+    "why",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    """``PAUSED``: the job's type is paused (``type``), else its fairness key (``key``)."""
+
+    type: str | None = None
+    key: str | None = None
+
+    @property
+    def reason(self) -> BlockReason:
+        return BlockReason.PAUSED
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictHeld:
+    """``CONFLICT``: a running job holds ``(group, job_id)``: ``holder`` (the core's ref) for
+    ``held_for`` seconds, or, both ``None``, a job on another worker."""
+
+    group: str
+    job_id: str
+    holder: Hashable | None = None
+    held_for: float | None = None
+
+    @property
+    def reason(self) -> BlockReason:
+        return BlockReason.CONFLICT
+
+
+@dataclass(frozen=True, slots=True)
+class CapFull:
+    """``KEY_CAP``, ``TYPE_CAP`` or ``TIER_CAP``: ``name`` (the fairness key, the type, the
+    tier's priority) runs ``running`` jobs here and ``elsewhere`` on other workers, against its
+    ``limit``."""
+
+    reason: BlockReason
+    name: str | int
+    running: int
+    elsewhere: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsBusy:
+    """``CAPACITY``: ``running`` jobs fill the ``capacity`` slots."""
+
+    running: int
+    capacity: int
+
+    @property
+    def reason(self) -> BlockReason:
+        return BlockReason.CAPACITY
+
+
+Blocker = Paused | ConflictHeld | CapFull | SlotsBusy
+"""One thing that holds a pending job back now, with its numbers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Why a pending job is not running yet (``Scheduler.why``).
+
+    Attributes:
+        blockers: What holds it back, in ``BLOCK_ORDER`` (the one that would still hold it if
+            the others went first); empty when it is admissible.
+        ahead: How many pending jobs come before it in the dispatch order.
+    """
+
+    blockers: tuple[Blocker, ...]
+    ahead: int
+
+
+#: What holds a job back that ``expected_start`` does not wait out by itself (a key cap is
+#: modelled: its key's share of the slots is at most its cap).
+_UNTIMED = frozenset(
+    {BlockReason.PAUSED, BlockReason.TYPE_CAP, BlockReason.TIER_CAP, BlockReason.KEY_CAP}
+)
+
+
+def view(
+    job: PendingJob,
+    place: int | None,
+    place_in_key: int | None,
+    free: int,
+    conflicts: Mapping[ConflictKey, Conflict],
+    urgent_passes: bool,
+) -> JobView:
+    """``job`` as a snapshot shows it; ``free``: the free slots now. O(1)."""
+    pending = job.state is JobState.PENDING
+    effective, urgent = job.lane.effective(job) if pending else job.effective
+    return JobView(
+        ref=job.ref,
+        type=job.lane.type.name,
+        job_id=job.job_id,
+        fairness_key=job.key.name,
+        priority=job.lane.tier.priority,
+        arrival=job.arrival,
+        state=job.state,
+        place=place,
+        place_in_key=place_in_key,
+        blocked_by=blocked_by(job, free, conflicts, urgent_passes) if pending else (),
+        effective_priority=effective,
+        urgent=urgent,
+    )
+
+
+def place_of(job: PendingJob, jobs: Iterable[PendingJob]) -> tuple[int, int]:
+    """Pending ``job``'s 1-based place among the pending ``jobs``, and among its key's. O(n)."""
+    mine = job.order()
+    place = 1
+    place_in_key = 1
+    for other in jobs:
+        if other.state is JobState.PENDING and other.order() < mine:
+            place += 1
+            if other.key is job.key:
+                place_in_key += 1
+    return place, place_in_key
+
+
+def blocked_counts(
+    jobs: Iterable[PendingJob],
+    free: int,
+    conflicts: Mapping[ConflictKey, Conflict],
+    urgent_passes: bool,
+) -> dict[str, int]:
+    """Pending jobs by the first reason of ``BLOCK_ORDER`` that holds each back, and
+    ``"admissible"`` (``Scheduler.blocked_counts``). O(pending)."""
+    counts = dict.fromkeys((*(r.value for r in BLOCK_ORDER), "admissible"), 0)
+    for job in jobs:
+        if job.state is not JobState.PENDING:
+            continue
+        reasons = blocked_by(job, free, conflicts, urgent_passes)
+        name = "admissible"
+        for reason in BLOCK_ORDER:
+            if reason in reasons:
+                name = reason.value
+                break
+        counts[name] += 1
+    return counts
+
+
+def why(
+    job: PendingJob,
+    seen: JobView,
+    conflicts: Mapping[ConflictKey, Conflict],
+    now: float,
+    running: int,
+    capacity: int,
+) -> Why:
+    """What holds pending ``job`` back (``seen``: its view), each with its numbers. O(1)."""
+    assert seen.place is not None
+    lane = job.lane
+    tier = lane.tier
+    key = job.key
+    found: list[Blocker] = []
+    for reason in sorted(seen.blocked_by, key=BLOCK_ORDER.index):
+        if reason is BlockReason.PAUSED:
+            found.append(Paused(type=lane.type.name) if lane.paused else Paused(key=key.name))
+        elif reason is BlockReason.CONFLICT:
+            ckey = job.ckey
+            assert ckey is not None
+            holder = conflicts[ckey].holder
+            if holder is None or holder is ELSEWHERE:
+                found.append(ConflictHeld(ckey[0], ckey[1]))
+            else:
+                found.append(ConflictHeld(ckey[0], ckey[1], holder.ref, now - holder.admitted_at))
+        elif reason is BlockReason.KEY_CAP:
+            found.append(CapFull(reason, key.name, key.running, key.elsewhere, key.limit))
+        elif reason is BlockReason.TYPE_CAP:
+            found.append(CapFull(reason, lane.type.name, lane.running, lane.elsewhere, lane.limit))
+        elif reason is BlockReason.TIER_CAP:
+            found.append(CapFull(reason, tier.priority, tier.running, tier.elsewhere, tier.limit))
+        elif reason is BlockReason.CAPACITY:
+            found.append(SlotsBusy(running, capacity))
+    return Why(tuple(found), seen.place - 1)
+
+
+def expected_start(
+    job: PendingJob,
+    seen: JobView,
+    jobs: Iterable[PendingJob],
+    estimates: Estimates,
+    slots: int,
+    demands: Mapping[str, KeyDemand],
+    now: float,
+) -> ExpectedStart:
+    """When pending ``job`` (``seen``: its view) is expected to start on ``slots`` slots
+    (``Scheduler.expected_start`` says the model); ``demands``: each key with work. O(n)."""
+    waits_for = next((r for r in BLOCK_ORDER if r in seen.blocked_by and r in _UNTIMED), None)
+    if waits_for is not None and waits_for is not BlockReason.KEY_CAP:
+        return ExpectedStart(None, waits_for)
+    mine = job.order()
+    guess = estimates.guess
+    slots = max(1, slots)
+    work = 0.0  # everything ahead of it here
+    default = 0.0  # of which counted at a default_cost
+    in_key = 0.0  # its own key's jobs ahead of it
+    for other in jobs:
+        jtype = other.lane.type
+        if other.state is JobState.RUNNING:
+            cost, is_default = other.estimate, False  # what it was charged
+            if other.cost is None and (jtype.name, other.job_id) not in estimates:
+                cost, is_default = guess((jtype.name, other.job_id), other.estimate)
+            left = max(0.0, cost - (now - other.admitted_at))
+            work += left
+            default += left if is_default else 0.0
+        elif other is not job and other.order() < mine:
+            if other.cost is None:
+                cost, is_default = guess((jtype.name, other.job_id), jtype.default_cost)
+            else:
+                cost, is_default = other.cost, False
+            work += cost
+            default += cost if is_default else 0.0
+            if other.key is job.key:
+                in_key += cost
+    # and no faster than its key is served: its share of the slots (allocation.py)
+    share = shares(slots, demands)[0].get(job.key.name, 0.0)
+    by_key = in_key / share if share > 0 else 0.0
+    return ExpectedStart(max(work / slots, by_key), waits_for, default / work if work > 0 else 0.0)
+
+
+def snapshot(
+    jobs: Iterable[PendingJob],
+    now: float,
+    capacity: int,
+    running: int,
+    pending: int,
+    tiers: Iterable[Tier],
+    lanes: Mapping[str, Lane],
+    accounts: Accounts,
+    estimates: Estimates,
+    conflicts: Mapping[ConflictKey, Conflict],
+    urgent_passes: bool,
+) -> Snapshot:
+    """The whole state, pending jobs in dispatch order with their places. O(n log n)."""
+    jobs = list(jobs)
+    pending_jobs = sorted((j for j in jobs if j.state is JobState.PENDING), key=PendingJob.order)
+    running_jobs = sorted((j for j in jobs if j.state is JobState.RUNNING), key=lambda j: j.token)
+    free = capacity - running
+    per_key: dict[str, int] = {}
+    views = []
+    for place, job in enumerate(pending_jobs, start=1):
+        n = per_key[job.key.name] = per_key.get(job.key.name, 0) + 1
+        views.append(view(job, place, n, free, conflicts, urgent_passes))
+    views.extend(view(job, None, None, free, conflicts, urgent_passes) for job in running_jobs)
+    running_by_key: dict[str, int] = {}
+    for job in running_jobs:
+        running_by_key[job.key.name] = running_by_key.get(job.key.name, 0) + 1
+    return Snapshot(
+        now=now,
+        capacity=capacity,
+        running=running,
+        pending=pending,
+        running_by_tier={t.priority: t.running for t in tiers},
+        running_by_type={name: lane.running for name, lane in lanes.items()},
+        pending_by_key=per_key,
+        running_by_key=running_by_key,
+        accumulated_cost=accounts.costs(),
+        estimates=dict(estimates.items()),
+        jobs=tuple(views),
+    )

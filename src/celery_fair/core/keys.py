@@ -1,0 +1,254 @@
+"""Fairness keys' terms: policies (weight, cap, minimum), pauses, counts elsewhere, shares.
+
+``KeyRules`` holds what is set by key name (the policies, the paused keys and types, what other
+workers run of each key) and gives each ``KeyState`` its terms from them: when the key appears,
+and again when a term changes. A key's terms move its place in the order (its *rank*, from its
+minimum and share) and whether it may run (its *cap*); every change here keeps the pending
+index right at once (``fairqueue``: ``reposition``, ``unblock``, ``take_back_loans``). The
+allocation (``allocation.shares``) is computed again only when a key's demand crossed its share
+(``reshare_due``), before the next decision. What a term means for admission is
+``policy.py``'s to say; this module only keeps the terms and their indexes true.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigurationError
+from .aging import Agenda, PauseLog
+from .allocation import Allocation, KeyDemand, shares
+from .costs import UNLIMITED, Accounts, KeyState
+from .fairqueue import recheck_loans, reposition, resume_aging, take_back_loans, unblock
+from .types import KeyPolicies
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from .fairqueue import Conflict, ConflictKey, Lane
+
+__all__ = ["KeyRules", "limits_changed", "pause_lane", "rerank"]
+
+
+class KeyRules:
+    """The terms of every fairness key, by name, and the keys that follow them.
+
+    Args:
+        accounts: The known keys (``Accounts.keys``) whose ``KeyState`` this keeps.
+        policies: The policies by key.
+        sharing: Whether allocation caps are on (``SchedulerConfig.allocation_caps``).
+        agenda: The time of the operation in progress, and whether anything ages.
+    """
+
+    __slots__ = (
+        "accounts",
+        "agenda",
+        "elsewhere",
+        "paused_keys",
+        "paused_types",
+        "pauses",
+        "policies",
+        "reshare_due",
+        "sharing",
+    )
+
+    def __init__(
+        self, accounts: Accounts, policies: KeyPolicies, sharing: bool, agenda: Agenda
+    ) -> None:
+        self.accounts = accounts
+        self.agenda = agenda
+        self.policies = policies
+        # Keys and types paused by name (a key not known yet is paused when it appears), and
+        # what other workers run of each key (a shared store's count, none listed as 0).
+        self.paused_keys: set[str] = set()
+        self.paused_types: set[str] = set()
+        self.elsewhere: dict[str, int] = {}
+        # When each key ever paused was paused, by name (aging does not count that time).
+        self.pauses: dict[str, PauseLog] = {}
+        # Allocation caps: each key's allocation is its soft cap (its ``share``), computed
+        # again before the next decision once ``reshare_due`` (see ``demand_moved``).
+        self.sharing = sharing
+        self.reshare_due = sharing
+
+    def adopt(self, key: KeyState) -> None:
+        """Give ``key`` its policy, pause and count elsewhere (new, or after a change)."""
+        name = key.name
+        policy = self.policies.for_key(name)
+        key.weight = float(policy.weight)
+        key.min_slots = policy.min_slots
+        cap = policy.max_concurrency
+        key.limit = UNLIMITED if cap is None else cap
+        key.paused = name in self.paused_keys
+        key.pauses = self.pauses.get(name)
+        key.elsewhere = self.elsewhere.get(name, 0)
+        limits_changed(key)
+        self.reshare_due = self.sharing
+
+    def set_policies(self, policies: KeyPolicies) -> None:
+        """Replace the policies; every known key follows at once. O(keys · patterns), plus
+        O(q log n) for each key that unblocks."""
+        if not isinstance(policies, KeyPolicies):
+            raise ConfigurationError(f"expected KeyPolicies, got {policies!r}")
+        self.policies = policies
+        for key in list(self.accounts.keys.values()):
+            self.adopt(key)
+
+    def terms(self, name: str) -> tuple[int | None, float]:
+        """``name``'s cap (``None``: none) and weight. O(1) known, O(patterns) otherwise."""
+        key = self.accounts.keys.get(name)
+        if key is not None:
+            return (None if key.limit == UNLIMITED else key.limit), key.weight
+        policy = self.policies.for_key(name)
+        return policy.max_concurrency, float(policy.weight)
+
+    def limits(self) -> dict[str, int]:
+        """The cap of every known key that has one. O(keys)."""
+        return {n: key.limit for n, key in self.accounts.keys.items() if key.limit != UNLIMITED}
+
+    def counted(self) -> set[str]:
+        """The known keys with a cap or a minimum of slots. O(keys)."""
+        return {
+            n for n, key in self.accounts.keys.items() if key.limit != UNLIMITED or key.min_slots
+        }
+
+    def set_elsewhere(self, counts: Mapping[str, int]) -> None:
+        """What other workers run of each key (keys not named: none). O(keys named now or
+        before), plus what each key whose cap moves unblocks."""
+        before = self.elsewhere
+        self.elsewhere = now = {k: n for k, n in counts.items() if n}
+        known = self.accounts.keys
+        for name in before.keys() | now.keys():
+            key = known.get(name)
+            if key is not None:
+                key.elsewhere = now.get(name, 0)
+                limits_changed(key)
+
+    # -- allocation ----------------------------------------------------------------------
+
+    def demands(self) -> dict[str, KeyDemand]:
+        """What ``allocation.shares`` needs of each key with work. O(keys)."""
+        return {
+            name: KeyDemand(
+                key.weight,
+                key.min_slots,
+                None if key.limit == UNLIMITED else key.limit,
+                0 if key.paused else key.running + key.pending,
+            )
+            for name, key in self.accounts.keys.items()
+            if key.running + key.pending
+        }
+
+    def allocation(self, capacity: int) -> Allocation:
+        """How many of ``capacity`` slots each key with work would get. O(k log k)."""
+        return shares(capacity, self.demands())[1]
+
+    def demand_moved(self, key: KeyState, by: int) -> None:
+        """``key``'s running plus pending jobs just moved ``by`` (+1 or -1): the allocation
+        must be computed again if its room (``KeyState.room``) changed and, before or after,
+        reached down to its share; above its share, a key's room moves nobody's
+        (``allocation.shares``). O(1)."""
+        after = key.room()
+        before = key.room(by)
+        if after != before and min(before, after) <= key.share_frac + 1e-6:
+            self.reshare_due = True
+
+    def reshare(self, capacity: int) -> None:
+        """Make each key's share its allocation of ``capacity`` again, and its rank follow.
+        O(k log k) for the k keys with work, plus O(q log n) for each key that moves earlier."""
+        self.reshare_due = False
+        demands = self.demands()
+        fracs, allocation = shares(capacity, demands)
+        for name, key in self.accounts.keys.items():
+            if name in demands:
+                key.share_frac = fracs[name]
+                key.share = allocation.slots[name]
+            else:  # no work: a job that comes makes this run again before it is decided
+                key.share_frac = 0.0
+                key.share = 0
+            rerank(key)
+
+    # -- pauses --------------------------------------------------------------------------
+
+    def pause_key(self, name: str, paused: bool) -> None:
+        """Pause (or resume) key ``name`` at ``agenda.now``, known or not yet. O(1) plus its
+        loans to pause; O(q log n) to resume."""
+        if (name in self.paused_keys) == paused:
+            return
+        (self.paused_keys.add if paused else self.paused_keys.discard)(name)
+        log = self.pauses.get(name)
+        if log is None:
+            log = self.pauses[name] = PauseLog()
+        (log.pause if paused else log.resume)(self.agenda.now)
+        key = self.accounts.keys.get(name)
+        if key is not None:
+            key.paused = paused
+            key.pauses = log
+            limits_changed(key)
+            self.reshare_due = self.sharing
+            if not paused and self.agenda.active:
+                resume_aging(key)  # their waiting goes on: book their next rise again
+
+    def pause_type(
+        self,
+        lane: Lane,
+        paused: bool,
+        lanes: Iterable[Lane],
+        conflicts: Mapping[ConflictKey, Conflict],
+    ) -> None:
+        """Pause (or resume) ``lane``'s type at ``agenda.now`` (``lanes``: every lane, the
+        type's side lanes among them). O(1); resuming an aging type, O(its queues)."""
+        name = lane.type.name
+        (self.paused_types.add if paused else self.paused_types.discard)(name)
+        if lane.paused != paused:
+            pause_lane(lane, paused, self.agenda.now, lanes, conflicts)
+
+
+def pause_lane(
+    lane: Lane,
+    paused: bool,
+    now: float,
+    lanes: Iterable[Lane],
+    conflicts: Mapping[ConflictKey, Conflict],
+) -> None:
+    """Pause or resume ``lane`` at ``now``; on resuming, the aging lanes of its type (among
+    ``lanes``) have every key queue placed and booked again, parked ones too."""
+    lane.paused = paused
+    if lane.pauses is None:
+        lane.pauses = PauseLog()
+    (lane.pauses.pause if paused else lane.pauses.resume)(now)
+    lane.recap()
+    if paused:
+        return
+    for each in lanes:
+        if each.type is lane.type and each.aging is not None:
+            # Their waiting goes on: every key queue of the lane gets its place and booking.
+            each.queue.refresh()
+            for conflict in list(conflicts.values()):
+                cl = conflict.lanes.get(each)
+                if cl is not None:
+                    cl.parked.refresh()
+                    cl.revalidate()
+
+
+def rerank(key: KeyState) -> None:
+    """Make ``key.rank`` follow its running jobs (here and elsewhere) against its minimum
+    and its share. O(1) while it stays; O(q log n) when it changes."""
+    rank = key.rank_now()
+    old = key.rank
+    if rank == old:
+        return
+    key.rank = rank
+    if rank < old:  # earlier in the order: fresh entries, and the lanes it waits in lend
+        reposition(key)
+    elif key.lent:  # later: loans it holds may have to move
+        recheck_loans(key)
+
+
+def limits_changed(key: KeyState) -> None:
+    """``key``'s cap inputs changed: block or unblock it. O(loans) or O(q log n)."""
+    rerank(key)
+    key.recap()
+    if key.running >= key.cap:
+        if key.lent:
+            take_back_loans(key)
+    elif key.blocked is not None:
+        unblock(key)

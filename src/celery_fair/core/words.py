@@ -1,0 +1,61 @@
+"""Why a job waits, in English: the one place that words ``inspect.Why``.
+
+The core decides and inspects in values (``inspect.py``); this module only writes them out,
+for whoever shows them to a person: ``Scheduler.explain``, the worker's job control (its
+``why`` and ``waits_for``), ``fair.slot``'s timeout and the command line through them. A
+phrase another module must recognise is a constant here (``ELSEWHERE``).
+"""
+
+from __future__ import annotations
+
+from .inspect import Blocker, CapFull, ConflictHeld, Paused, SlotsBusy, Why
+from .types import BlockReason
+
+__all__ = ["ELSEWHERE", "FIRST", "line", "lines"]
+
+ELSEWHERE = "held by a job on another worker"
+"""How a conflict held on another worker is worded; job control replaces it by the holder it
+asks the shared store for (``control.status``)."""
+
+FIRST = "first in line: it starts at the next decision"
+"""The one line for a job that nothing holds back and nothing comes before."""
+
+_CAPS = {
+    BlockReason.KEY_CAP: "key cap",
+    BlockReason.TYPE_CAP: "type cap",
+    BlockReason.TIER_CAP: "tier cap",
+}
+
+
+def line(blocker: Blocker) -> str:
+    """One blocker in words, with its numbers, e.g. ``"type cap repack 3/3"``."""
+    if isinstance(blocker, Paused):
+        what = f"type {blocker.type}" if blocker.type is not None else f"key {blocker.key!r}"
+        return f"paused ({what})"
+    if isinstance(blocker, ConflictHeld):
+        on = f"{blocker.group}:{blocker.job_id}"
+        if blocker.holder is None:
+            return f"conflict on {on} {ELSEWHERE}"
+        return f"conflict on {on} held by task {blocker.holder} for {blocker.held_for:.1f} s"
+    if isinstance(blocker, CapFull):
+        name = repr(blocker.name) if blocker.reason is BlockReason.KEY_CAP else blocker.name
+        said = (
+            f"{_CAPS[blocker.reason]} {name} {blocker.running + blocker.elsewhere}/{blocker.limit}"
+        )
+        if blocker.elsewhere:
+            said += f" ({blocker.elsewhere} on other workers)"
+        return said
+    if isinstance(blocker, SlotsBusy):
+        return f"every slot busy {blocker.running}/{blocker.capacity}"
+    raise TypeError(f"not a blocker: {blocker!r}")
+
+
+def lines(why: Why) -> list[str]:
+    """``why`` in words, one line per blocker in order, then the jobs that come first, e.g.
+    ``["type cap repack 3/3", "behind 4 jobs that come first (...)"]``; ``[FIRST]`` if
+    neither."""
+    said = [line(blocker) for blocker in why.blockers]
+    if why.ahead:
+        jobs = "1 job that comes" if why.ahead == 1 else f"{why.ahead} jobs that come"
+        said.append(f"behind {jobs} first (higher priority, or keys that have used less)")
+    return said or [FIRST]
