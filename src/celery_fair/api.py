@@ -12,12 +12,11 @@ from celery.canvas import Signature
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.utils.uuid import uuid
 
+from .connect import declared_types, settings_of
 from .core import Aging, JobType
 from .core.types import check_declared_priority, check_priority
 from .errors import ConfigurationError, RunTimeout
-from .routing import Shards, resolve_base
-from .submissions import settings_of, submit_once, submit_tracked
-from .worker.headers import (
+from .protocol import (
     FAIRNESS_KEY,
     JOB_ID,
     JOB_TYPE,
@@ -27,6 +26,8 @@ from .worker.headers import (
     check_text,
     header_text,
 )
+from .routing import Shards, resolve_base
+from .submissions import submit_once, submit_tracked
 
 __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
 
@@ -370,30 +371,3 @@ def fair_task(
     if args:
         raise TypeError("fair_task() takes keyword options only, e.g. @fair_task(type='clone')")
     return create
-
-
-def declared_types(app: Celery, settings_types: dict[str, JobType]) -> dict[str, JobType]:
-    """Every job type of ``app``: from ``fair_types`` and from its fair tasks, checked.
-
-    Raises:
-        ConfigurationError: A type is declared twice with different options, or a fair task
-            names a type that nobody declares.
-    """
-    from .settings import merge_type
-
-    types = dict(settings_types)
-    named: dict[str, str] = {}
-    for name, task in sorted(app.tasks.items()):
-        if not isinstance(task, FairTask):
-            continue
-        jtype = type(task).declared_job_type()
-        if jtype is not None:
-            merge_type(types, jtype, f"task {name!r}")
-        named[name] = type(task).job_type_name()
-    for task_name, type_name in named.items():
-        if type_name not in types:
-            raise ConfigurationError(
-                f"task {task_name!r} names job type {type_name!r}, which no task and no "
-                "fair_types entry declares with a priority"
-            )
-    return types

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .core import key_label
 from .errors import FairError, StoreUnavailable, TraceError
 from .routing import DEFAULT_SHARDS

@@ -123,7 +123,7 @@ def top(ctx: click.Context, interval: float, timeout: float, once: bool) -> None
 def record(ctx: click.Context, out: str, length: str, capacity: int | None) -> None:
     """Record live arrivals and ends into a simulator trace (docs/simulator.md), with the
     policies in force: fair_keys and the runtime ones, pauses, tier caps, aging."""
-    from .api import declared_types
+    from .connect import declared_types
     from .record import Recorder, parse_duration, settings_config
     from .settings import FairSettings
 
@@ -587,9 +587,8 @@ def _gather(ctx: click.Context, timeout: float) -> dict[str, Any]:
 
 def fleet_status(app: Any, timeout: float = 1.0) -> dict[str, Any]:
     """Everything ``status`` shows, as plain data."""
-    from .api import declared_types
+    from .connect import declared_types, open_store, store_url
     from .settings import FairSettings
-    from .worker.bootstep import open_store, store_url
 
     app.loader.import_default_modules()  # the app's tasks declare job types
     settings = FairSettings.from_celery_conf(app.conf)

@@ -59,6 +59,10 @@ answer's ``state`` is one of:
   arrives: ``remembered_by`` lists them. ``tracking`` as for ``cancel``.
 
 The job is named by its Celery task id; its ``job_id`` is the resource it works on.
+
+These are the clients (producer side); the remote-control commands that each worker answers
+(``fair_status``, ``fair_cancel``, ``fair_reprioritize``) are the worker's, in
+``worker/control.py``.
 """
 
 from __future__ import annotations
@@ -66,13 +70,11 @@ from __future__ import annotations
 from typing import Any
 
 from celery.backends.base import DisabledBackend
-from celery.utils.functional import maybe_list
-from celery.worker.control import control_command, inspect_command
-from celery.worker.control import revoke as celery_revoke
 
+from .connect import settings_of, tracked_store, untrack
 from .core.types import check_priority
 from .core.words import ELSEWHERE
-from .errors import SchedulerError
+from .errors import ConfigurationError, StoreUnavailable
 
 __all__ = ["cancel", "reprioritize", "status"]
 
@@ -84,20 +86,6 @@ _BACKEND_STATES = {
     "STARTED": "running",
     "RETRY": "unknown",
 }
-
-
-@inspect_command(variadic="ids", signature="[id1 [id2 [... [idN]]]]")  # type: ignore[untyped-decorator]
-def fair_status(state: Any, ids: Any, **kwargs: Any) -> dict[str, Any]:
-    """The fair jobs of ``ids`` that this worker holds, has reserved or runs (worker side)."""
-    gate = getattr(state.consumer, "fair_gate", None)
-    if gate is None:
-        return {}
-    out = {}
-    for uid in maybe_list(ids) or ():
-        found = gate.job_status(str(uid))
-        if found is not None:
-            out[str(uid)] = found
-    return out
 
 
 def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
@@ -143,9 +131,6 @@ def _name_the_holder(app: Any, found: dict[str, Any]) -> dict[str, Any]:
     why = found.get("why") or []
     if not field or not any(ELSEWHERE in reason for reason in why):
         return found
-    from .errors import ConfigurationError, StoreUnavailable
-    from .submissions import tracked_store
-
     try:
         holder = tracked_store(app).holder(field)
     except (ConfigurationError, StoreUnavailable):
@@ -176,35 +161,14 @@ def _answered(replies: Any, task_id: str) -> dict[str, list[str]]:
 
 def _tracking(app: Any) -> bool:
     """Whether the producers' registry of submissions is on (``fair_track_submits``)."""
-    from .submissions import settings_of
-
     return bool(settings_of(app).tracking)
 
 
 def _tracked(app: Any, task_id: str) -> Any:
     """The tracked submission ``task_id`` (``fair_track_submits``), or ``None``."""
-    from .submissions import tracked_store
-
     if not _tracking(app):
         return None
     return tracked_store(app).queued(task_id)
-
-
-@control_command(  # type: ignore[untyped-decorator]
-    args=[("task_id", str), ("terminate", bool), ("signal", str)],
-    signature="<task_id> [terminate [signal]]",
-)
-def fair_cancel(
-    state: Any, task_id: str, terminate: bool = False, signal: str | None = None, **kwargs: Any
-) -> dict[str, Any]:
-    """Revoke ``task_id`` as Celery's ``revoke`` does, then drop it from the gate if held
-    (worker side). Answers ``{task_id: "cancelled" | "already_running"}``, or, for a job
-    not here, ``{task_id: "revoked"}``: it is in this worker's revoked set, so dropped if it
-    arrives."""
-    celery_revoke(state, task_id, terminate=terminate, signal=signal)
-    gate = getattr(state.consumer, "fair_gate", None)
-    answer = gate.cancel(task_id) if gate is not None else None
-    return {task_id: answer or "revoked"}
 
 
 def cancel(
@@ -245,33 +209,10 @@ def cancel(
         # set, so dropped when it arrives (which forgets it, task_revoked)
         out["state"] = "cancelled"
         out["queued"] = True
-        from .submissions import untrack
-
         untrack(app, [task_id])  # its place counts against no limit from now on
     else:
         out.update(state="unknown", remembered_by=found.get("revoked", []), tracking=_tracking(app))
     return out
-
-
-@control_command(  # type: ignore[untyped-decorator]
-    args=[("task_id", str), ("priority", int)],
-    signature="<task_id> [priority]",
-)
-def fair_reprioritize(
-    state: Any, task_id: str, priority: int | None = None, **kwargs: Any
-) -> dict[str, Any]:
-    """Give ``task_id`` the priority ``priority`` (``None``: its type's) if this worker holds
-    it, else remember it for when it comes (worker side). Answers ``{task_id: "ok" |
-    "already_running" | "remembered"}``, ``{task_id: {"error": ...}}`` for a priority
-    refused, or ``{}`` (not a fair worker)."""
-    gate = getattr(state.consumer, "fair_gate", None)
-    if gate is None:
-        return {}
-    try:
-        answer = gate.reprioritize(task_id, priority)
-    except SchedulerError as exc:
-        return {task_id: {"error": str(exc)}}
-    return {task_id: answer or "remembered"}
 
 
 def reprioritize(

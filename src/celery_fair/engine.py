@@ -63,7 +63,7 @@ from .core import (
 from .core.types import check_priority
 from .errors import ConfigurationError, DuplicateJob, UnknownJob
 from .observe import Counters, Observer
-from .policies import RuntimePolicies, apply_to
+from .runtime_policies import RuntimePolicies, apply_to
 from .store.base import (
     Ask,
     Done,

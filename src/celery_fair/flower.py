@@ -230,9 +230,8 @@ class FleetCollector:
             return self._store
         from celery import current_app
 
-        from .api import declared_types
+        from .connect import declared_types, open_store
         from .settings import FairSettings
-        from .worker.bootstep import open_store
 
         app = self._app or current_app
         settings = FairSettings.from_celery_conf(app.conf)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from ._version import __version__
 from .errors import ConfigurationError
 from .observe import Observer
 

@@ -13,127 +13,22 @@ the configured policy applies again.
 (commands.py) the command line. ``entries`` lists every entry in force, configured and runtime,
 and ``explain`` says which entry gives one key its policy and where each value comes from.
 Both need a shared Redis store: a worker alone has nothing to share a change through.
+
+The document and its rules (``RuntimePolicies``, ``apply_to``, ``entries``, ``explain``) are in
+``runtime_policies.py``, below the engine that applies them; they are named here too.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from .core import KeyPolicies, KeyPolicy
-from .core.types import DEFAULT_KEY_POLICY
+from .connect import open_store
+from .core import KeyPolicies
 from .errors import ConfigurationError
+from .runtime_policies import RuntimePolicies, apply_to, describe, entries, explain
+from .settings import FairSettings
 
-__all__ = ["FleetPolicies", "RuntimePolicies", "entries", "explain"]
-
-_OPTIONS = ("weight", "min_slots", "max_concurrency")
-
-
-@dataclass(frozen=True)
-class RuntimePolicies:
-    """The document: key policies set at run time, paused keys and paused types.
-
-    ``keys`` maps a name or pattern (as in ``fair_keys``) to the options given for it, each
-    already checked by ``KeyPolicy``.
-    """
-
-    keys: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    paused_keys: frozenset[str] = frozenset()
-    paused_types: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_json(cls, text: str) -> RuntimePolicies:
-        """Parse a document (``""``: none). A document not written by this module (edited by
-        hand in Redis, say) raises ``ConfigurationError`` saying what is wrong."""
-        if not text:
-            return cls()
-        try:
-            raw = json.loads(text)
-        except ValueError as exc:
-            raise ConfigurationError(f"runtime policies: not JSON ({exc})") from None
-        if not isinstance(raw, dict):
-            raise ConfigurationError("runtime policies: expected a JSON object")
-        keys = raw.get("keys", {})
-        if not isinstance(keys, dict):
-            raise ConfigurationError("runtime policies: 'keys' must be an object")
-        checked = {}
-        for name, options in keys.items():
-            checked[name] = _checked(name, options)
-        return cls(
-            checked,
-            _names(raw.get("paused_keys", []), "paused_keys"),
-            _names(raw.get("paused_types", []), "paused_types"),
-        )
-
-    def to_json(self) -> str:
-        return json.dumps(describe(self), sort_keys=True)
-
-    def merged(self, configured: KeyPolicies) -> KeyPolicies:
-        """``configured`` with these runtime entries on top (replacing those of the same name
-        or pattern)."""
-        if not self.keys:
-            return configured
-        spec: dict[str, KeyPolicy] = dict(configured.exact)
-        spec.update(dict(configured.patterns))
-        if configured.default != KeyPolicies().default:
-            spec["*"] = configured.default
-        for name, options in self.keys.items():
-            spec[name] = KeyPolicy(**options)
-        return KeyPolicies.from_mapping(spec)
-
-    def with_key(self, name: str, **options: Any) -> RuntimePolicies:
-        """Set ``name``'s runtime policy: the options given replace those set before; an
-        option given as ``None`` is removed (``max_concurrency=None``: no cap)."""
-        current = dict(self.keys.get(name, {}))
-        for option, value in options.items():
-            if option not in _OPTIONS:
-                raise ConfigurationError(
-                    f"key policy {name!r}: unknown option {option!r}; expected {_OPTIONS}"
-                )
-            if value is None:
-                current.pop(option, None)
-            else:
-                current[option] = value
-        keys = dict(self.keys)
-        keys[name] = _checked(name, current)
-        return RuntimePolicies(keys, self.paused_keys, self.paused_types)
-
-    def without_key(self, name: str) -> RuntimePolicies:
-        keys = {k: v for k, v in self.keys.items() if k != name}
-        return RuntimePolicies(keys, self.paused_keys, self.paused_types)
-
-    def paused(self, kind: str, name: str, paused: bool) -> RuntimePolicies:
-        """With key or type (``kind``) ``name`` paused or resumed."""
-        if kind not in ("key", "type"):
-            raise ConfigurationError(f"pause a 'key' or a 'type', not {kind!r}")
-        names = set(self.paused_keys if kind == "key" else self.paused_types)
-        (names.add if paused else names.discard)(name)
-        if kind == "key":
-            return RuntimePolicies(self.keys, frozenset(names), self.paused_types)
-        return RuntimePolicies(self.keys, self.paused_keys, frozenset(names))
-
-
-def _checked(name: object, options: object) -> dict[str, Any]:
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(f"runtime policies: a key name or pattern is a string: {name!r}")
-    if not isinstance(options, dict):
-        raise ConfigurationError(f"runtime policies: {name!r} must map options to values")
-    unknown = set(options) - set(_OPTIONS)
-    if unknown:
-        raise ConfigurationError(f"key policy {name!r}: unknown option(s) {sorted(unknown)}")
-    try:
-        KeyPolicy(**options)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"key policy {name!r}: {exc}") from None
-    return dict(options)
-
-
-def _names(value: object, what: str) -> frozenset[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigurationError(f"runtime policies: {what!r} must be a list of names")
-    return frozenset(value)
+__all__ = ["FleetPolicies", "RuntimePolicies", "apply_to", "describe", "entries", "explain"]
 
 
 class FleetPolicies:
@@ -171,8 +66,6 @@ class FleetPolicies:
         """The app's ``fair_keys`` (none without an app)."""
         if self.app is None:
             return KeyPolicies()
-        from .settings import FairSettings
-
         return FairSettings.from_celery_conf(self.app.conf).keys
 
     def set(self, name: str, **options: Any) -> RuntimePolicies:
@@ -215,9 +108,6 @@ class FleetPolicies:
 
 
 def _store_of(app: Any) -> Any:
-    from .settings import FairSettings
-    from .worker.bootstep import open_store
-
     if app is None:
         raise ConfigurationError("FleetPolicies needs the Celery app (or a store)")
     store = open_store(FairSettings.from_celery_conf(app.conf), app)
@@ -227,96 +117,3 @@ def _store_of(app: Any) -> Any:
             "Redis broker); a worker alone has nothing to share a change through"
         )
     return store
-
-
-def apply_to(core: Any, configured: KeyPolicies, runtime: RuntimePolicies) -> None:
-    """Make ``core`` follow ``runtime`` on top of ``configured``: its key policies, and which
-    keys and types are paused (types it does not know are left alone)."""
-    core.set_key_policies(runtime.merged(configured))
-    keys, types = core.paused
-    for name in runtime.paused_keys - keys:
-        core.pause_key(name)
-    for name in keys - runtime.paused_keys:
-        core.resume_key(name)
-    known = set(core.types)
-    for name in (runtime.paused_types - types) & known:
-        core.pause_type(name)
-    for name in (types - runtime.paused_types) & known:
-        core.resume_type(name)
-
-
-def describe(runtime: RuntimePolicies) -> dict[str, Iterable[Any]]:
-    """For ``fair weights`` and ``inspect``: plain data."""
-    return {
-        "keys": {name: dict(options) for name, options in runtime.keys.items()},
-        "paused_keys": sorted(runtime.paused_keys),
-        "paused_types": sorted(runtime.paused_types),
-    }
-
-
-def _given(policy: KeyPolicy) -> dict[str, Any]:
-    """The options of a configured entry that differ from the default policy."""
-    return {
-        option: getattr(policy, option)
-        for option in _OPTIONS
-        if getattr(policy, option) != getattr(DEFAULT_KEY_POLICY, option)
-    }
-
-
-def entries(configured: KeyPolicies, runtime: RuntimePolicies) -> list[dict[str, Any]]:
-    """Every key policy entry in force, in the order a key is matched against them (exact
-    names, then patterns, then ``"*"``, the default): its ``name``, the ``options`` it sets,
-    ``from`` (``fair_keys``, ``runtime`` or ``default``) and, for a runtime entry that replaces
-    a ``fair_keys`` one, the options it ``replaces``.
-
-    Example:
-        >>> configured = KeyPolicies.from_mapping({"ops": {"min_slots": 2}})
-        >>> [(e["name"], e["options"], e["from"]) for e in entries(configured, RuntimePolicies())]
-        [('ops', {'min_slots': 2}, 'fair_keys'), ('*', {}, 'default')]
-    """
-    merged = runtime.merged(configured)
-    names = [*merged.exact, *(pattern for pattern, _ in merged.patterns), "*"]
-    out = []
-    for name in names:
-        mine = configured.entry(name)
-        if name in runtime.keys:
-            entry: dict[str, Any] = {
-                "name": name,
-                "options": dict(runtime.keys[name]),
-                "from": "runtime",
-                "replaces": None if mine is None else _given(mine),
-            }
-        elif mine is not None:
-            entry = {"name": name, "options": _given(mine), "from": "fair_keys", "replaces": None}
-        else:  # "*" neither configured nor set: every key without an entry
-            entry = {"name": name, "options": {}, "from": "default", "replaces": None}
-        out.append(entry)
-    return out
-
-
-def explain(configured: KeyPolicies, runtime: RuntimePolicies, key: str) -> dict[str, Any]:
-    """Which entry gives fairness key ``key`` its policy, the policy, and where each value
-    comes from: the entry (``fair_keys`` or ``runtime``) when it sets the value, else
-    ``default``. A runtime entry replaces the ``fair_keys`` entry of its name whole: a value
-    it does not set is the default, not the configured one (``replaces`` says what was).
-
-    Example:
-        >>> configured = KeyPolicies.from_mapping({"tenant:*": {"max_concurrency": 4}})
-        >>> found = explain(configured, RuntimePolicies(), "tenant:acme")
-        >>> found["entry"], found["policy"]["max_concurrency"], found["sources"]["weight"]
-        ('tenant:*', 4, 'default')
-    """
-    name, policy = runtime.merged(configured).match(key)
-    [entry] = [e for e in entries(configured, runtime) if e["name"] == name]
-    return {
-        "key": key,
-        "entry": name,
-        "from": entry["from"],
-        "replaces": entry["replaces"],
-        "policy": {option: getattr(policy, option) for option in _OPTIONS},
-        "sources": {
-            option: entry["from"] if option in entry["options"] else "default"
-            for option in _OPTIONS
-        },
-        "paused": key in runtime.paused_keys,
-    }

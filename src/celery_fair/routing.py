@@ -9,8 +9,9 @@ delivers from each queue with credit). A burst then fills its own key's shard, a
 with another key is in another shard, one turn away. Jobs without a fairness key stay in ``q``.
 
 ``shard_of`` is the one rule both sides use: the producer here, and the intake's Lua script,
-which moves fair messages that producers published to ``q`` into their shards. Its name,
-``SHARD_HASH``, is passed to the script, and a test runs both on the same keys.
+which moves fair messages that producers published to ``q`` into their shards. It is the wire
+protocol's (protocol.py, with the shard names and ``SHARD_HASH``), named here too; this module
+adds what needs Kombu and an app: the shard queues, the router, the worker's consumption.
 
 A shard is declared like its base queue: same exchange, queue arguments (``x-max-priority``,
 ``x-queue-type``), durability; its routing key is the base's plus ``.fair.<i>``. Shards are
@@ -20,15 +21,23 @@ find them, and Celery's delayed delivery binds them.
 
 from __future__ import annotations
 
-import hashlib
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kombu.entity import Queue
 
-from .errors import ConfigurationError
-from .worker.headers import FAIRNESS_KEY, check_text
+from .protocol import (
+    DEFAULT_SHARDS,
+    FAIRNESS_KEY,
+    SHARD_HASH,
+    base_name,
+    check_text,
+    shard_count,
+    shard_index,
+    shard_name,
+    shard_of,
+)
 
 __all__ = [
     "DEFAULT_SHARDS",
@@ -38,42 +47,12 @@ __all__ = [
     "consume_shards",
     "fair_router",
     "follow_consumer_changes",
+    "resolve_base",
+    "shard_count",
     "shard_index",
     "shard_name",
     "shard_of",
 ]
-
-#: ``fair_shards`` when not set.
-DEFAULT_SHARDS = 8
-#: The name of ``shard_of``'s rule, which the intake's Lua script checks before it runs.
-SHARD_HASH = "sha1-32"
-_MARK = ".fair."
-
-
-def shard_of(fairness_key: str, shards: int) -> int:
-    """The shard of ``fairness_key`` among ``shards``: the first 32 bits of the SHA-1 of its
-    UTF-8 bytes, modulo ``shards``. The same in every process and in Lua (``redis.sha1hex``).
-
-    >>> shard_of("10.0.0.7", 8), shard_of("10.0.0.7", 1)
-    (2, 0)
-    """
-    return int(hashlib.sha1(fairness_key.encode()).hexdigest()[:8], 16) % shards
-
-
-def shard_name(base: str, index: int) -> str:
-    """``q.fair.3``: the name of shard ``index`` of queue ``base``."""
-    return f"{base}{_MARK}{index}"
-
-
-def shard_index(name: str) -> int | None:
-    """The shard number in a shard's name, or ``None`` if ``name`` is not a shard's."""
-    _, mark, tail = name.rpartition(_MARK)
-    return int(tail) if mark and tail.isdigit() else None
-
-
-def base_name(name: str) -> str:
-    """The queue a shard belongs to (``q.fair.3`` -> ``q``); any other name unchanged."""
-    return name.rpartition(_MARK)[0] if shard_index(name) is not None else name
 
 
 def shard_queue(base: Any, index: int) -> Queue:
@@ -188,14 +167,6 @@ def follow_consumer_changes(consumer: Any) -> None:
 
 
 _PER_APP: weakref.WeakKeyDictionary[Any, Shards] = weakref.WeakKeyDictionary()
-
-
-def shard_count(conf: Mapping[str, Any]) -> int:
-    """``fair_shards``, checked: an int of at least 1 (1 = no shards)."""
-    value = conf.get("fair_shards", DEFAULT_SHARDS)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"fair_shards: expected an integer >= 1, got {value!r}")
-    return value
 
 
 def resolve_base(app: Any, name: str, args: Any, kwargs: Any, options: dict[str, Any]) -> Queue:

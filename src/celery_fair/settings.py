@@ -13,7 +13,7 @@ from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig, t
 from .core.types import declared_priorities
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
-from .routing import DEFAULT_SHARDS, shard_count
+from .protocol import DEFAULT_SHARDS, shard_count
 
 __all__ = ["BAD_MESSAGE_POLICIES", "DEFAULTS", "FairSettings", "redact_url"]
 

@@ -169,9 +169,7 @@ class SlotScheduler:
     def for_app(cls, app: Any) -> SlotScheduler:
         """The scheduler of ``app``'s slots: its settings, its job types (``fair_types`` and its
         fair tasks), and the store its workers use."""
-        from .api import declared_types
-        from .submissions import settings_of
-        from .worker.bootstep import open_store
+        from .connect import declared_types, open_store, settings_of
 
         settings = settings_of(app)
         types = declared_types(app, dict(settings.types))

@@ -29,22 +29,21 @@ unreachable, ``apply_async`` raises before anything is published.
 from __future__ import annotations
 
 import time
-import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from celery.signals import task_postrun, task_revoked
 from celery.utils.log import get_logger
 
+from .connect import app_store as _store
+from .connect import settings_of, tracked_store, untrack
 from .errors import ConfigurationError, QueueFull, StoreUnavailable, SubmissionPending
 
+# settings_of, tracked_store and untrack live in connect.py (the worker's end of a job needs
+# untrack too); they are named here as before.
 __all__ = ["settings_of", "submit_once", "submit_tracked", "tracked_store", "untrack"]
 
 logger = get_logger(__name__)
-
-# Each app's settings and the store its producers record submissions in, from its first
-# keyed submit on.
-_stores: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def submit_once(
@@ -185,52 +184,6 @@ def submit_tracked(
                     exc,
                 )
         raise
-
-
-def untrack(app: Any, task_ids: Collection[str]) -> None:
-    """Forget ended submissions (worker side); a store that cannot be reached only leaves
-    them to lapse after ``fair_track_seconds``."""
-    try:
-        _, store = _store(app)
-        store.untrack(task_ids)
-    except (StoreUnavailable, ConfigurationError) as exc:
-        logger.warning("celery-fair: could not forget ended submissions %s: %s", task_ids, exc)
-
-
-def tracked_store(app: Any) -> Any:
-    """The store the app's producers record submissions in (job control reads it)."""
-    return _store(app)[1]
-
-
-def settings_of(app: Any) -> Any:
-    """The app's ``FairSettings``, read once per app (and process)."""
-    known = _settings.get(app)
-    if known is None:
-        from .settings import FairSettings
-
-        known = _settings[app] = FairSettings.from_celery_conf(app.conf)
-    return known
-
-
-_settings: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def _store(app: Any) -> tuple[Any, Any]:
-    """The app's settings and store, read and opened once per app."""
-    known = _stores.get(app)
-    if known is None:
-        from .worker.bootstep import open_store
-
-        settings = settings_of(app)
-        store = open_store(settings, app)
-        if store is None:
-            raise ConfigurationError(
-                "idempotency keys and tracked submissions need a shared store, for every "
-                "producer to see the others' submissions: set fair_store_url to a Redis URL "
-                "(or use a Redis broker)"
-            )
-        known = _stores[app] = (settings, store)
-    return known
 
 
 def _is_fair(task: Any) -> bool:

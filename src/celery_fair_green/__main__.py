@@ -8,9 +8,10 @@ runs) and then hands the rest of the command line to ``celery``::
 
     python -m celery_fair_green gevent -A app worker -P fair -c 100
 
-It is a package of its own, outside ``celery_fair``, because importing ``celery_fair`` imports
-Celery and Kombu, and modules imported before the patch keep the blocking functions they
-captured (Kombu's poller keeps the real ``select``, which stalls every greenlet).
+It is a package of its own, outside ``celery_fair``, because importing ``celery_fair`` may import
+Celery and Kombu (it registers the pool when Celery is loaded), and modules imported before the
+patch keep the blocking functions they captured (Kombu's poller keeps the real ``select``,
+which stalls every greenlet).
 
 A worker whose ``fair_pool`` is green but whose process was not patched refuses to start and
 names this command: unpatched, one blocking task would stall every other task and the gate.

@@ -18,9 +18,9 @@ import redis
 from harness import FAST_RESTORE, intervals, wait_until
 
 from celery_fair import fair_headers
-from celery_fair.intake import BATCH, RedisIntake
-from celery_fair.intake.amqp import AmqpIntake
 from celery_fair.routing import DEFAULT_SHARDS, shard_name, shard_of
+from celery_fair.worker.intake import BATCH, RedisIntake
+from celery_fair.worker.intake.amqp import AmqpIntake
 from celery_fair.worker.internals import redis_broker_client, redis_queue_lists
 
 SHARDS = DEFAULT_SHARDS

@@ -16,6 +16,7 @@ MODULES = [
     "celery_fair.worker.consumer_prefetch",
     "celery_fair.worker.episodes",
     "celery_fair.worker.headers",
+    "celery_fair.protocol",
     "celery_fair.worker.shard_turns",
 ]
 

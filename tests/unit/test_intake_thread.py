@@ -9,8 +9,8 @@ import threading
 
 import redis
 
-from celery_fair.intake import IntakeThread
-from celery_fair.intake.amqp import _Confirms
+from celery_fair.worker.intake import IntakeThread
+from celery_fair.worker.intake.amqp import _Confirms
 
 
 class OutageThenBack:
@@ -35,13 +35,13 @@ class OutageThenBack:
 def test_the_intake_rides_out_an_outage_with_one_warning_and_carries_on(caplog):
     intake = OutageThenBack(failures=3)
     thread = IntakeThread(intake, lambda: ["q"], interval=0.01)  # type: ignore[arg-type]
-    with caplog.at_level(logging.INFO, logger="celery_fair.intake"):
+    with caplog.at_level(logging.INFO, logger="celery_fair.worker.intake"):
         thread.start()
         assert intake.back.wait(5)
         thread.stop()
     assert not thread.is_alive()
     assert intake.closed
-    messages = [r.getMessage() for r in caplog.records if r.name == "celery_fair.intake"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "celery_fair.worker.intake"]
     assert [m.split(":")[1].strip().split(" (")[0] for m in messages] == [
         "cannot move messages",
         "moving messages again.",

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from celery_fair.intake import IntakeThread
 from celery_fair.observe import GATE_COUNTS, STORE_COUNTS, Counters, Fanout, Observer
+from celery_fair.worker.intake import IntakeThread
 
 
 class Recording(Observer):

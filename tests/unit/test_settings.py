@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from celery_fair import ConfigurationError, FairSettings
+from celery_fair.connect import _sentinel_url
 from celery_fair.core import Aging
 from celery_fair.settings import DEFAULTS
-from celery_fair.worker.bootstep import _sentinel_url
 
 
 def test_defaults_are_valid_and_documented():

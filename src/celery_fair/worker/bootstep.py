@@ -6,93 +6,28 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 from celery import bootsteps
 from celery.utils.log import get_logger
 from kombu.utils.url import maybe_sanitize_url
 
-from .. import control  # noqa: F401 - registers the fair_status remote-control command
-from ..errors import StoreUnavailable
-from ..intake import Intake, IntakeThread, RedisIntake
-from ..intake.amqp import AmqpIntake
+from ..connect import open_store, store_url
 from ..metrics import GateLook, WorkerMetrics, serve
 from ..observe import Observer
 from ..routing import Shards, follow_consumer_changes, shard_index
 from ..settings import FairSettings
-from ..store.redis import RedisStore
+from . import control  # noqa: F401 - registers the fair_* remote-control commands
 from .consumer_prefetch import ShardWindows
 from .gate import RESERVE_MAX, Gate
+from .intake import Intake, IntakeThread, RedisIntake
+from .intake.amqp import AmqpIntake
 from .internals import order_redis_reads, redis_broker_client, redis_queue_lists
 
+# open_store and store_url are the app glue's (connect.py); named here too, as before.
 __all__ = ["FairGateStep", "open_store", "startup_line", "store_url"]
 
 logger = get_logger(__name__)
-
-
-def store_url(settings: FairSettings, app: Any) -> str | None:
-    """Where the shared state lives: ``fair_store_url``, else the broker's Redis, else nowhere.
-
-    ``None`` means this worker keeps its state alone (``fair_store_url = "memory"``, or a
-    broker that is not Redis and no store configured).
-    """
-    if settings.store_url == "memory":
-        return None
-    if settings.store_url is not None:
-        return settings.store_url
-    connection = app.connection_for_read()
-    try:
-        if connection.transport.driver_type != "redis":
-            return None
-        url: str = connection.as_uri(include_password=True)
-        scheme = url.partition("://")[0]
-        if scheme == "sentinel":
-            return _sentinel_url(connection.alt or [url], connection.transport_options)
-    finally:
-        connection.release()
-    return url if scheme in ("redis", "rediss") else None
-
-
-def _sentinel_url(sentinels: list[str], options: Mapping[str, Any]) -> str:
-    """The store's URL for a Sentinel broker: its Sentinels, and the master's name from
-    ``broker_transport_options`` unless the URL already says it."""
-    url = ";".join(sentinels)
-    master = options.get("master_name")
-    if "master_name=" in url or not master:
-        return url  # without a name, RedisStore.from_url says what is missing
-    return f"{url}{'&' if '?' in sentinels[-1] else '?'}master_name={quote(str(master))}"
-
-
-def open_store(settings: FairSettings, app: Any) -> RedisStore | None:
-    """The worker's Redis store, checked before the worker consumes anything.
-
-    Raises:
-        ConfigurationError: The store holds another schema version. An unreachable Redis is
-            not an error here: the worker starts in the configured outage mode.
-    """
-    url = store_url(settings, app)
-    if url is None:
-        return None
-    sentinel_kwargs = None
-    if settings.store_url is None and url.startswith("sentinel://"):
-        # Following a Sentinel broker: its Sentinels' own options (a password...) too.
-        sentinel_kwargs = (app.conf.broker_transport_options or {}).get("sentinel_kwargs")
-    store = RedisStore.from_url(
-        url,
-        sentinel_kwargs=sentinel_kwargs,
-        prefix=settings.store_prefix,
-        alpha=settings.alpha,
-        lifecycle=settings.lifecycle,
-        lease=settings.lease_seconds,
-        dedupe=settings.dedupe_seconds,
-    )
-    try:
-        store.check()
-    except StoreUnavailable as exc:
-        logger.warning("celery-fair: the shared store is unreachable at startup (%s).", exc)
-    return store
 
 
 def startup_line(

@@ -51,6 +51,7 @@ from typing import Any
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 
+from ..connect import untrack
 from ..core import (
     Admission,
     BlockReason,
@@ -69,7 +70,6 @@ from ..observe import Counters, Fanout, Observer
 from ..routing import shard_of
 from ..store.base import Store, conflict_field
 from ..store.redis import RedisStore
-from ..submissions import untrack
 from .consumer_prefetch import ShardWindows
 from .episodes import Episodes
 from .events import attach

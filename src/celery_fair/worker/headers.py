@@ -41,14 +41,34 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MessageError
+from ..protocol import (
+    ERROR,
+    FAIRNESS_KEY,
+    JOB_ID,
+    JOB_TYPE,
+    ON_DEMAND,
+    PAUSED_SPILL,
+    PRIORITY,
+    REPUBLISHED,
+    SUBMITTED,
+    TOKEN,
+    check_text,
+    header_text,
+    is_text,
+    short,
+)
 
+# The header names and the text rules are the wire protocol's (protocol.py), shared with the
+# producer side; they are named here too, as before, for the worker's modules.
 __all__ = [
+    "ERROR",
     "FAIRNESS_KEY",
     "JOB_ID",
     "JOB_TYPE",
+    "ON_DEMAND",
     "PAUSED_SPILL",
     "PRIORITY",
+    "REPUBLISHED",
     "SUBMITTED",
     "TOKEN",
     "FairHeaders",
@@ -60,19 +80,6 @@ __all__ = [
     "parse_headers",
     "request_uid",
 ]
-
-FAIRNESS_KEY = "fairness_key"
-JOB_ID = "job_id"
-JOB_TYPE = "job_type"
-SUBMITTED = "fair_submitted"
-PRIORITY = "fair_priority"  # the job's own priority, if not its type's (a positive int)
-ON_DEMAND = "fair_on_demand"  # set by run_sync: somebody waits for this job's result
-REPUBLISHED = "fair_republished"
-ERROR = "fair_error"
-# set on a paused job returned to the broker: the runtime policies' version it was returned
-# under, so that no worker returns it again while that version holds
-PAUSED_SPILL = "fair_paused_spill"
-TOKEN = "fair_token"  # set by the gate on admission: the job's fencing token
 
 
 def job_uid(task_id: str, retries: object, replaced: object = 0) -> str:
@@ -197,7 +204,7 @@ def parse_headers(
         rejected = True
     task_id = headers.get("id")
     if isinstance(task_id, str) and not is_text(task_id):  # the job's identity: no repair
-        problems.append(HeaderProblem("id", f"not Unicode text: {_short(task_id)}"))
+        problems.append(HeaderProblem("id", f"not Unicode text: {short(task_id)}"))
         rejected = True
 
     key = default_key
@@ -230,15 +237,15 @@ def parse_headers(
                 noted = bounded if headers.get("eta") is None else []
                 submitted = _bound_submitted(submitted, received, horizon, noted)
         else:
-            problems.append(HeaderProblem(SUBMITTED, f"not a finite number: {_short(stamp)}"))
+            problems.append(HeaderProblem(SUBMITTED, f"not a finite number: {short(stamp)}"))
 
     priority = None
     if headers.get(PRIORITY) is not None:
         value = headers[PRIORITY]
         if not (type(value) is int and value >= 1):
-            problems.append(HeaderProblem(PRIORITY, f"not a positive int: {_short(value)}"))
+            problems.append(HeaderProblem(PRIORITY, f"not a positive int: {short(value)}"))
         elif priorities is not None and value not in priorities:
-            bounded.append(HeaderProblem(PRIORITY, f"{_short(value)} is not a declared priority"))
+            bounded.append(HeaderProblem(PRIORITY, f"{short(value)} is not a declared priority"))
         else:
             priority = value
 
@@ -284,62 +291,21 @@ def _version(value: object) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
-def is_text(value: str) -> bool:
-    """Whether ``value`` can be encoded as UTF-8 (it holds no lone surrogate), as the shard
-    hash, the store and every log need.
-
-    >>> is_text("10.0.0.7"), is_text("\\ud800")
-    (True, False)
-    """
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def header_text(value: object) -> str | None:
-    """``value`` if it is a string that is Unicode text (``is_text``), else ``None``: for the
-    code that reads a header before the gate has validated it (events, the intake)."""
-    return value if isinstance(value, str) and is_text(value) else None
-
-
-def check_text(header: str, value: object) -> None:
-    """Refuse, at the producer, a header that is a string but not Unicode text: the worker
-    could not take it as it is.
-
-    Raises:
-        MessageError: ``value`` holds a lone surrogate; the message names ``header``.
-    """
-    if isinstance(value, str) and not is_text(value):
-        raise MessageError(
-            f"{header} is not Unicode text (it holds a lone surrogate): {_short(value)}; "
-            "nothing was published"
-        )
-
-
 def _text(value: object, max_length: int) -> str | HeaderProblem:
     """A header as text, or the problem with it (``header`` filled in by the caller)."""
     if isinstance(value, bytes):
         try:
             value = value.decode("utf-8")
         except UnicodeDecodeError:
-            return HeaderProblem("", f"bytes that are not UTF-8: {_short(value)}")
+            return HeaderProblem("", f"bytes that are not UTF-8: {short(value)}")
     if not isinstance(value, str):
-        return HeaderProblem("", f"not a string but {type(value).__name__}: {_short(value)}")
+        return HeaderProblem("", f"not a string but {type(value).__name__}: {short(value)}")
     if len(value) > max_length:
         return HeaderProblem("", f"{len(value)} characters, more than {max_length}")
     if not is_text(value):
-        return HeaderProblem("", f"not Unicode text (a lone surrogate): {_short(value)}")
+        return HeaderProblem("", f"not Unicode text (a lone surrogate): {short(value)}")
     return value
 
 
 def _named(problem: HeaderProblem, header: str) -> HeaderProblem:
     return HeaderProblem(header, problem.reason)
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

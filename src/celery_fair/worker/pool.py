@@ -2,7 +2,8 @@
 
 Celery has no entry point for pools and checks ``-P`` against a list taken when its CLI module
 is imported, so importing celery-fair (which the app module does) registers the ``fair`` alias
-and adds it to that list. The full class path works wherever Celery takes a pool class:
+and adds it to that list (``worker/alias.py``, which loads nothing of this module until a
+worker chooses the pool). The full class path works wherever Celery takes a pool class:
 ``worker_pool = "celery_fair.worker.pool:FairPool"``, or
 ``CELERY_CUSTOM_WORKER_POOL=celery_fair.worker.pool:FairPool celery worker -P custom``.
 
@@ -18,22 +19,21 @@ import sys
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from celery import concurrency, signals
+from celery import concurrency
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.utils.log import get_logger
 from kombu.utils.compat import detect_environment
 
 from ..errors import ConfigurationError
+from .alias import ALIAS, CLASS_PATH, register
 
 if TYPE_CHECKING:
     from .gate import Gate
 
-__all__ = ["FairPool", "FairPoolMixin", "fair_pool_class", "register"]
+__all__ = ["FairPool", "FairPoolMixin", "fair_pool_class", "on_worker_init", "register"]
 
 logger = get_logger(__name__)
 
-ALIAS = "fair"
-CLASS_PATH = "celery_fair.worker.pool:FairPool"
 _INNER_ALIASES = {k: v for k, v in concurrency.ALIASES.items() if k not in ("custom", ALIAS)}
 
 
@@ -70,6 +70,11 @@ class FairPoolMixin:
 
 class FairPool(FairPoolMixin, PreforkPool):
     """Fair prefork; replaced at ``worker_init`` by the pool that ``fair_pool`` names."""
+
+    @staticmethod
+    def on_worker_init(worker: Any) -> None:
+        """Check the fair settings and compose the pool (``worker_init``, worker/alias.py)."""
+        on_worker_init(worker)
 
 
 @cache
@@ -119,15 +124,14 @@ def _is_fair_choice(pool_cls: object) -> bool:
     return pool_cls is FairPool
 
 
-def _on_worker_init(sender: Any = None, **_: Any) -> None:
+def on_worker_init(sender: Any = None, **_: Any) -> None:
     """Validate the fair settings and compose the pool, before the worker builds anything."""
     if sender is None or not _is_fair_choice(getattr(sender, "pool_cls", None)):
         return
-    from ..api import declared_types
+    from ..connect import declared_types, open_store
     from ..metrics import prometheus
     from ..routing import consume_shards
     from ..settings import FairSettings
-    from .bootstep import open_store
 
     try:
         settings = FairSettings.from_celery_conf(sender.app.conf)
@@ -153,14 +157,4 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
         )
 
 
-def register() -> None:
-    """Make ``-P fair`` and the class path valid ``--pool`` values. Idempotent."""
-    concurrency.ALIASES[ALIAS] = CLASS_PATH
-    worker_cli = sys.modules.get("celery.bin.worker")
-    choices = getattr(getattr(worker_cli, "WORKERS_POOL", None), "choices", None)
-    if choices is not None and ALIAS not in choices:
-        worker_cli.WORKERS_POOL.choices = (*choices, ALIAS, CLASS_PATH)  # type: ignore[union-attr]
-    signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="celery_fair.pool")
-
-
-register()
+register()  # a pool named by its class path is loaded without the package's registration

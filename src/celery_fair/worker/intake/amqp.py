@@ -25,9 +25,9 @@ from celery.utils.log import get_logger
 from kombu.entity import Queue
 from kombu.messaging import Consumer, Producer
 
-from ..routing import Shards
-from ..worker.headers import FAIRNESS_KEY, header_text
-from ..worker.returns import publish_copy
+from ...routing import Shards
+from ..headers import FAIRNESS_KEY, header_text
+from ..returns import publish_copy
 from . import BATCH, drain
 
 __all__ = ["AmqpIntake"]

@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 from celery.utils.log import get_logger
 
-from ..observe import Observer
-from ..routing import SHARD_HASH, shard_name
+from ...observe import Observer
+from ...protocol import SHARD_HASH, shard_name
 
 __all__ = ["BATCH", "Intake", "IntakeThread", "RedisIntake", "plain_consumers"]
 
