@@ -360,7 +360,7 @@ class SlotScheduler:
             with self._lock:
                 admitted = self._admit(engine.apply(call, result).start)
             self._notify(admitted)
-            if call.done and self._store_lock is not None:
+            if call.reports_ends() and self._store_lock is not None:
                 for peer in list(_peers.get(self.store, ())):
                     if peer is not self:
                         peer.released()

@@ -1,46 +1,4 @@
-"""The engine: one worker's scheduling core and the fleet's shared store, composed.
-
-No Celery here: the gate, the simulator and the tests drive the same code.
-
-How it works
-------------
-The core orders this worker's pending jobs and proposes admissions as if it were alone, but
-with the fleet's view folded in: jobs that other workers run count against tier and type caps,
-conflicts that other workers hold park their waiters here, and accumulated costs and estimates
-are the fleet's. The engine sends the proposals to the store in one call, together with the
-jobs that finished since the last call; the store confirms or refuses each one atomically for
-the whole fleet. A refused admission is reverted in the core, and the refusal teaches the core
-what blocked it, so the job is not proposed again until that changes.
-
-At most one call is in flight. Whatever happens meanwhile (jobs finishing, messages arriving)
-rides on the next call, so under load one call carries many events (group commit), and the
-store's answer always describes a state that the core has not moved past.
-
-The glue drives it with two calls: ``decide()`` returns the jobs to start, the copies to drop,
-and the store call to make now (if any); ``apply(call, result)`` feeds back that call's reply or
-the exception it raised. Who makes the call (inline, or on a thread) is the glue's business:
-``Call.execute(store)`` touches nothing but the store.
-
-Modes
------
-``alone``: no store; the core is the authority (a single worker).
-``shared``: the store confirms every admission.
-``hold`` and ``local``: the store is unreachable. ``hold`` admits nothing new; ``local`` admits on
-this worker's own share of each cap (``ceil(cap / live workers)``, the number of live workers
-as the store last reported it), never a job with a conflict (exclusion needs the store). Either
-way the engine probes the store with backoff, and when it answers, re-registers the jobs it
-runs that the store does not know (after a restart that lost them, or admitted in ``local``
-mode) before admitting anything.
-
-Leases
-------
-The store admits a job under this worker's lease; if the lease lapses (a pause past it: SIGSTOP,
-a long GC, a VM pause), the store releases the job and may admit a conflicting one elsewhere.
-A job already running cannot be called back (its side effects are fenced by its token), but a
-job admitted and not yet started can: ``vet`` gives it back unless the lease has surely held
-since its admission, that is, unless every successful store call since then was sent less than
-``lease_held_for(lease)`` after the one before it, the last one included.
-"""
+"""The engine: a worker's core and the fleet's store, composed (the package docstring says how)."""
 
 from __future__ import annotations
 
@@ -48,10 +6,10 @@ import enum
 import logging
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from .core import (
+from ..core import (
     Admission,
     CancelOutcome,
     Clock,
@@ -60,13 +18,14 @@ from .core import (
     PriorityOutcome,
     Scheduler,
 )
-from .core.types import check_priority
-from .errors import ConfigurationError, DuplicateJob, UnknownJob
-from .observe import Counters, Observer
-from .policies import RuntimePolicies, apply_to
-from .store.base import (
+from ..core.types import check_priority
+from ..errors import ConfigurationError, DuplicateJob, UnknownJob
+from ..observe import Counters, Observer
+from ..policies import RuntimePolicies, apply_to
+from ..store.base import (
     Ask,
     Done,
+    Registered,
     Reply,
     Running,
     Store,
@@ -75,12 +34,10 @@ from .store.base import (
     conflict_field,
     estimate_field,
 )
-from .store.wire import lease_held_for
+from ..store.wire import lease_held_for
+from .calls import NOTHING, AdmitCall, BeatCall, Call, Decision, RegisterCall
 
-if TYPE_CHECKING:
-    from .store.redis import RedisStore, Request
-
-__all__ = ["OUTAGE_POLICIES", "Call", "Decision", "Engine", "Mode", "Vetted"]
+__all__ = ["OUTAGE_POLICIES", "Engine", "Mode", "Vetted"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,60 +70,11 @@ _SHARED_CAPS = (Verdict.TIER_CAP, Verdict.TYPE_CAP)
 _RECONSIDER = (Mode.ALONE, Mode.SHARED)
 
 
-class Decision(NamedTuple):
-    """What the glue must do now."""
-
-    start: list[Admission]  # jobs to hand to the pool, in order
-    drop: list[Hashable]  # copies of jobs that already finished for good: acknowledge, never run
-    call: Call | None  # the store call to make now, then feed back with ``apply``
-
-
-NOTHING = Decision([], [], None)
-
-
 class Vetted(NamedTuple):
     """Which reserved jobs may start now (``Engine.vet``)."""
 
     ready: list[Hashable]  # may start now, in the order given
     given_back: list[Hashable]  # pending again: no longer reserved
-
-
-@dataclass(slots=True)
-class Call:
-    """One exchange with the store, planned by the engine; ``execute`` may run on any thread."""
-
-    kind: str  # "admit", "beat" or "register"
-    worker: str
-    done: list[Done] = field(default_factory=list)
-    asks: list[Ask] = field(default_factory=list)
-    admissions: list[Admission] = field(default_factory=list)  # tentative, one per ask
-    watch: list[tuple[str, str]] = field(default_factory=list)  # conflicts held elsewhere
-    keys: list[str] = field(default_factory=list)
-    running: list[Running] = field(default_factory=list)
-    keep: list[str] | None = None  # register: with the running jobs, all this worker has
-    policies: int = -1  # beat: the runtime policies' version this worker has
-    # The engine's own records: whose finishes ride on this call, whose registration.
-    finished: list[Any] = field(default_factory=list)
-    flipped: list[Any] = field(default_factory=list)
-    sent: float = 0.0  # when the engine sent it, by its clock
-
-    def request(self, store: RedisStore) -> Request:
-        """The same call, packed for a client that sends it and reads the reply itself."""
-        watch = [conflict_field(*ckey) for ckey in self.watch]
-        if self.kind == "admit":
-            return store.admit_request(self.worker, self.asks, self.done, watch)
-        if self.kind == "beat":
-            return store.heartbeat_request(self.worker, watch, self.keys, self.policies)
-        return store.register_request(self.worker, self.running, self.keep)
-
-    def execute(self, store: Store) -> Any:
-        """Make the call. Raises whatever the store raises (``StoreUnavailable``...)."""
-        watch = [conflict_field(*ckey) for ckey in self.watch]
-        if self.kind == "admit":
-            return store.admit(self.worker, self.asks, self.done, watch)
-        if self.kind == "beat":
-            return store.heartbeat(self.worker, watch, self.keys, self.policies)
-        return store.register(self.worker, self.running, self.keep)
 
 
 @dataclass(slots=True)
@@ -513,7 +421,7 @@ class Engine:
             self._poll_due = now + self.poll_interval
             return Decision([], [], self._send(self._beat_call()))
         if admissions or self._done or poll:
-            call = Call("admit", self.worker)
+            call = AdmitCall(self.worker)
             call.done = [d for d, _ in self._done]
             call.finished = [job for _, job in self._done]
             self._done.clear()
@@ -541,30 +449,7 @@ class Engine:
         if self.mode is not Mode.SHARED:
             self._recovered()
         self._backoff = 0.0
-        if call.kind == "admit":
-            return self._apply_admit(call, result)
-        if call.kind == "beat":
-            self._apply_beat(call, result)
-        else:
-            if result.registered:
-                self.observer.registered(result.registered)
-            if result.released:
-                self.observer.reconciled(result.released)
-            self._must_register = self._reconcile = False
-            for job in call.flipped:  # admitted locally, in the store from now on
-                job.term = self._term
-            if result.registered:
-                logger.info(
-                    "celery-fair: registered %d running job(s) the store did not know.",
-                    result.registered,
-                )
-            if result.released:
-                logger.warning(
-                    "celery-fair: released %d job(s) the store counted as running on this "
-                    "worker, which does not run them (a release lost in a failover?).",
-                    result.released,
-                )
-        return NOTHING
+        return call.applied(self, result)
 
     def flush(self) -> None:
         """Report the finished jobs to the store now, inline (at shutdown). Best effort.
@@ -644,7 +529,7 @@ class Engine:
 
     def _is_in_flight(self, ref: Hashable) -> bool:
         call = self._inflight
-        return call is not None and any(a.ref == ref for a in call.admissions)
+        return call is not None and call.proposes(ref)
 
     def _ask(
         self,
@@ -695,7 +580,7 @@ class Engine:
         four polls (it asks at every poll), and at least a second."""
         return max(1.0, 4 * self.poll_interval)
 
-    def _apply_admit(self, call: Call, reply: Reply) -> Decision:
+    def _apply_admit(self, call: AdmitCall, reply: Reply) -> Decision:
         core = self.core
         jobs = self._jobs
         self._see_epoch(reply.epoch)
@@ -783,7 +668,7 @@ class Engine:
         self._see_conflicts(call.watch, [reply.held[conflict_field(*c)] for c in call.watch])
         return Decision(start, drop, None)
 
-    def _apply_beat(self, call: Call, view: View) -> None:
+    def _apply_beat(self, call: BeatCall, view: View) -> None:
         self._beat_due = self.clock.now() + self.beat_interval
         self._see_epoch(view.epoch)
         if view.policies != self._policy_version:
@@ -808,6 +693,26 @@ class Engine:
             # a replica that had not seen it). Only a full list tells it which.
             self._must_register = self._reconcile = True
 
+    def _apply_register(self, call: RegisterCall, result: Registered) -> None:
+        if result.registered:
+            self.observer.registered(result.registered)
+        if result.released:
+            self.observer.reconciled(result.released)
+        self._must_register = self._reconcile = False
+        for job in call.flipped:  # admitted locally, in the store from now on
+            job.term = self._term
+        if result.registered:
+            logger.info(
+                "celery-fair: registered %d running job(s) the store did not know.",
+                result.registered,
+            )
+        if result.released:
+            logger.warning(
+                "celery-fair: released %d job(s) the store counted as running on this "
+                "worker, which does not run them (a release lost in a failover?).",
+                result.released,
+            )
+
     @property
     def policy_version(self) -> int:
         """The runtime policies' version this worker follows (-1: not read yet, 0: none)."""
@@ -826,20 +731,20 @@ class Engine:
         self.runtime_policies = runtime
         logger.info("celery-fair: runtime policies version %d: %s", version, doc or "none")
 
-    def _beat_call(self) -> Call:
-        call = Call("beat", self.worker)
+    def _beat_call(self) -> BeatCall:
+        call = BeatCall(self.worker)
         call.policies = self._policy_version
         call.watch = self.core.held_elsewhere()
         call.keys = self.core.pending_keys()
         return call
 
-    def _register_call(self) -> Call:
+    def _register_call(self) -> RegisterCall:
         """Every job running here, for the store to put back those it does not know.
 
         They are marked as known at once, so that one finishing meanwhile is reported after
         the registration; if the call fails, the marks are taken back.
         """
-        call = Call("register", self.worker)
+        call = RegisterCall(self.worker)
         if self._reconcile:
             call.keep = [done.uid for done, _ in self._done]
         for job in self._jobs.values():
@@ -940,7 +845,8 @@ class Engine:
 
     # -- internals: outages ----------------------------------------------------------------
 
-    def _failed(self, call: Call, exc: BaseException) -> Decision:
+    def _unsent(self, call: AdmitCall) -> None:
+        """``call`` failed: its admissions are pending again, its ends ride on the next call."""
         core = self.core
         for admission in call.admissions:
             core.revert(admission.ref)
@@ -948,12 +854,16 @@ class Engine:
             if job is not None and job.cancelled:
                 core.cancel(admission.ref)
                 del self._jobs[admission.ref]
-        if call.kind == "admit":
-            self._done[:0] = list(zip(call.done, call.finished, strict=True))
-        elif call.kind == "register":
-            self._must_register = True
-            for job in call.flipped:
-                self._count_mine(job, -1)
+        self._done[:0] = list(zip(call.done, call.finished, strict=True))
+
+    def _unregistered(self, call: RegisterCall) -> None:
+        """``call`` failed: its jobs are not known to the store after all; register again."""
+        self._must_register = True
+        for job in call.flipped:
+            self._count_mine(job, -1)
+
+    def _failed(self, call: Call, exc: BaseException) -> Decision:
+        call.failed(self)
         now = self.clock.now()
         self._backoff = min(10.0, max(0.5, self._backoff * 2))
         self._pause_until = now + self._backoff
