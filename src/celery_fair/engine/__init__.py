@@ -32,7 +32,9 @@ this worker's own share of each cap (``ceil(cap / live workers)``, the number of
 as the store last reported it), never a job with a conflict (exclusion needs the store). Either
 way the engine probes the store with backoff, and when it answers, re-registers the jobs it
 runs that the store does not know (after a restart that lost them, or admitted in ``local``
-mode) before admitting anything.
+mode) before admitting anything. ``modes.py`` holds the mode and what the engine owes the
+store (register, reconcile, policies) as one transition table; ``outage.py`` the backoff and
+local mode's shares.
 
 Leases
 ------
@@ -45,7 +47,9 @@ since its admission, that is, unless every successful store call since then was 
 """
 
 from .calls import AdmitCall, BeatCall, Call, Decision, RegisterCall
-from .engine import OUTAGE_POLICIES, Engine, Mode, Vetted
+from .engine import Engine, Vetted
+from .modes import Mode
+from .outage import OUTAGE_POLICIES
 
 __all__ = [
     "OUTAGE_POLICIES",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Hashable
@@ -36,22 +35,12 @@ from ..store.base import (
 )
 from ..store.wire import lease_held_for
 from .calls import NOTHING, AdmitCall, BeatCall, Call, Decision, RegisterCall
+from .modes import Event, Mode, State, Sync
+from .outage import OUTAGE_POLICIES, Outage
 
 __all__ = ["OUTAGE_POLICIES", "Engine", "Mode", "Vetted"]
 
 logger = logging.getLogger(__name__)
-
-OUTAGE_POLICIES = ("hold", "local")
-
-
-class Mode(str, enum.Enum):
-    """Who decides admissions right now."""
-
-    ALONE = "alone"  # no store: the core decides
-    SHARED = "shared"  # the store confirms every admission
-    HOLD = "hold"  # the store is unreachable: admit nothing new
-    LOCAL = "local"  # the store is unreachable: admit on this worker's share of each cap
-
 
 #: The store's refusals that block a job, by the name observers know them by.
 _BLOCKED = {
@@ -136,7 +125,10 @@ class Engine:
         self.outage = outage
         self.poll_interval = poll_interval
         self.clock: Clock = clock or MonotonicClock()
-        self.mode = Mode.ALONE if store is None else Mode.SHARED
+        # The mode and the syncs owed to the store, moved only along modes.TABLE.
+        self.state = State(Mode.ALONE if store is None else Mode.SHARED, Mode(outage))
+        # While the store is unreachable: the probe's backoff, local holds and tokens.
+        self._degraded = Outage()
         lease = float(getattr(store, "lease", 30.0))
         # A beat renews the lease (admissions do too, once a quarter lease has passed),
         # refreshes the costs of the keys held here, which other workers charge too, and
@@ -146,7 +138,6 @@ class Engine:
         # first beat brings them the store still refuses a paused job (Verdict.PAUSED), and
         # such a refusal makes the next call a beat.
         self._policy_version = -1
-        self._policies_stale = False
         self._configured_keys = scheduler.key_policies
         self.runtime_policies = RuntimePolicies()
         self.epoch = ""
@@ -174,22 +165,14 @@ class Engine:
         # _fleet_keys: running jobs per fairness key, fleet-wide, as the store last said, for
         # the keys with a cap or a minimum (what the core needs to know of other workers).
         self._fleet_keys: dict[str, int] = {}
-        # _local_holds: conflicts held "elsewhere" only because local mode cannot check them.
-        self._local_holds: set[tuple[str, str]] = set()
         self._inflight: Call | None = None
-        self._must_register = False
-        # _reconcile: the store counts more jobs under this worker than it has; the next
-        # registration lists all it has, and the store releases the rest.
-        self._reconcile = False
         self._elsewhere_any = False
         self._keys_elsewhere = False
         now = self.clock.now()
         self._beat_due = now
         self._poll_due = now
         self._pause_until = now
-        self._backoff = 0.0
         self._max_token = 0
-        self._local_tokens = 0
         # _contact: when the last store call that succeeded was sent. _term counts the times
         # the lease may have lapsed: a successful call sent lease_held_for(lease) or more after
         # the one before it starts a new term. A job admitted in an earlier term, or while the
@@ -234,8 +217,8 @@ class Engine:
         jtype = core.types[type]
         ask = self._ask(ref, jtype, job_id, fairness_key, cost, priority)
         job = self._jobs[ref] = _Job(ask, jtype.conflict_group, job_id, arrival, cost, priority)
-        if self.mode is Mode.LOCAL:
-            self._hold_locally(job)
+        if self.state.mode is Mode.LOCAL:
+            self._degraded.hold(core, job.group, job_id)
 
     def cancel(self, ref: Hashable) -> bool:
         """Withdraw a job that has not started; ``False`` if it runs (or is about to)."""
@@ -268,7 +251,7 @@ class Engine:
             jtype = core.types[job.ask.type]
             own = jtype.priority if priority is None else priority
             job.ask = job.ask._replace(priority=own, tier_cap=core.config.tier_cap(own))
-            if self.mode is Mode.LOCAL:  # a tier this worker had no share of yet
+            if self.state.mode is Mode.LOCAL:  # a tier this worker had no share of yet
                 self._enter_local()
         return outcome
 
@@ -315,7 +298,7 @@ class Engine:
         Only when no store call is in flight and the store is in use normally (or absent);
         otherwise ``[]``, and the caller asks again later. O(reserved) core operations.
         """
-        if not reserved or self._inflight is not None or self.mode not in _RECONSIDER:
+        if not reserved or self._inflight is not None or self.state.mode not in _RECONSIDER:
             return []
         core = self.core
         for ref in reserved:
@@ -361,7 +344,7 @@ class Engine:
                 ready.append(ref)
             else:
                 stale.append(ref)
-        if not stale or self._inflight is not None or self.mode is not Mode.SHARED:
+        if not stale or self._inflight is not None or self.state.mode is not Mode.SHARED:
             return Vetted(ready, [])
         for ref in stale:
             self._give_back(ref, self._jobs[ref])
@@ -391,22 +374,21 @@ class Engine:
 
     def decide(self) -> Decision:
         """What to do now: jobs to start, copies to drop, and the store call to make, if any."""
-        mode = self.mode
+        mode = self.state.mode
         if mode is Mode.ALONE:
             return Decision(self._schedule(), [], None)
         if self._inflight is not None:
             return NOTHING
         now = self.clock.now()
-        if mode is not Mode.SHARED:
+        if mode is not Mode.SHARED:  # hold or local (modes.py)
             start = self._admit_locally() if mode is Mode.LOCAL else []
             if now >= self._pause_until:  # the backoff has passed: probe the store
                 return Decision(start, [], self._send(self._beat_call()))
             return Decision(start, [], None)
-        if self._must_register:
-            return Decision([], [], self._send(self._register_call()))
-        if self._policies_stale:  # the store refused a paused job: learn the fleet's pauses
-            self._policies_stale = False
-            return Decision([], [], self._send(self._beat_call()))
+        if self.state.pending:
+            sync = self._sync_call()
+            if sync is not None:
+                return Decision([], [], self._send(sync))
         if now >= self._beat_due + self.beat_interval:
             # A beat waits for a quiet moment, but not for ever: under a steady stream of
             # admissions it still comes, and with it the check for jobs the store lost.
@@ -436,6 +418,16 @@ class Engine:
             return Decision([], [], self._send(self._beat_call()))
         return NOTHING
 
+    def _sync_call(self) -> Call | None:
+        """The call that serves the first sync owed to the store (modes.SYNC_ORDER)."""
+        due = self.state.due()
+        if due is Sync.REGISTER:
+            return self._register_call()
+        if due is Sync.POLICIES:  # the store refused a paused job: learn the fleet's pauses
+            self.state.on(Event.POLICIES_ASKED)
+            return self._beat_call()
+        return None
+
     def apply(self, call: Call, result: Any) -> Decision:
         """Feed back what ``call`` returned (or the exception it raised)."""
         self._inflight = None
@@ -446,9 +438,11 @@ class Engine:
         if call.sent - self._contact >= self._held_for:
             self._term += 1  # the lease may have lapsed since the last contact
         self._contact = call.sent
-        if self.mode is not Mode.SHARED:
-            self._recovered()
-        self._backoff = 0.0
+        state = self.state
+        was = state.mode
+        if state.on(Event.ANSWERED):
+            self._recovered(was)
+        self._degraded.backoff = 0.0
         return call.applied(self, result)
 
     def flush(self) -> None:
@@ -457,7 +451,7 @@ class Engine:
         What cannot be reported is released anyway when this worker's lease expires.
         """
         store = self.store
-        if store is None or not self._done or self.mode is not Mode.SHARED:
+        if store is None or not self._done or self.state.mode is not Mode.SHARED:
             return
         done = [d for d, _ in self._done]
         self._done.clear()
@@ -505,9 +499,14 @@ class Engine:
         """A store call is in flight: what the core shows as running includes its proposals."""
         return self._inflight is not None
 
+    @property
+    def mode(self) -> Mode:
+        """Who decides admissions right now (modes.py)."""
+        return self.state.mode
+
     def info(self) -> dict[str, object]:
         return {
-            "mode": self.mode.value,
+            "mode": self.state.mode.value,
             "workers": self.workers,
             "stalled": len(self._stalled),
         }
@@ -633,7 +632,7 @@ class Engine:
                 self._pause_until = now + self.poll_interval
             elif verdict is Verdict.PAUSED:
                 self._policy_version = -1  # read them whole again
-                self._policies_stale = True
+                self.state.on(Event.PAUSED)
             elif (admission.urgent or self.foreground) and verdict in _SHARED_CAPS:
                 # The store holds the cap's next free slot for it: ask again at the next
                 # poll, and meanwhile leave the core to jobs that other caps let run.
@@ -685,20 +684,19 @@ class Engine:
         if view.mine < expected:
             # The store lost some of our jobs (our lease expired during a pause, or it came
             # back empty): they do run, so they must count again.
-            if not self._must_register:
+            if self.state.on(Event.LOST):
                 self.observer.lease_lost()
-            self._must_register = True
         elif view.mine > expected:
             # The store counts jobs of ours that ended (their release was lost: a failover to
             # a replica that had not seen it). Only a full list tells it which.
-            self._must_register = self._reconcile = True
+            self.state.on(Event.EXTRA)
 
     def _apply_register(self, call: RegisterCall, result: Registered) -> None:
         if result.registered:
             self.observer.registered(result.registered)
         if result.released:
             self.observer.reconciled(result.released)
-        self._must_register = self._reconcile = False
+        self.state.on(Event.REGISTERED)
         for job in call.flipped:  # admitted locally, in the store from now on
             job.term = self._term
         if result.registered:
@@ -745,7 +743,7 @@ class Engine:
         the registration; if the call fails, the marks are taken back.
         """
         call = RegisterCall(self.worker)
-        if self._reconcile:
+        if self.state.owes(Sync.RECONCILE):
             call.keep = [done.uid for done, _ in self._done]
         for job in self._jobs.values():
             if job.token:  # admitted (by the store, or locally during an outage): running
@@ -791,9 +789,8 @@ class Engine:
                 epoch,
                 self.epoch,
             )
-            if not self._must_register:
+            if self.state.on(Event.LOST):
                 self.observer.lease_lost()
-            self._must_register = True
         self.epoch = epoch
 
     def _see_fleet(self, tiers: dict[int, int], types: dict[str, int], workers: int) -> None:
@@ -857,72 +854,49 @@ class Engine:
         self._done[:0] = list(zip(call.done, call.finished, strict=True))
 
     def _unregistered(self, call: RegisterCall) -> None:
-        """``call`` failed: its jobs are not known to the store after all; register again."""
-        self._must_register = True
+        """``call`` failed: its jobs are not known to the store after all. The register sync
+        stays owed (only an answer settles it), so the next call in shared mode is another."""
         for job in call.flipped:
             self._count_mine(job, -1)
 
     def _failed(self, call: Call, exc: BaseException) -> Decision:
         call.failed(self)
-        now = self.clock.now()
-        self._backoff = min(10.0, max(0.5, self._backoff * 2))
-        self._pause_until = now + self._backoff
-        if self.mode is Mode.SHARED:
-            self.mode = Mode.LOCAL if self.outage == "local" else Mode.HOLD
-            self.observer.outage(self.mode.value)
+        self._pause_until = self.clock.now() + self._degraded.failed()
+        state = self.state
+        if state.on(Event.UNREACHABLE):  # was shared: now the outage mode
+            self.observer.outage(state.mode.value)
             logger.warning(
                 "celery-fair: the shared store is unreachable (%s); %s until it answers again.",
                 exc,
                 "admitting on this worker's share of each cap (jobs with a conflict wait)"
-                if self.mode is Mode.LOCAL
+                if state.mode is Mode.LOCAL
                 else "admitting nothing new",
             )
-            if self.mode is Mode.LOCAL:
+            if state.mode is Mode.LOCAL:
                 self._enter_local()
-        return Decision(self._admit_locally() if self.mode is Mode.LOCAL else [], [], None)
+        return Decision(self._admit_locally() if state.mode is Mode.LOCAL else [], [], None)
 
-    def _recovered(self) -> None:
-        was = self.mode
-        self.mode = Mode.SHARED
-        for ckey in self._local_holds:
-            self.core.release_elsewhere(*ckey)
-        self._local_holds.clear()
+    def _recovered(self, was: Mode) -> None:
+        """The store answers again after an outage (the mode is shared once more)."""
+        self._degraded.answered(self.core)
         if any(job.token and not job.in_store for job in self._jobs.values()):
-            self._must_register = True
+            self.state.on(Event.RUNS_UNKNOWN)
         self.observer.recovered()
         logger.warning("celery-fair: the shared store answers again (was %s).", was.value)
 
     def _enter_local(self) -> None:
         """Local mode: this worker's share of every cap; no job with a conflict starts."""
         core = self.core
-        n = self.workers
-        tiers: dict[int, int] = {}
-        types: dict[str, int] = {}
-        priorities = {t.priority for t in core.types.values()}
-        priorities.update(job.ask.priority for job in self._jobs.values())
-        for priority in priorities:
-            cap = core.config.tier_cap(priority)
-            if cap is not None:
-                tiers[priority] = cap - math.ceil(cap / n)
-        for jtype in core.types.values():
-            if jtype.max_concurrency is not None:
-                types[jtype.name] = jtype.max_concurrency - math.ceil(jtype.max_concurrency / n)
-        keys = {k: cap - math.ceil(cap / n) for k, cap in core.key_limits().items()}
-        core.set_running_elsewhere(tiers, types, keys, urgent_passes=False)
-        for job in self._jobs.values():
-            self._hold_locally(job)
-
-    def _hold_locally(self, job: _Job) -> None:
-        if job.group and job.job_id is not None:
-            ckey = (job.group, job.job_id)
-            self.core.hold_elsewhere(*ckey)
-            self._local_holds.add(ckey)
+        jobs = self._jobs.values()
+        degraded = self._degraded
+        degraded.enter_local(core, self.workers, (job.ask.priority for job in jobs))
+        for job in jobs:
+            degraded.hold(core, job.group, job.job_id)
 
     def _admit_locally(self) -> list[Admission]:
         out = []
         for admission in self._schedule():
-            self._local_tokens += 1
-            token = self._max_token + self._local_tokens
+            token = self._degraded.token(self._max_token)
             job = self._jobs[admission.ref]
             job.token = token
             job.estimate = admission.estimate
