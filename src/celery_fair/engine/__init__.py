@@ -34,7 +34,8 @@ way the engine probes the store with backoff, and when it answers, re-registers 
 runs that the store does not know (after a restart that lost them, or admitted in ``local``
 mode) before admitting anything. ``modes.py`` holds the mode and what the engine owes the
 store (register, reconcile, policies) as one transition table; ``outage.py`` the backoff and
-local mode's shares.
+local mode's shares; ``fleet.py`` the fleet as the store last reported it, this worker's own
+share taken out.
 
 Leases
 ------

@@ -35,6 +35,7 @@ from ..store.base import (
 )
 from ..store.wire import lease_held_for
 from .calls import NOTHING, AdmitCall, BeatCall, Call, Decision, RegisterCall
+from .fleet import FleetMirror
 from .modes import Event, Mode, State, Sync
 from .outage import OUTAGE_POLICIES, Outage
 
@@ -141,7 +142,6 @@ class Engine:
         self._configured_keys = scheduler.key_policies
         self.runtime_policies = RuntimePolicies()
         self.epoch = ""
-        self.workers = 1
         self.observer = observer if observer is not None else Counters()
         # foreground: every job here has a caller waiting in its own process (slots.py). Like
         # an urgent job, refused for a full tier or type it claims the cap's next free slot,
@@ -156,18 +156,11 @@ class Engine:
         # (the store holds its next free slot for them), withdrawn from the core until this
         # time, when they are asked for again.
         self._stalled: dict[Hashable, float] = {}
-        # _mine_tiers / _mine_types: this worker's jobs that the store counts as running, by
-        # priority and by type: those with ``in_store`` set, plus the finished ones in _done
-        # and in the call in flight (the store has not heard of their end yet).
-        self._mine_tiers: dict[int, int] = {}
-        self._mine_types: dict[str, int] = {}
-        self._mine_keys: dict[str, int] = {}
-        # _fleet_keys: running jobs per fairness key, fleet-wide, as the store last said, for
-        # the keys with a cap or a minimum (what the core needs to know of other workers).
-        self._fleet_keys: dict[str, int] = {}
+        # _fleet: what the store last said of the fleet, and what it counts as this worker's:
+        # the jobs with ``in_store`` set, plus the finished ones in _done and in the call in
+        # flight (the store has not heard of their end yet).
+        self._fleet = FleetMirror()
         self._inflight: Call | None = None
-        self._elsewhere_any = False
-        self._keys_elsewhere = False
         now = self.clock.now()
         self._beat_due = now
         self._poll_due = now
@@ -397,7 +390,7 @@ class Engine:
             self._retry_stalled(now)
         admissions = self._schedule() if now >= self._pause_until else []
         poll = now >= self._poll_due and self._waits_on_others()
-        if poll and not admissions and not self._done and self._keys_elsewhere:
+        if poll and not admissions and not self._done and self._fleet.keys_elsewhere:
             # What waits may wait for a key's jobs on other workers: a beat reads their
             # counts (an admit call without asks does not).
             self._poll_due = now + self.poll_interval
@@ -498,6 +491,11 @@ class Engine:
     def busy(self) -> bool:
         """A store call is in flight: what the core shows as running includes its proposals."""
         return self._inflight is not None
+
+    @property
+    def workers(self) -> int:
+        """Live workers as the store last said (this one included; 1 before it said)."""
+        return self._fleet.workers
 
     @property
     def mode(self) -> Mode:
@@ -662,9 +660,11 @@ class Engine:
             self._gave_back_stale(given)
         for key, value in costs.items():
             core.set_accumulated(key, value)
-        self._fleet_keys.update(reply.keys)
-        self._see_fleet(reply.tiers, reply.types, reply.workers)
-        self._see_conflicts(call.watch, [reply.held[conflict_field(*c)] for c in call.watch])
+        fleet = self._fleet
+        fleet.fleet_keys.update(reply.keys)
+        fleet.see(core, reply.tiers, reply.types, reply.workers, foreground=self.foreground)
+        held = [reply.held[conflict_field(*c)] for c in call.watch]
+        fleet.see_conflicts(core, call.watch, held)
         return Decision(start, drop, None)
 
     def _apply_beat(self, call: BeatCall, view: View) -> None:
@@ -677,10 +677,12 @@ class Engine:
         # The beat asked about every key with jobs pending here: the others matter to no
         # decision here until they have some, and an admission's reply reports them again.
         counted = self.core.counted_keys()
-        self._fleet_keys = {k: view.keys.get(k, 0) for k in call.keys if k in counted}
-        self._see_fleet(view.tiers, view.types, view.workers)
-        self._see_conflicts(call.watch, [view.held[conflict_field(*c)] for c in call.watch])
-        expected = sum(self._mine_types.values())
+        fleet = self._fleet
+        fleet.fleet_keys = {k: view.keys.get(k, 0) for k in call.keys if k in counted}
+        fleet.see(self.core, view.tiers, view.types, view.workers, foreground=self.foreground)
+        held = [view.held[conflict_field(*c)] for c in call.watch]
+        fleet.see_conflicts(self.core, call.watch, held)
+        expected = fleet.mine()
         if view.mine < expected:
             # The store lost some of our jobs (our lease expired during a pause, or it came
             # back empty): they do run, so they must count again.
@@ -769,17 +771,7 @@ class Engine:
     def _count_mine(self, job: _Job, n: int) -> None:
         """``job`` starts (1) or stops (-1) counting as running here in the store's eyes."""
         job.in_store = n > 0
-        ask = job.ask
-        tiers = self._mine_tiers
-        types = self._mine_types
-        tiers[ask.priority] = tiers.get(ask.priority, 0) + n
-        types[ask.type] = types.get(ask.type, 0) + n
-        keys = self._mine_keys
-        left = keys.get(ask.fairness_key, 0) + n
-        if left > 0:
-            keys[ask.fairness_key] = left
-        else:
-            keys.pop(ask.fairness_key, None)
+        self._fleet.count(job.ask, n)
 
     def _see_epoch(self, epoch: str) -> None:
         if self.epoch and epoch != self.epoch:
@@ -793,33 +785,6 @@ class Engine:
                 self.observer.lease_lost()
         self.epoch = epoch
 
-    def _see_fleet(self, tiers: dict[int, int], types: dict[str, int], workers: int) -> None:
-        """The fleet's running counts: what is not ours runs elsewhere."""
-        self.workers = max(1, workers)
-        core = self.core
-        mine_tiers = self._mine_tiers
-        mine_types = self._mine_types
-        tiers_else = {p: max(0, n - mine_tiers.get(p, 0)) for p, n in tiers.items()}
-        types_else = {t: max(0, n - mine_types.get(t, 0)) for t, n in types.items()}
-        mine_keys = self._mine_keys
-        keys_else = {k: max(0, n - mine_keys.get(k, 0)) for k, n in self._fleet_keys.items()}
-        if self.foreground:
-            # Propose its jobs to the store even when other workers fill a tier or type: a
-            # refusal claims the next free slot (see ``foreground``), which no ask cannot.
-            core.set_running_elsewhere({}, {}, keys_else)
-        else:
-            core.set_running_elsewhere(tiers_else, types_else, keys_else)
-        self._elsewhere_any = any(n > 0 for n in tiers_else.values()) or any(
-            n > 0 for n in types_else.values()
-        )
-        # A key held back by what other workers run of it learns of their ends from a beat.
-        self._keys_elsewhere = any(n > 0 for n in keys_else.values())
-
-    def _see_conflicts(self, watched: list[tuple[str, str]], held: list[bool]) -> None:
-        for ckey, is_held in zip(watched, held, strict=True):
-            if not is_held:
-                self.core.release_elsewhere(*ckey)
-
     def _waits_on_others(self) -> bool:
         """Could something here start if other workers let go of what they run or hold?"""
         core = self.core
@@ -827,7 +792,8 @@ class Engine:
             return True
         if core.pending == 0 or core.running >= core.capacity:
             return False
-        return self._elsewhere_any or self._keys_elsewhere or bool(core.held_elsewhere())
+        fleet = self._fleet
+        return fleet.others_run or fleet.keys_elsewhere or bool(core.held_elsewhere())
 
     def _retry_stalled(self, now: float) -> None:
         for ref, due in list(self._stalled.items()):
