@@ -21,7 +21,8 @@ and the store call to make now (if any); ``apply(call, result)`` feeds back that
 the exception it raised. Who makes the call (inline, or on a thread) is the glue's business:
 ``Call.execute(store)`` touches nothing but the store. Each kind of call is a type of its own
 (``calls.py``: admit, beat, register), which knows how it is made and how its reply, or its
-failure, is taken in.
+failure, is taken in. ``driver.py`` is the one loop over the two (decide, make the call,
+apply), which ``run_inline``, the slot scheduler's thread and the worker's store link share.
 
 Modes
 -----
@@ -48,16 +49,19 @@ since its admission, that is, unless every successful store call since then was 
 """
 
 from .calls import AdmitCall, BeatCall, Call, Decision, RegisterCall
+from .driver import LATER, Driver
 from .engine import Engine, Vetted
 from .modes import Mode
 from .outage import OUTAGE_POLICIES
 
 __all__ = [
+    "LATER",
     "OUTAGE_POLICIES",
     "AdmitCall",
     "BeatCall",
     "Call",
     "Decision",
+    "Driver",
     "Engine",
     "Mode",
     "RegisterCall",

@@ -35,6 +35,7 @@ from ..store.base import (
 )
 from ..store.wire import lease_held_for
 from .calls import NOTHING, AdmitCall, BeatCall, Call, Decision, RegisterCall
+from .driver import Driver
 from .fleet import FleetMirror
 from .modes import Event, Mode, State, Sync
 from .outage import OUTAGE_POLICIES, Outage
@@ -161,6 +162,9 @@ class Engine:
         # flight (the store has not heard of their end yet).
         self._fleet = FleetMirror()
         self._inflight: Call | None = None
+        # run_inline's driver, and what it gathers: everything to start and drop.
+        self._inline = Driver(self, self._gather)
+        self._gathered = NOTHING
         now = self.clock.now()
         self._beat_due = now
         self._poll_due = now
@@ -465,25 +469,17 @@ class Engine:
         block (the synchronous consumer loop), and for tests. Returns everything to start
         and to drop; the call of the returned decision is always ``None``.
         """
-        store = self.store
-        if store is None:
+        if self.store is None:
             return Decision(self._schedule(), [], None)
-        start: list[Admission] = []
-        drop: list[Hashable] = []
-        while True:
-            decision = self.decide()
-            start += decision.start
-            drop += decision.drop
-            call = decision.call
-            if call is None:
-                return Decision(start, drop, None)
-            try:
-                result = call.execute(store)
-            except Exception as exc:  # every failure is the engine's to handle
-                result = exc
-            decision = self.apply(call, result)
-            start += decision.start
-            drop += decision.drop
+        gathered = self._gathered = Decision([], [], None)
+        self._inline.turn()
+        self._gathered = NOTHING
+        return gathered
+
+    def _gather(self, decision: Decision) -> None:
+        gathered = self._gathered
+        gathered.start.extend(decision.start)
+        gathered.drop.extend(decision.drop)
 
     # -- inspection ------------------------------------------------------------------------
 
