@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .core import Admission, JobType, Scheduler, SchedulerConfig, WallClock
-from .engine import Engine
+from .engine import Call, Decision, Driver, Engine
 from .errors import SlotTimeout, UnknownJobType
 from .store.base import Store
 
@@ -145,6 +145,12 @@ class SlotScheduler:
         self._waiting = 0  # of them, not admitted yet
         self._closed = False
         self._last_woken = 0.0
+        # The one engine loop (engine/driver.py): decide and apply under the lock, the store
+        # call outside it, the admitted callers woken once the lock is let go.
+        self._admitted: list[_Waiter] = []  # admitted under the lock, not yet woken
+        self._driver = Driver(
+            self.engine, self._act, execute=self._execute, lock=self._lock, settle=self._settle
+        )
         lease = float(getattr(store, "lease", 30.0))
         # The fallback look, which also keeps the lease: never less often than thrice a lease.
         self.tick = min(poll_interval, lease / 3)
@@ -338,30 +344,33 @@ class SlotScheduler:
 
     def _turn(self) -> None:
         """Decide and make the store calls until nothing is left to do now."""
-        engine = self.engine
         while not self._closed:
             with self._lock:
                 if self._released:
                     self._released = False
-                    engine.wake()
-                decision = engine.decide()
-                admitted = self._admit(decision.start)
-            self._notify(admitted)
-            call = decision.call
+                    self.engine.wake()
+            call = self._driver.step()
             if call is None:
                 return
-            try:
-                with self._calls():
-                    result = call.execute(self.store)  # type: ignore[arg-type]
-            except Exception as exc:  # the engine handles every failure
-                result = exc
-            with self._lock:
-                admitted = self._admit(engine.apply(call, result).start)
-            self._notify(admitted)
-            if call.done and self._store_lock is not None:
+            if call.reports_ends() and self._store_lock is not None:
                 for peer in list(_peers.get(self.store, ())):
                     if peer is not self:
                         peer.released()
+
+    def _act(self, decision: Decision) -> None:
+        """The driver's act, under the lock: wake the admitted callers once it is let go."""
+        self._admitted += self._admit(decision.start)
+
+    def _settle(self) -> None:
+        admitted, self._admitted = self._admitted, []
+        self._notify(admitted)
+
+    def _execute(self, call: Call) -> Any:
+        try:
+            with self._calls():
+                return call.execute(self.store)  # type: ignore[arg-type]
+        except Exception as exc:  # the engine handles every failure
+            return exc
 
     def _admit(self, start: list[Admission]) -> list[_Waiter]:
         """Under the lock: the engine admitted ``start``."""

@@ -17,7 +17,7 @@ from harness import wait_until
 from shared_redis import REDIS_URL, clean
 from test_contract import ask
 
-from celery_fair.engine import Call
+from celery_fair.engine import AdmitCall, Call
 from celery_fair.errors import StoreUnavailable
 from celery_fair.store import RedisStore, Reply, Verdict
 from celery_fair.worker.link import StoreLink, _readable
@@ -68,7 +68,7 @@ def store(redis_client):
 
 
 def _admit_one(uid: str) -> Call:
-    call = Call("admit", "w1")
+    call = AdmitCall("w1")
     call.asks = [ask(uid, job_id="linux.git")]
     return call
 

@@ -29,7 +29,7 @@ TABLE: dict[str, tuple[int, str]] = {
     # 2: the shared truth; no Celery, no Kombu
     "celery_fair.store.*": (2, ""),
     # 3: the engine and the observer (and what reads their numbers); no Celery, Kombu, redis-py
-    "celery_fair.engine": (3, ""),
+    "celery_fair.engine.*": (3, ""),
     "celery_fair.runtime_policies": (3, ""),
     "celery_fair.observe": (3, ""),
     "celery_fair.metrics": (3, ""),

@@ -64,7 +64,7 @@ from ..core import (
 )
 from ..core.inspect import Why
 from ..core.types import check_priority
-from ..engine import Call, Decision, Engine
+from ..engine import LATER, Call, Decision, Driver, Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters, Fanout, Observer
 from ..routing import shard_of
@@ -202,6 +202,9 @@ class Gate:
             observer=self.observer,
         )
         self._runner: StoreLink | None = None
+        # With a store link (start_link): the one engine loop, its calls handed to the link,
+        # whose replies come back through on_reply. Always under the gate's lock.
+        self._engine_loop = Driver(self.engine, self._act_on, execute=self._hand_to_link)
         self._hub: Any = None
         self._dirty = False  # something changed since the last store call was planned
         # _reserve: held jobs the store has admitted that wait for a free pool process, in
@@ -447,22 +450,24 @@ class Gate:
     def _call_store(self) -> None:
         with self._lock:
             self._dirty = False
-            runner = self._runner
-            if runner is None:
+            if self._runner is None:
                 return
-            decision = self.engine.decide()
-            if decision.start or decision.drop:
-                self._act(decision)
-            if decision.call is not None:
-                runner.submit(decision.call)
+            self._engine_loop.step()
+
+    def _hand_to_link(self, call: Call) -> Any:
+        assert self._runner is not None
+        self._runner.submit(call)
+        return LATER
 
     def on_reply(self, call: Call, result: Any) -> None:
         """A store call came back (on the loop): act on it, then decide again."""
         with self._lock:
-            decision = self.engine.apply(call, result)
-            if decision.start or decision.drop:
-                self._act(decision)
+            self._engine_loop.answered(call, result)
             self.dispatch()
+
+    def _act_on(self, decision: Decision) -> None:
+        if decision.start or decision.drop:
+            self._act(decision)
 
     def _act(self, decision: Decision) -> None:
         for admission in decision.start:

@@ -1,57 +1,14 @@
-"""The engine: one worker's scheduling core and the fleet's shared store, composed.
-
-No Celery here: the gate, the simulator and the tests drive the same code.
-
-How it works
-------------
-The core orders this worker's pending jobs and proposes admissions as if it were alone, but
-with the fleet's view folded in: jobs that other workers run count against tier and type caps,
-conflicts that other workers hold park their waiters here, and accumulated costs and estimates
-are the fleet's. The engine sends the proposals to the store in one call, together with the
-jobs that finished since the last call; the store confirms or refuses each one atomically for
-the whole fleet. A refused admission is reverted in the core, and the refusal teaches the core
-what blocked it, so the job is not proposed again until that changes.
-
-At most one call is in flight. Whatever happens meanwhile (jobs finishing, messages arriving)
-rides on the next call, so under load one call carries many events (group commit), and the
-store's answer always describes a state that the core has not moved past.
-
-The glue drives it with two calls: ``decide()`` returns the jobs to start, the copies to drop,
-and the store call to make now (if any); ``apply(call, result)`` feeds back that call's reply or
-the exception it raised. Who makes the call (inline, or on a thread) is the glue's business:
-``Call.execute(store)`` touches nothing but the store.
-
-Modes
------
-``alone``: no store; the core is the authority (a single worker).
-``shared``: the store confirms every admission.
-``hold`` and ``local``: the store is unreachable. ``hold`` admits nothing new; ``local`` admits on
-this worker's own share of each cap (``ceil(cap / live workers)``, the number of live workers
-as the store last reported it), never a job with a conflict (exclusion needs the store). Either
-way the engine probes the store with backoff, and when it answers, re-registers the jobs it
-runs that the store does not know (after a restart that lost them, or admitted in ``local``
-mode) before admitting anything.
-
-Leases
-------
-The store admits a job under this worker's lease; if the lease lapses (a pause past it: SIGSTOP,
-a long GC, a VM pause), the store releases the job and may admit a conflicting one elsewhere.
-A job already running cannot be called back (its side effects are fenced by its token), but a
-job admitted and not yet started can: ``vet`` gives it back unless the lease has surely held
-since its admission, that is, unless every successful store call since then was sent less than
-``lease_held_for(lease)`` after the one before it, the last one included.
-"""
+"""The engine: a worker's core and the fleet's store, composed (the package docstring says how)."""
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from .core import (
+from ..core import (
     Admission,
     CancelOutcome,
     Clock,
@@ -60,13 +17,14 @@ from .core import (
     PriorityOutcome,
     Scheduler,
 )
-from .core.types import check_priority
-from .errors import ConfigurationError, DuplicateJob, UnknownJob
-from .observe import Counters, Observer
-from .runtime_policies import RuntimePolicies, apply_to
-from .store.base import (
+from ..core.types import check_priority
+from ..errors import ConfigurationError, DuplicateJob, UnknownJob
+from ..observe import Counters, Observer
+from ..runtime_policies import RuntimePolicies, apply_to
+from ..store.base import (
     Ask,
     Done,
+    Registered,
     Reply,
     Running,
     Store,
@@ -75,26 +33,16 @@ from .store.base import (
     conflict_field,
     estimate_field,
 )
-from .store.wire import lease_held_for
+from ..store.wire import lease_held_for
+from .calls import NOTHING, AdmitCall, BeatCall, Call, Decision, RegisterCall
+from .driver import Driver
+from .fleet import FleetMirror
+from .modes import Event, Mode, State, Sync
+from .outage import OUTAGE_POLICIES, Outage
 
-if TYPE_CHECKING:
-    from .store.redis import RedisStore, Request
-
-__all__ = ["OUTAGE_POLICIES", "Call", "Decision", "Engine", "Mode", "Vetted"]
+__all__ = ["OUTAGE_POLICIES", "Engine", "Mode", "Vetted"]
 
 logger = logging.getLogger(__name__)
-
-OUTAGE_POLICIES = ("hold", "local")
-
-
-class Mode(str, enum.Enum):
-    """Who decides admissions right now."""
-
-    ALONE = "alone"  # no store: the core decides
-    SHARED = "shared"  # the store confirms every admission
-    HOLD = "hold"  # the store is unreachable: admit nothing new
-    LOCAL = "local"  # the store is unreachable: admit on this worker's share of each cap
-
 
 #: The store's refusals that block a job, by the name observers know them by.
 _BLOCKED = {
@@ -113,60 +61,11 @@ _SHARED_CAPS = (Verdict.TIER_CAP, Verdict.TYPE_CAP)
 _RECONSIDER = (Mode.ALONE, Mode.SHARED)
 
 
-class Decision(NamedTuple):
-    """What the glue must do now."""
-
-    start: list[Admission]  # jobs to hand to the pool, in order
-    drop: list[Hashable]  # copies of jobs that already finished for good: acknowledge, never run
-    call: Call | None  # the store call to make now, then feed back with ``apply``
-
-
-NOTHING = Decision([], [], None)
-
-
 class Vetted(NamedTuple):
     """Which reserved jobs may start now (``Engine.vet``)."""
 
     ready: list[Hashable]  # may start now, in the order given
     given_back: list[Hashable]  # pending again: no longer reserved
-
-
-@dataclass(slots=True)
-class Call:
-    """One exchange with the store, planned by the engine; ``execute`` may run on any thread."""
-
-    kind: str  # "admit", "beat" or "register"
-    worker: str
-    done: list[Done] = field(default_factory=list)
-    asks: list[Ask] = field(default_factory=list)
-    admissions: list[Admission] = field(default_factory=list)  # tentative, one per ask
-    watch: list[tuple[str, str]] = field(default_factory=list)  # conflicts held elsewhere
-    keys: list[str] = field(default_factory=list)
-    running: list[Running] = field(default_factory=list)
-    keep: list[str] | None = None  # register: with the running jobs, all this worker has
-    policies: int = -1  # beat: the runtime policies' version this worker has
-    # The engine's own records: whose finishes ride on this call, whose registration.
-    finished: list[Any] = field(default_factory=list)
-    flipped: list[Any] = field(default_factory=list)
-    sent: float = 0.0  # when the engine sent it, by its clock
-
-    def request(self, store: RedisStore) -> Request:
-        """The same call, packed for a client that sends it and reads the reply itself."""
-        watch = [conflict_field(*ckey) for ckey in self.watch]
-        if self.kind == "admit":
-            return store.admit_request(self.worker, self.asks, self.done, watch)
-        if self.kind == "beat":
-            return store.heartbeat_request(self.worker, watch, self.keys, self.policies)
-        return store.register_request(self.worker, self.running, self.keep)
-
-    def execute(self, store: Store) -> Any:
-        """Make the call. Raises whatever the store raises (``StoreUnavailable``...)."""
-        watch = [conflict_field(*ckey) for ckey in self.watch]
-        if self.kind == "admit":
-            return store.admit(self.worker, self.asks, self.done, watch)
-        if self.kind == "beat":
-            return store.heartbeat(self.worker, watch, self.keys, self.policies)
-        return store.register(self.worker, self.running, self.keep)
 
 
 @dataclass(slots=True)
@@ -228,7 +127,10 @@ class Engine:
         self.outage = outage
         self.poll_interval = poll_interval
         self.clock: Clock = clock or MonotonicClock()
-        self.mode = Mode.ALONE if store is None else Mode.SHARED
+        # The mode and the syncs owed to the store, moved only along modes.TABLE.
+        self.state = State(Mode.ALONE if store is None else Mode.SHARED, Mode(outage))
+        # While the store is unreachable: the probe's backoff, local holds and tokens.
+        self._degraded = Outage()
         lease = float(getattr(store, "lease", 30.0))
         # A beat renews the lease (admissions do too, once a quarter lease has passed),
         # refreshes the costs of the keys held here, which other workers charge too, and
@@ -238,11 +140,9 @@ class Engine:
         # first beat brings them the store still refuses a paused job (Verdict.PAUSED), and
         # such a refusal makes the next call a beat.
         self._policy_version = -1
-        self._policies_stale = False
         self._configured_keys = scheduler.key_policies
         self.runtime_policies = RuntimePolicies()
         self.epoch = ""
-        self.workers = 1
         self.observer = observer if observer is not None else Counters()
         # foreground: every job here has a caller waiting in its own process (slots.py). Like
         # an urgent job, refused for a full tier or type it claims the cap's next free slot,
@@ -257,31 +157,19 @@ class Engine:
         # (the store holds its next free slot for them), withdrawn from the core until this
         # time, when they are asked for again.
         self._stalled: dict[Hashable, float] = {}
-        # _mine_tiers / _mine_types: this worker's jobs that the store counts as running, by
-        # priority and by type: those with ``in_store`` set, plus the finished ones in _done
-        # and in the call in flight (the store has not heard of their end yet).
-        self._mine_tiers: dict[int, int] = {}
-        self._mine_types: dict[str, int] = {}
-        self._mine_keys: dict[str, int] = {}
-        # _fleet_keys: running jobs per fairness key, fleet-wide, as the store last said, for
-        # the keys with a cap or a minimum (what the core needs to know of other workers).
-        self._fleet_keys: dict[str, int] = {}
-        # _local_holds: conflicts held "elsewhere" only because local mode cannot check them.
-        self._local_holds: set[tuple[str, str]] = set()
+        # _fleet: what the store last said of the fleet, and what it counts as this worker's:
+        # the jobs with ``in_store`` set, plus the finished ones in _done and in the call in
+        # flight (the store has not heard of their end yet).
+        self._fleet = FleetMirror()
         self._inflight: Call | None = None
-        self._must_register = False
-        # _reconcile: the store counts more jobs under this worker than it has; the next
-        # registration lists all it has, and the store releases the rest.
-        self._reconcile = False
-        self._elsewhere_any = False
-        self._keys_elsewhere = False
+        # run_inline's driver, and what it gathers: everything to start and drop.
+        self._inline = Driver(self, self._gather)
+        self._gathered = NOTHING
         now = self.clock.now()
         self._beat_due = now
         self._poll_due = now
         self._pause_until = now
-        self._backoff = 0.0
         self._max_token = 0
-        self._local_tokens = 0
         # _contact: when the last store call that succeeded was sent. _term counts the times
         # the lease may have lapsed: a successful call sent lease_held_for(lease) or more after
         # the one before it starts a new term. A job admitted in an earlier term, or while the
@@ -326,8 +214,8 @@ class Engine:
         jtype = core.types[type]
         ask = self._ask(ref, jtype, job_id, fairness_key, cost, priority)
         job = self._jobs[ref] = _Job(ask, jtype.conflict_group, job_id, arrival, cost, priority)
-        if self.mode is Mode.LOCAL:
-            self._hold_locally(job)
+        if self.state.mode is Mode.LOCAL:
+            self._degraded.hold(core, job.group, job_id)
 
     def cancel(self, ref: Hashable) -> bool:
         """Withdraw a job that has not started; ``False`` if it runs (or is about to)."""
@@ -360,7 +248,7 @@ class Engine:
             jtype = core.types[job.ask.type]
             own = jtype.priority if priority is None else priority
             job.ask = job.ask._replace(priority=own, tier_cap=core.config.tier_cap(own))
-            if self.mode is Mode.LOCAL:  # a tier this worker had no share of yet
+            if self.state.mode is Mode.LOCAL:  # a tier this worker had no share of yet
                 self._enter_local()
         return outcome
 
@@ -407,7 +295,7 @@ class Engine:
         Only when no store call is in flight and the store is in use normally (or absent);
         otherwise ``[]``, and the caller asks again later. O(reserved) core operations.
         """
-        if not reserved or self._inflight is not None or self.mode not in _RECONSIDER:
+        if not reserved or self._inflight is not None or self.state.mode not in _RECONSIDER:
             return []
         core = self.core
         for ref in reserved:
@@ -453,7 +341,7 @@ class Engine:
                 ready.append(ref)
             else:
                 stale.append(ref)
-        if not stale or self._inflight is not None or self.mode is not Mode.SHARED:
+        if not stale or self._inflight is not None or self.state.mode is not Mode.SHARED:
             return Vetted(ready, [])
         for ref in stale:
             self._give_back(ref, self._jobs[ref])
@@ -483,22 +371,21 @@ class Engine:
 
     def decide(self) -> Decision:
         """What to do now: jobs to start, copies to drop, and the store call to make, if any."""
-        mode = self.mode
+        mode = self.state.mode
         if mode is Mode.ALONE:
             return Decision(self._schedule(), [], None)
         if self._inflight is not None:
             return NOTHING
         now = self.clock.now()
-        if mode is not Mode.SHARED:
+        if mode is not Mode.SHARED:  # hold or local (modes.py)
             start = self._admit_locally() if mode is Mode.LOCAL else []
             if now >= self._pause_until:  # the backoff has passed: probe the store
                 return Decision(start, [], self._send(self._beat_call()))
             return Decision(start, [], None)
-        if self._must_register:
-            return Decision([], [], self._send(self._register_call()))
-        if self._policies_stale:  # the store refused a paused job: learn the fleet's pauses
-            self._policies_stale = False
-            return Decision([], [], self._send(self._beat_call()))
+        if self.state.pending:
+            sync = self._sync_call()
+            if sync is not None:
+                return Decision([], [], self._send(sync))
         if now >= self._beat_due + self.beat_interval:
             # A beat waits for a quiet moment, but not for ever: under a steady stream of
             # admissions it still comes, and with it the check for jobs the store lost.
@@ -507,13 +394,13 @@ class Engine:
             self._retry_stalled(now)
         admissions = self._schedule() if now >= self._pause_until else []
         poll = now >= self._poll_due and self._waits_on_others()
-        if poll and not admissions and not self._done and self._keys_elsewhere:
+        if poll and not admissions and not self._done and self._fleet.keys_elsewhere:
             # What waits may wait for a key's jobs on other workers: a beat reads their
             # counts (an admit call without asks does not).
             self._poll_due = now + self.poll_interval
             return Decision([], [], self._send(self._beat_call()))
         if admissions or self._done or poll:
-            call = Call("admit", self.worker)
+            call = AdmitCall(self.worker)
             call.done = [d for d, _ in self._done]
             call.finished = [job for _, job in self._done]
             self._done.clear()
@@ -528,6 +415,16 @@ class Engine:
             return Decision([], [], self._send(self._beat_call()))
         return NOTHING
 
+    def _sync_call(self) -> Call | None:
+        """The call that serves the first sync owed to the store (modes.SYNC_ORDER)."""
+        due = self.state.due()
+        if due is Sync.REGISTER:
+            return self._register_call()
+        if due is Sync.POLICIES:  # the store refused a paused job: learn the fleet's pauses
+            self.state.on(Event.POLICIES_ASKED)
+            return self._beat_call()
+        return None
+
     def apply(self, call: Call, result: Any) -> Decision:
         """Feed back what ``call`` returned (or the exception it raised)."""
         self._inflight = None
@@ -538,33 +435,12 @@ class Engine:
         if call.sent - self._contact >= self._held_for:
             self._term += 1  # the lease may have lapsed since the last contact
         self._contact = call.sent
-        if self.mode is not Mode.SHARED:
-            self._recovered()
-        self._backoff = 0.0
-        if call.kind == "admit":
-            return self._apply_admit(call, result)
-        if call.kind == "beat":
-            self._apply_beat(call, result)
-        else:
-            if result.registered:
-                self.observer.registered(result.registered)
-            if result.released:
-                self.observer.reconciled(result.released)
-            self._must_register = self._reconcile = False
-            for job in call.flipped:  # admitted locally, in the store from now on
-                job.term = self._term
-            if result.registered:
-                logger.info(
-                    "celery-fair: registered %d running job(s) the store did not know.",
-                    result.registered,
-                )
-            if result.released:
-                logger.warning(
-                    "celery-fair: released %d job(s) the store counted as running on this "
-                    "worker, which does not run them (a release lost in a failover?).",
-                    result.released,
-                )
-        return NOTHING
+        state = self.state
+        was = state.mode
+        if state.on(Event.ANSWERED):
+            self._recovered(was)
+        self._degraded.backoff = 0.0
+        return call.applied(self, result)
 
     def flush(self) -> None:
         """Report the finished jobs to the store now, inline (at shutdown). Best effort.
@@ -572,7 +448,7 @@ class Engine:
         What cannot be reported is released anyway when this worker's lease expires.
         """
         store = self.store
-        if store is None or not self._done or self.mode is not Mode.SHARED:
+        if store is None or not self._done or self.state.mode is not Mode.SHARED:
             return
         done = [d for d, _ in self._done]
         self._done.clear()
@@ -593,25 +469,17 @@ class Engine:
         block (the synchronous consumer loop), and for tests. Returns everything to start
         and to drop; the call of the returned decision is always ``None``.
         """
-        store = self.store
-        if store is None:
+        if self.store is None:
             return Decision(self._schedule(), [], None)
-        start: list[Admission] = []
-        drop: list[Hashable] = []
-        while True:
-            decision = self.decide()
-            start += decision.start
-            drop += decision.drop
-            call = decision.call
-            if call is None:
-                return Decision(start, drop, None)
-            try:
-                result = call.execute(store)
-            except Exception as exc:  # every failure is the engine's to handle
-                result = exc
-            decision = self.apply(call, result)
-            start += decision.start
-            drop += decision.drop
+        gathered = self._gathered = Decision([], [], None)
+        self._inline.turn()
+        self._gathered = NOTHING
+        return gathered
+
+    def _gather(self, decision: Decision) -> None:
+        gathered = self._gathered
+        gathered.start.extend(decision.start)
+        gathered.drop.extend(decision.drop)
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -620,9 +488,19 @@ class Engine:
         """A store call is in flight: what the core shows as running includes its proposals."""
         return self._inflight is not None
 
+    @property
+    def workers(self) -> int:
+        """Live workers as the store last said (this one included; 1 before it said)."""
+        return self._fleet.workers
+
+    @property
+    def mode(self) -> Mode:
+        """Who decides admissions right now (modes.py)."""
+        return self.state.mode
+
     def info(self) -> dict[str, object]:
         return {
-            "mode": self.mode.value,
+            "mode": self.state.mode.value,
             "workers": self.workers,
             "stalled": len(self._stalled),
         }
@@ -644,7 +522,7 @@ class Engine:
 
     def _is_in_flight(self, ref: Hashable) -> bool:
         call = self._inflight
-        return call is not None and any(a.ref == ref for a in call.admissions)
+        return call is not None and call.proposes(ref)
 
     def _ask(
         self,
@@ -695,7 +573,7 @@ class Engine:
         four polls (it asks at every poll), and at least a second."""
         return max(1.0, 4 * self.poll_interval)
 
-    def _apply_admit(self, call: Call, reply: Reply) -> Decision:
+    def _apply_admit(self, call: AdmitCall, reply: Reply) -> Decision:
         core = self.core
         jobs = self._jobs
         self._see_epoch(reply.epoch)
@@ -748,7 +626,7 @@ class Engine:
                 self._pause_until = now + self.poll_interval
             elif verdict is Verdict.PAUSED:
                 self._policy_version = -1  # read them whole again
-                self._policies_stale = True
+                self.state.on(Event.PAUSED)
             elif (admission.urgent or self.foreground) and verdict in _SHARED_CAPS:
                 # The store holds the cap's next free slot for it: ask again at the next
                 # poll, and meanwhile leave the core to jobs that other caps let run.
@@ -778,12 +656,14 @@ class Engine:
             self._gave_back_stale(given)
         for key, value in costs.items():
             core.set_accumulated(key, value)
-        self._fleet_keys.update(reply.keys)
-        self._see_fleet(reply.tiers, reply.types, reply.workers)
-        self._see_conflicts(call.watch, [reply.held[conflict_field(*c)] for c in call.watch])
+        fleet = self._fleet
+        fleet.fleet_keys.update(reply.keys)
+        fleet.see(core, reply.tiers, reply.types, reply.workers, foreground=self.foreground)
+        held = [reply.held[conflict_field(*c)] for c in call.watch]
+        fleet.see_conflicts(core, call.watch, held)
         return Decision(start, drop, None)
 
-    def _apply_beat(self, call: Call, view: View) -> None:
+    def _apply_beat(self, call: BeatCall, view: View) -> None:
         self._beat_due = self.clock.now() + self.beat_interval
         self._see_epoch(view.epoch)
         if view.policies != self._policy_version:
@@ -793,20 +673,41 @@ class Engine:
         # The beat asked about every key with jobs pending here: the others matter to no
         # decision here until they have some, and an admission's reply reports them again.
         counted = self.core.counted_keys()
-        self._fleet_keys = {k: view.keys.get(k, 0) for k in call.keys if k in counted}
-        self._see_fleet(view.tiers, view.types, view.workers)
-        self._see_conflicts(call.watch, [view.held[conflict_field(*c)] for c in call.watch])
-        expected = sum(self._mine_types.values())
+        fleet = self._fleet
+        fleet.fleet_keys = {k: view.keys.get(k, 0) for k in call.keys if k in counted}
+        fleet.see(self.core, view.tiers, view.types, view.workers, foreground=self.foreground)
+        held = [view.held[conflict_field(*c)] for c in call.watch]
+        fleet.see_conflicts(self.core, call.watch, held)
+        expected = fleet.mine()
         if view.mine < expected:
             # The store lost some of our jobs (our lease expired during a pause, or it came
             # back empty): they do run, so they must count again.
-            if not self._must_register:
+            if self.state.on(Event.LOST):
                 self.observer.lease_lost()
-            self._must_register = True
         elif view.mine > expected:
             # The store counts jobs of ours that ended (their release was lost: a failover to
             # a replica that had not seen it). Only a full list tells it which.
-            self._must_register = self._reconcile = True
+            self.state.on(Event.EXTRA)
+
+    def _apply_register(self, call: RegisterCall, result: Registered) -> None:
+        if result.registered:
+            self.observer.registered(result.registered)
+        if result.released:
+            self.observer.reconciled(result.released)
+        self.state.on(Event.REGISTERED)
+        for job in call.flipped:  # admitted locally, in the store from now on
+            job.term = self._term
+        if result.registered:
+            logger.info(
+                "celery-fair: registered %d running job(s) the store did not know.",
+                result.registered,
+            )
+        if result.released:
+            logger.warning(
+                "celery-fair: released %d job(s) the store counted as running on this "
+                "worker, which does not run them (a release lost in a failover?).",
+                result.released,
+            )
 
     @property
     def policy_version(self) -> int:
@@ -826,21 +727,21 @@ class Engine:
         self.runtime_policies = runtime
         logger.info("celery-fair: runtime policies version %d: %s", version, doc or "none")
 
-    def _beat_call(self) -> Call:
-        call = Call("beat", self.worker)
+    def _beat_call(self) -> BeatCall:
+        call = BeatCall(self.worker)
         call.policies = self._policy_version
         call.watch = self.core.held_elsewhere()
         call.keys = self.core.pending_keys()
         return call
 
-    def _register_call(self) -> Call:
+    def _register_call(self) -> RegisterCall:
         """Every job running here, for the store to put back those it does not know.
 
         They are marked as known at once, so that one finishing meanwhile is reported after
         the registration; if the call fails, the marks are taken back.
         """
-        call = Call("register", self.worker)
-        if self._reconcile:
+        call = RegisterCall(self.worker)
+        if self.state.owes(Sync.RECONCILE):
             call.keep = [done.uid for done, _ in self._done]
         for job in self._jobs.values():
             if job.token:  # admitted (by the store, or locally during an outage): running
@@ -866,17 +767,7 @@ class Engine:
     def _count_mine(self, job: _Job, n: int) -> None:
         """``job`` starts (1) or stops (-1) counting as running here in the store's eyes."""
         job.in_store = n > 0
-        ask = job.ask
-        tiers = self._mine_tiers
-        types = self._mine_types
-        tiers[ask.priority] = tiers.get(ask.priority, 0) + n
-        types[ask.type] = types.get(ask.type, 0) + n
-        keys = self._mine_keys
-        left = keys.get(ask.fairness_key, 0) + n
-        if left > 0:
-            keys[ask.fairness_key] = left
-        else:
-            keys.pop(ask.fairness_key, None)
+        self._fleet.count(job.ask, n)
 
     def _see_epoch(self, epoch: str) -> None:
         if self.epoch and epoch != self.epoch:
@@ -886,37 +777,9 @@ class Engine:
                 epoch,
                 self.epoch,
             )
-            if not self._must_register:
+            if self.state.on(Event.LOST):
                 self.observer.lease_lost()
-            self._must_register = True
         self.epoch = epoch
-
-    def _see_fleet(self, tiers: dict[int, int], types: dict[str, int], workers: int) -> None:
-        """The fleet's running counts: what is not ours runs elsewhere."""
-        self.workers = max(1, workers)
-        core = self.core
-        mine_tiers = self._mine_tiers
-        mine_types = self._mine_types
-        tiers_else = {p: max(0, n - mine_tiers.get(p, 0)) for p, n in tiers.items()}
-        types_else = {t: max(0, n - mine_types.get(t, 0)) for t, n in types.items()}
-        mine_keys = self._mine_keys
-        keys_else = {k: max(0, n - mine_keys.get(k, 0)) for k, n in self._fleet_keys.items()}
-        if self.foreground:
-            # Propose its jobs to the store even when other workers fill a tier or type: a
-            # refusal claims the next free slot (see ``foreground``), which no ask cannot.
-            core.set_running_elsewhere({}, {}, keys_else)
-        else:
-            core.set_running_elsewhere(tiers_else, types_else, keys_else)
-        self._elsewhere_any = any(n > 0 for n in tiers_else.values()) or any(
-            n > 0 for n in types_else.values()
-        )
-        # A key held back by what other workers run of it learns of their ends from a beat.
-        self._keys_elsewhere = any(n > 0 for n in keys_else.values())
-
-    def _see_conflicts(self, watched: list[tuple[str, str]], held: list[bool]) -> None:
-        for ckey, is_held in zip(watched, held, strict=True):
-            if not is_held:
-                self.core.release_elsewhere(*ckey)
 
     def _waits_on_others(self) -> bool:
         """Could something here start if other workers let go of what they run or hold?"""
@@ -925,7 +788,8 @@ class Engine:
             return True
         if core.pending == 0 or core.running >= core.capacity:
             return False
-        return self._elsewhere_any or self._keys_elsewhere or bool(core.held_elsewhere())
+        fleet = self._fleet
+        return fleet.others_run or fleet.keys_elsewhere or bool(core.held_elsewhere())
 
     def _retry_stalled(self, now: float) -> None:
         for ref, due in list(self._stalled.items()):
@@ -940,7 +804,8 @@ class Engine:
 
     # -- internals: outages ----------------------------------------------------------------
 
-    def _failed(self, call: Call, exc: BaseException) -> Decision:
+    def _unsent(self, call: AdmitCall) -> None:
+        """``call`` failed: its admissions are pending again, its ends ride on the next call."""
         core = self.core
         for admission in call.admissions:
             core.revert(admission.ref)
@@ -948,71 +813,52 @@ class Engine:
             if job is not None and job.cancelled:
                 core.cancel(admission.ref)
                 del self._jobs[admission.ref]
-        if call.kind == "admit":
-            self._done[:0] = list(zip(call.done, call.finished, strict=True))
-        elif call.kind == "register":
-            self._must_register = True
-            for job in call.flipped:
-                self._count_mine(job, -1)
-        now = self.clock.now()
-        self._backoff = min(10.0, max(0.5, self._backoff * 2))
-        self._pause_until = now + self._backoff
-        if self.mode is Mode.SHARED:
-            self.mode = Mode.LOCAL if self.outage == "local" else Mode.HOLD
-            self.observer.outage(self.mode.value)
+        self._done[:0] = list(zip(call.done, call.finished, strict=True))
+
+    def _unregistered(self, call: RegisterCall) -> None:
+        """``call`` failed: its jobs are not known to the store after all. The register sync
+        stays owed (only an answer settles it), so the next call in shared mode is another."""
+        for job in call.flipped:
+            self._count_mine(job, -1)
+
+    def _failed(self, call: Call, exc: BaseException) -> Decision:
+        call.failed(self)
+        self._pause_until = self.clock.now() + self._degraded.failed()
+        state = self.state
+        if state.on(Event.UNREACHABLE):  # was shared: now the outage mode
+            self.observer.outage(state.mode.value)
             logger.warning(
                 "celery-fair: the shared store is unreachable (%s); %s until it answers again.",
                 exc,
                 "admitting on this worker's share of each cap (jobs with a conflict wait)"
-                if self.mode is Mode.LOCAL
+                if state.mode is Mode.LOCAL
                 else "admitting nothing new",
             )
-            if self.mode is Mode.LOCAL:
+            if state.mode is Mode.LOCAL:
                 self._enter_local()
-        return Decision(self._admit_locally() if self.mode is Mode.LOCAL else [], [], None)
+        return Decision(self._admit_locally() if state.mode is Mode.LOCAL else [], [], None)
 
-    def _recovered(self) -> None:
-        was = self.mode
-        self.mode = Mode.SHARED
-        for ckey in self._local_holds:
-            self.core.release_elsewhere(*ckey)
-        self._local_holds.clear()
+    def _recovered(self, was: Mode) -> None:
+        """The store answers again after an outage (the mode is shared once more)."""
+        self._degraded.answered(self.core)
         if any(job.token and not job.in_store for job in self._jobs.values()):
-            self._must_register = True
+            self.state.on(Event.RUNS_UNKNOWN)
         self.observer.recovered()
         logger.warning("celery-fair: the shared store answers again (was %s).", was.value)
 
     def _enter_local(self) -> None:
         """Local mode: this worker's share of every cap; no job with a conflict starts."""
         core = self.core
-        n = self.workers
-        tiers: dict[int, int] = {}
-        types: dict[str, int] = {}
-        priorities = {t.priority for t in core.types.values()}
-        priorities.update(job.ask.priority for job in self._jobs.values())
-        for priority in priorities:
-            cap = core.config.tier_cap(priority)
-            if cap is not None:
-                tiers[priority] = cap - math.ceil(cap / n)
-        for jtype in core.types.values():
-            if jtype.max_concurrency is not None:
-                types[jtype.name] = jtype.max_concurrency - math.ceil(jtype.max_concurrency / n)
-        keys = {k: cap - math.ceil(cap / n) for k, cap in core.key_limits().items()}
-        core.set_running_elsewhere(tiers, types, keys, urgent_passes=False)
-        for job in self._jobs.values():
-            self._hold_locally(job)
-
-    def _hold_locally(self, job: _Job) -> None:
-        if job.group and job.job_id is not None:
-            ckey = (job.group, job.job_id)
-            self.core.hold_elsewhere(*ckey)
-            self._local_holds.add(ckey)
+        jobs = self._jobs.values()
+        degraded = self._degraded
+        degraded.enter_local(core, self.workers, (job.ask.priority for job in jobs))
+        for job in jobs:
+            degraded.hold(core, job.group, job.job_id)
 
     def _admit_locally(self) -> list[Admission]:
         out = []
         for admission in self._schedule():
-            self._local_tokens += 1
-            token = self._max_token + self._local_tokens
+            token = self._degraded.token(self._max_token)
             job = self._jobs[admission.ref]
             job.token = token
             job.estimate = admission.estimate
