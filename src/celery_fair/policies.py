@@ -1,13 +1,6 @@
-"""Runtime policies: weights, minimums and caps by fairness key, and pauses of keys and types,
-changed while the fleet runs.
-
-They live in the shared store as one small JSON document with a version (``{prefix}:policies``);
-every worker's heartbeat (at least once a second) sends the version it has and gets the
-document back when it changed, so a change reaches the whole fleet within about a second, with
-no extra round trip while nothing changes. A worker applies it on top of its configured
-``fair_keys``: a runtime entry replaces the configured entry of the same name or pattern
-(configured entries first, in their order, then runtime ones), and ``reset`` removes it, so
-the configured policy applies again.
+"""Changing the runtime policies while the fleet runs (weights, minimums and caps by fairness
+key, pauses of keys and types), through the shared store; the document itself and how a
+worker applies it on top of ``fair_keys`` are in ``runtime_policies.py``.
 
 ``FleetPolicies(app)`` is the Python API; ``celery -A app fair weights|pause|resume``
 (commands.py) the command line. ``entries`` lists every entry in force, configured and runtime,
