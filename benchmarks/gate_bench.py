@@ -169,7 +169,9 @@ def run(
         from celery_fair.metrics import WorkerMetrics
 
         extra["observer"] = WorkerMetrics(look=lambda: gate.look())
-    gate = Gate(consumer, FairSettings.from_mapping({}), types, process_task, store=store, **extra)
+    # The factory a worker uses (a checkout from before it existed builds its parts in Gate).
+    build = getattr(Gate, "for_worker", Gate)
+    gate = build(consumer, FairSettings.from_mapping({}), types, process_task, store=store, **extra)
     gate.on_connected()
     hub = Hub() if store is not None else None
     if hub is not None:

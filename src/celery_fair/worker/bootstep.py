@@ -158,11 +158,12 @@ class FairGateStep(bootsteps.StartStopStep):
         store = getattr(controller, "fair_store", None)
         self.metrics: WorkerMetrics | None = None
         self._metrics_server: Any = None
+        self._metrics_port: int | None = None  # where the metrics are served, once they are
         if settings.metrics_port is not None:
             self.metrics = WorkerMetrics(
                 look=self._look, worker=c.hostname, top_keys=settings.metrics_top_keys
             )
-        self.gate = Gate(
+        self.gate = Gate.for_worker(
             c,
             settings,
             types,
@@ -180,21 +181,28 @@ class FairGateStep(bootsteps.StartStopStep):
         gate = self.gate
         if gate is None:
             return
-        gate.consumer = c
-        gate.pool = c.pool
-        gate.on_connected()
-        gate.start_link(c.hub)
         settings = gate.settings
+        windows = None
         if Shards.of(c.app).enabled:
-            gate.shard_windows = ShardWindows.install(c, gate.shard_window, settings.max_held + 1)
+            windows = ShardWindows.install(c, gate.shard_window, settings.max_held + 1)
             if gate.turns is not None and c.task_consumer is not None:
                 order_redis_reads(c.task_consumer.channel, gate.turns.order)
-        self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if self.intake is None:
             self.intake = start_intake(c, settings, gate.observer)
-            gate.intake_running = self.intake is not None
         if self.metrics is not None and self._metrics_server is None:
             self._serve_metrics(settings)
+        # Everything the gate acts through on this connection, given before it starts: the
+        # step never sets the gate's attributes.
+        gate.attach(
+            c,
+            c.pool,
+            shard_windows=windows,
+            intake_running=self.intake is not None,
+            metrics_port=self._metrics_port,
+        )
+        gate.on_connected()
+        gate.start_link(c.hub)
+        self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if not self._announced:
             self._announced = True
             announce(c.controller, self._startup_line(c, gate))
@@ -260,8 +268,7 @@ class FairGateStep(bootsteps.StartStopStep):
             self.metrics = None
             return
         self._metrics_server = server
-        if self.gate is not None:
-            self.gate.metrics_port = port
+        self._metrics_port = port
         logger.info(
             "celery-fair: Prometheus metrics at http://%s:%d/metrics",
             settings.metrics_address,

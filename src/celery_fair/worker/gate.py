@@ -43,7 +43,6 @@ callbacks from other threads are marshalled onto it with ``hub.call_soon``; with
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +61,7 @@ from ..core import (
     WallClock,
     words,
 )
+from ..core.clock import Clock, MonotonicClock
 from ..core.inspect import Why
 from ..core.types import check_priority
 from ..engine import LATER, Call, Decision, Driver, Engine
@@ -145,15 +145,36 @@ class Gate:
         settings: Any,
         types: Mapping[str, JobType],
         process_task: Callable[[Any], Any],
-        store: Store | None = None,
+        *,
+        scheduler: Scheduler,
+        engine: Engine,
+        counters: Counters,
+        observer: Observer,
+        driver: str,
+        lookahead: int = 0,
+        sizer: ReserveDepth | None = None,
+        wall: Clock,
+        monotonic: Clock,
         worker_id: str = "worker",
-        observer: Observer | None = None,
     ) -> None:
+        """A gate over parts it is given (``for_worker`` builds them for a real worker).
+
+        ``scheduler`` has ``lookahead`` places beyond the pool's slots and reads ``wall``;
+        ``engine`` decides over it and the store (``engine.store``: ``None`` alone);
+        ``counters`` are what ``inspect stats`` shows, and ``observer`` is what the engine
+        reports to (the counters among its listeners). ``driver`` is the broker transport's
+        (``"redis"``, ``"amqp"``, ...). ``sizer``: the reserve's depth follows the jobs' wall
+        times. ``wall`` reads epoch seconds, as producers stamp ``fair_submitted``;
+        ``monotonic`` reads the intervals and deadlines (holds, spills, waits, runs; the same
+        base as the pool's accept times, ``time.monotonic`` in a real worker).
+        """
         self.consumer = consumer
         self.app = consumer.app
         self.pool = consumer.pool
         self.settings = settings
         self.types = dict(types)
+        self._wall = wall
+        self._monotonic = monotonic
         self._groups = {name: t.conflict_group for name, t in self.types.items()}
         # _declared: the priorities a job's own fair_priority may take (headers.py repairs
         # any other to its type's); _bounds: when each bounded header was last repaired, so
@@ -162,45 +183,16 @@ class Gate:
         self._bounds = Episodes(BOUNDED_QUIET_SECONDS)
         self.process_task = process_task
         # lookahead: jobs admitted beyond the free slots, kept in the gate's reserve until a
-        # pool process frees, which then starts one with no store round trip in between. By
-        # default, with a shared store, as many as cover ``fair_reserve_seconds`` of the
-        # pool's work (1 to RESERVE_MAX, following the jobs' measured wall times); none alone
-        # (the core decides at once there). Only for pools whose ends arrive on the event
-        # loop (prefork, threads).
-        lookahead_pool = ends_on_loop(self.pool)
-        self._sizer: ReserveDepth | None = None
-        wanted = settings.lookahead
-        if wanted is None:
-            wanted = 0
-            if store is not None and lookahead_pool:
-                self._sizer = ReserveDepth(settings.reserve_seconds, minimum=1, maximum=RESERVE_MAX)
-                wanted = self._sizer.minimum
-        self.lookahead = wanted if lookahead_pool else 0
-        if settings.lookahead and not self.lookahead:
-            logger.warning(
-                "fair_lookahead=%d is ignored: it is for the prefork and threads pools, not %s.",
-                settings.lookahead,
-                type(self.pool).__name__,
-            )
-        self.scheduler = Scheduler(
-            settings.scheduler_config(self._slots() + self.lookahead),
-            WallClock(),
-            self.types.values(),
-        )
+        # pool process frees, which then starts one with no store round trip in between
+        # (plan_reserve says how many).
+        self._sizer = sizer
+        self.lookahead = lookahead
+        self.scheduler = scheduler
         # counters: what inspect stats shows; observer: every event goes to it, the counters
         # among its listeners (observe.py).
-        self.counters = Counters()
-        self.observer: Observer = (
-            self.counters if observer is None else Fanout(self.counters, observer)
-        )
-        self.engine = Engine(
-            self.scheduler,
-            store,
-            worker=worker_id,
-            outage=settings.store_outage,
-            poll_interval=settings.store_poll_interval,
-            observer=self.observer,
-        )
+        self.counters = counters
+        self.observer = observer
+        self.engine = engine
         self._runner: StoreLink | None = None
         # With a store link (start_link): the one engine loop, its calls handed to the link,
         # whose replies come back through on_reply. Always under the gate's lock.
@@ -231,15 +223,15 @@ class Gate:
         self._priorities: dict[str, int | None] = {}
         self.held_peak = 0  # the most held at once since the worker started
         # runs: requests handed to the pool (fair or plain) and not finished.
-        self.runs = Runs()
+        self.runs = Runs(monotonic.now)
         # finished_here: the fair jobs this worker ended for good lately, to say where a late
         # copy's job ran when the store drops the copy.
-        self.finished_here = FinishedHere(settings.dedupe_seconds)
+        self.finished_here = FinishedHere(settings.dedupe_seconds, clock=monotonic.now)
         self.window = PrefetchWindow(lambda: self.consumer.qos, settings.max_held)
         # shard_windows: each shard consumer's own window on RabbitMQ (consumer_prefetch.py),
-        # installed by the bootstep on each connection.
+        # given on each connection (attach).
         self.shard_windows: ShardWindows | None = None
-        self._driver = self.app.connection_for_read().transport.driver_type
+        self._driver = driver
         # turns: held messages per shard, which order the Redis transport's reads
         # (shard_turns.py); the bootstep installs it on each connection's channel.
         self.turns: ShardTurns | None = None
@@ -247,8 +239,10 @@ class Gate:
             self.turns = ShardTurns(settings.shards, lambda: self.shard_window)
         self.max_hold = settings.max_hold_seconds or self._default_max_hold()
         self._lock = threading.RLock()
-        self.intake_running = False  # an intake moves this worker's queues' fair messages
-        self.metrics_port: int | None = None  # where this worker serves its metrics
+        # intake_running: an intake moves this worker's queues' fair messages; metrics_port:
+        # where this worker serves its metrics (both given by attach).
+        self.intake_running = False
+        self.metrics_port: int | None = None
         self._last_spill = -float("inf")
         self._revoked_seen = (-1, -1, -1)
         self._sweep_entry: Any = None
@@ -258,9 +252,77 @@ class Gate:
             len(self.types),
             settings.max_held,
             self.max_hold,
-            f"shared as {worker_id}" if store is not None else "this worker alone",
+            f"shared as {worker_id}" if engine.store is not None else "this worker alone",
             settings.describe(),
         )
+
+    @classmethod
+    def for_worker(
+        cls,
+        consumer: Any,
+        settings: Any,
+        types: Mapping[str, JobType],
+        process_task: Callable[[Any], Any],
+        store: Store | None = None,
+        worker_id: str = "worker",
+        observer: Observer | None = None,
+    ) -> Gate:
+        """The gate of a real worker's consumer: its scheduler on the wall clock, its engine
+        over ``store`` (``None``: this worker decides alone), reporting to the gate's counters
+        and ``observer``, and the real clocks."""
+        wall = WallClock()
+        lookahead, sizer = plan_reserve(settings, consumer.pool, shared=store is not None)
+        scheduler = Scheduler(
+            settings.scheduler_config(slots_of(consumer.pool, settings) + lookahead),
+            wall,
+            types.values(),
+        )
+        counters = Counters()
+        fanout: Observer = counters if observer is None else Fanout(counters, observer)
+        engine = Engine(
+            scheduler,
+            store,
+            worker=worker_id,
+            outage=settings.store_outage,
+            poll_interval=settings.store_poll_interval,
+            observer=fanout,
+        )
+        return cls(
+            consumer,
+            settings,
+            types,
+            process_task,
+            scheduler=scheduler,
+            engine=engine,
+            counters=counters,
+            observer=fanout,
+            driver=consumer.app.connection_for_read().transport.driver_type,
+            lookahead=lookahead,
+            sizer=sizer,
+            wall=wall,
+            monotonic=MonotonicClock(),
+            worker_id=worker_id,
+        )
+
+    def attach(
+        self,
+        consumer: Any,
+        pool: Any,
+        *,
+        shard_windows: ShardWindows | None = None,
+        intake_running: bool = False,
+        metrics_port: int | None = None,
+    ) -> None:
+        """The consumer (re)started: the consumer and pool to act through, each shard
+        consumer's window on this connection (RabbitMQ with shards, consumer_prefetch.py),
+        whether an intake moves this worker's queues' fair messages into their shards, and
+        the port this worker serves its metrics on. Called before ``on_connected``."""
+        with self._lock:
+            self.consumer = consumer
+            self.pool = pool
+            self.shard_windows = shard_windows
+            self.intake_running = intake_running
+            self.metrics_port = metrics_port
 
     # -- requests in -------------------------------------------------------------------
 
@@ -276,7 +338,7 @@ class Gate:
                 default_key=self.settings.default_fairness_key,
                 max_length=self.settings.max_header_length,
                 reject_all=self.settings.on_bad_message == "reject",
-                received=time.time(),
+                received=self._wall.now(),
                 horizon=self.settings.submitted_horizon_seconds,
                 priorities=self._declared,
             )
@@ -298,7 +360,7 @@ class Gate:
                 self.observer.repaired(problem.header)
             for problem in parsed.bounded:
                 self.observer.repaired(problem.header)
-                if self._bounds.due(problem.header, time.monotonic()):
+                if self._bounds.due(problem.header, self._monotonic.now()):
                     logger.warning(
                         "Task %s[%s]: %s; %s (counted in fair-repaired; logged again after "
                         "%.0f s without another).",
@@ -337,11 +399,11 @@ class Gate:
             )
             ack_quietly(req)
             return
-        arrival = parsed.submitted if parsed.submitted is not None else time.time()
+        arrival = parsed.submitted if parsed.submitted is not None else self._wall.now()
         priority = parsed.priority
         if self._priorities and req.id in self._priorities:
             priority = self._priorities.pop(req.id)  # given while it was on its way
-            arrival = time.time()  # and a new priority restarts its wait, as reprioritize does
+            arrival = self._wall.now()  # and a new priority restarts its wait, as reprioritize does
         self.engine.submit(
             uid,
             parsed.job_type,
@@ -350,7 +412,7 @@ class Gate:
             arrival=arrival,
             priority=priority,
         )
-        held = self.held[uid] = Held(req, time.monotonic(), parsed, arrival)
+        held = self.held[uid] = Held(req, self._monotonic.now(), parsed, arrival)
         held.priority = priority
         if uid != req.id:
             self._uids[req.id] = uid
@@ -476,7 +538,7 @@ class Gate:
             if held is None:  # forgotten while the store decided: let its slot go
                 self.engine.finish(uid, None, unstarted=True)
                 continue
-            wait = time.monotonic() - held.received
+            wait = self._monotonic.now() - held.received
             self.observer.admitted(admission.type, admission.priority, wait)
             effective = admission.effective_priority
             if effective is not None and (effective != admission.priority or admission.urgent):
@@ -487,7 +549,7 @@ class Gate:
                 held.events["queue_wait"] = round(wait, 6)
                 submitted = held.events.get("submitted")
                 if submitted is not None:  # on two clocks: the producer's and this one
-                    held.events["publish_wait"] = round(max(0.0, time.time() - submitted), 6)
+                    held.events["publish_wait"] = round(max(0.0, self._wall.now() - submitted), 6)
                 held.events["fencing_token"] = admission.token
                 held.events["fair_priority"] = admission.priority  # its own, reprioritised too
                 if effective is not None:
@@ -594,9 +656,7 @@ class Gate:
 
     def _slots(self) -> int:
         """The pool's size now (autoscale moves it), or ``fair_capacity`` if smaller."""
-        size = pool_size(self.pool)
-        capacity = self.settings.capacity
-        return size if capacity is None else min(capacity, size) if size else capacity
+        return slots_of(self.pool, self.settings)
 
     # -- pool callbacks ------------------------------------------------------------------
 
@@ -609,7 +669,7 @@ class Gate:
         return options if run is None else wrap_callbacks(options, run, self._finish_soon)
 
     def _finish_soon(self, run: Run, timed: bool) -> None:
-        elapsed = run.elapsed() if timed else None
+        elapsed = run.elapsed(self._monotonic.now()) if timed else None
         hub = self.consumer.hub
         if self._green and not self._closed:
             # Still on the job's own greenlet, which holds its pool slot until it returns:
@@ -708,7 +768,7 @@ class Gate:
                 )
 
     def _refresh_old_holds(self) -> None:
-        deadline = time.monotonic() - self.max_hold
+        deadline = self._monotonic.now() - self.max_hold
         for held in list(self.held.values()):
             if held.received > deadline:
                 break  # held is ordered by receipt
@@ -716,7 +776,7 @@ class Gate:
                 self.observer.refreshed()
 
     def _spill(self) -> None:
-        now = time.monotonic()
+        now = self._monotonic.now()
         if now - self._last_spill < self.settings.spill_interval:
             return
         self._last_spill = now
@@ -934,7 +994,7 @@ class Gate:
             held = self.held.get(uid)
             if held is None:
                 return None
-            waited = round(time.monotonic() - held.received, 3)
+            waited = round(self._monotonic.now() - held.received, 3)
             if uid in self._reserve:
                 return {"state": "reserved", "waited": waited}
             view = self.scheduler.status(uid)
@@ -1057,7 +1117,7 @@ class Gate:
             for priority, running in self.scheduler.running_by_tier().items():
                 tiers.setdefault(priority, [0, 0])[1] += running
             return {
-                "fair-oldest-held-seconds": round(time.monotonic() - oldest.received, 3)
+                "fair-oldest-held-seconds": round(self._monotonic.now() - oldest.received, 3)
                 if oldest is not None
                 else 0.0,
                 **{f"fair-blocked-{r.replace('_', '-')}": n for r, n in blocked.items()},
@@ -1105,7 +1165,7 @@ class Gate:
                 key = h.headers.fairness_key
                 if h.arrival < oldest.get(key, h.arrival + 1):
                     oldest[key] = h.arrival
-            now = time.time()
+            now = self._wall.now()
             return GateLook(
                 held=held,
                 running={(t, p): n for t, p, _, n in self.scheduler.by_type() if n},
@@ -1140,3 +1200,37 @@ def _waits_for(start: Any, found: Why | None) -> str:
     return next(
         (words.line(b) for b in blockers if b.reason is start.waits_for), start.waits_for.value
     )
+
+
+def slots_of(pool: Any, settings: Any) -> int:
+    """The pool's size now (autoscale moves it), or ``fair_capacity`` if smaller."""
+    size = pool_size(pool)
+    capacity = settings.capacity
+    return size if capacity is None else min(capacity, size) if size else capacity
+
+
+def plan_reserve(settings: Any, pool: Any, *, shared: bool) -> tuple[int, ReserveDepth | None]:
+    """The gate's lookahead, and what sizes it if it follows the jobs' wall times.
+
+    Jobs admitted beyond the free slots wait in the gate's reserve until a pool process frees,
+    which then starts one with no store round trip in between. By default, with a shared
+    store, as many as cover ``fair_reserve_seconds`` of the pool's work (1 to RESERVE_MAX,
+    following the jobs' measured wall times); none alone (the core decides at once there).
+    Only for pools whose ends arrive on the event loop (prefork, threads).
+    """
+    lookahead_pool = ends_on_loop(pool)
+    sizer: ReserveDepth | None = None
+    wanted = settings.lookahead
+    if wanted is None:
+        wanted = 0
+        if shared and lookahead_pool:
+            sizer = ReserveDepth(settings.reserve_seconds, minimum=1, maximum=RESERVE_MAX)
+            wanted = sizer.minimum
+    lookahead = wanted if lookahead_pool else 0
+    if settings.lookahead and not lookahead:
+        logger.warning(
+            "fair_lookahead=%d is ignored: it is for the prefork and threads pools, not %s.",
+            settings.lookahead,
+            type(pool).__name__,
+        )
+    return lookahead, sizer

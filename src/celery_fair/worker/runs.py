@@ -34,9 +34,9 @@ class Run:
     accepted: float | None = None
     applied: bool = False  # the pool took it (its apply_async call came)
 
-    def elapsed(self) -> float:
-        """Seconds since the pool process accepted it (or since the hand-off)."""
-        return max(0.0, time.monotonic() - (self.accepted or self.dispatched))
+    def elapsed(self, now: float) -> float:
+        """Seconds from the pool process's acceptance (or the hand-off) to ``now`` (monotonic)."""
+        return max(0.0, now - (self.accepted or self.dispatched))
 
 
 class FinishedHere:
@@ -80,9 +80,13 @@ class FinishedHere:
 
 
 class Runs:
-    """The set of runs, with the counts the gate's capacity and ``inspect stats`` read."""
+    """The set of runs, with the counts the gate's capacity and ``inspect stats`` read.
 
-    def __init__(self) -> None:
+    ``clock`` stamps each hand-off: monotonic seconds, on the base of the pool's accept times.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         # _by_request: every run, by id() of its Request (each Run keeps its Request alive,
         # so no two runs share a key).
         self._by_request: dict[int, Run] = {}
@@ -102,7 +106,7 @@ class Runs:
 
     def add(self, req: Any, uid: str | None) -> Run:
         """A run of ``req`` about to be handed to the pool. O(1)."""
-        run = self._by_request[id(req)] = Run(req, uid, time.monotonic())
+        run = self._by_request[id(req)] = Run(req, uid, self._clock())
         self.in_line += 1
         if uid is None:
             self.plain += 1
