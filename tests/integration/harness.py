@@ -241,8 +241,13 @@ class Worker:
 def gate_stats(run: Run, worker: Worker) -> dict[str, Any]:
     """The gate's counters, as ``celery inspect stats`` reports them (``pool`` section)."""
     node = f"{worker.name}@{socket.gethostname()}"
-    stats = run.app.control.inspect(destination=[node], timeout=1).stats() or {}
-    return dict(stats.get(node, {}).get("pool", {}))
+
+    def answered() -> dict[str, Any] | None:
+        # (a loaded host can miss the 1 s reply window: no answer is not an empty gate)
+        stats = run.app.control.inspect(destination=[node], timeout=1).stats() or {}
+        return stats.get(node)
+
+    return dict(wait_until(answered, 30, f"{node} to answer inspect stats").get("pool", {}))
 
 
 #: The gate's counts of what is inside it, each zero when the worker is idle.
