@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .store.base import REFUSAL_REASONS
+
 __all__ = [
     "BLOCK_REASONS",
     "CALL_KINDS",
@@ -38,7 +40,7 @@ __all__ = [
 #: Why the store refused an admission: the fleet runs as many of the job's tier (``tier_cap``)
 #: or type (``type_cap``) as the cap allows, another worker holds its conflict (``conflict``),
 #: or the store came back empty and workers are re-registering (``recovering``).
-BLOCK_REASONS = ("tier_cap", "type_cap", "conflict", "recovering")
+BLOCK_REASONS = tuple(REFUSAL_REASONS.values())  # one spelling: store/base.py
 #: Job control's operations on one gate, and its answers (control.py).
 CONTROL_OPERATIONS = ("cancel", "reprioritize")
 CONTROL_ANSWERS = ("cancelled", "ok", "already_running", "elsewhere")

@@ -138,3 +138,24 @@ def test_the_intake_tells_its_observer_what_it_moved_from_which_queue():
     assert intake.done.wait(5)
     thread.stop()
     assert recording.events == [("moved", ("a", 500)), ("moved", ("b", 7))]
+
+
+def test_every_refusal_has_one_spelling_from_the_store_to_the_metrics_and_the_docs():
+    from pathlib import Path
+
+    from celery_fair.core.types import BlockReason
+    from celery_fair.observe import BLOCK_REASONS
+    from celery_fair.store.base import REFUSAL_REASONS, Verdict
+
+    # Every verdict that refuses a job is counted under a reason (the copies of a message,
+    # RUNNING and DONE, are counted apart, as stalled and dropped),
+    assert set(REFUSAL_REASONS) == set(Verdict) - {Verdict.ADMITTED, Verdict.RUNNING, Verdict.DONE}
+    # the observer lists every reason the engine gives it (before: four of the six),
+    assert set(BLOCK_REASONS) == set(REFUSAL_REASONS.values())
+    # a refusal the core has a rule for is spelled as the core spells it,
+    core = {reason.value for reason in BlockReason}
+    assert {"tier_cap", "type_cap", "key_cap", "conflict"} <= core & set(BLOCK_REASONS)
+    # and metrics.md names each.
+    docs = Path(__file__).parents[2] / "docs" / "metrics.md"
+    row = next(line for line in docs.read_text().splitlines() if "`refused_total`" in line)
+    assert all(f"`{reason}`" in row for reason in BLOCK_REASONS), row

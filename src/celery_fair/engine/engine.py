@@ -22,6 +22,7 @@ from ..errors import ConfigurationError, DuplicateJob, UnknownJob
 from ..observe import Counters, Observer
 from ..runtime_policies import RuntimePolicies, apply_to
 from ..store.base import (
+    REFUSAL_REASONS,
     Ask,
     Done,
     Registered,
@@ -45,15 +46,6 @@ __all__ = ["OUTAGE_POLICIES", "Engine", "Mode", "Vetted"]
 logger = logging.getLogger(__name__)
 
 #: The store's refusals that block a job, by the name observers know them by.
-_BLOCKED = {
-    Verdict.TIER_CAP: "tier_cap",
-    Verdict.TYPE_CAP: "type_cap",
-    Verdict.KEY_CAP: "key_cap",
-    Verdict.PAUSED: "paused",
-    Verdict.CONFLICT: "conflict",
-    Verdict.RECOVERING: "recovering",
-}
-
 #: The caps that workers share, which an urgent job refused for claims (``Ask.claim``).
 _SHARED_CAPS = (Verdict.TIER_CAP, Verdict.TYPE_CAP)
 
@@ -617,8 +609,9 @@ class Engine:
                     )
                 )  # fmt: skip
                 continue
-            if verdict in _BLOCKED:
-                self.observer.blocked(job.ask.type, job.ask.priority, _BLOCKED[verdict])
+            if verdict in REFUSAL_REASONS:
+                reason = REFUSAL_REASONS[verdict]
+                self.observer.blocked(job.ask.type, job.ask.priority, reason)
             if verdict is Verdict.CONFLICT and job.job_id is not None:
                 core.hold_elsewhere(job.group, job.job_id)  # first: the revert parks it there
             core.revert(ref)

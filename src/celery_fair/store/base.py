@@ -15,7 +15,10 @@ import enum
 from collections.abc import Callable, Collection
 from typing import NamedTuple, Protocol
 
+from ..core.types import BlockReason
+
 __all__ = [
+    "REFUSAL_REASONS",
     "SCHEMA",
     "Ask",
     "Done",
@@ -187,6 +190,20 @@ class Verdict(str, enum.Enum):
     RUNNING = "running"  # a job with this uid runs now, on a live lease (a copy of its message)
     DONE = "done"  # a job with this uid finished for good recently (a late copy of its message)
     RECOVERING = "recovering"  # the store came back empty; workers are re-registering
+
+
+#: What each refusal is called in the metrics and the observer (``refused_total{reason}``):
+#: the core's ``BlockReason`` spelling where the core has the same rule, one word otherwise.
+#: Every verdict but ``ADMITTED`` and the two about copies of a message (``RUNNING``,
+#: ``DONE``, counted apart) is here, so a new refusal cannot go uncounted.
+REFUSAL_REASONS: dict[Verdict, str] = {
+    Verdict.TIER_CAP: BlockReason.TIER_CAP.value,
+    Verdict.TYPE_CAP: BlockReason.TYPE_CAP.value,
+    Verdict.KEY_CAP: BlockReason.KEY_CAP.value,
+    Verdict.CONFLICT: BlockReason.CONFLICT.value,
+    Verdict.PAUSED: "paused",
+    Verdict.RECOVERING: "recovering",
+}
 
 
 class Ask(NamedTuple):
