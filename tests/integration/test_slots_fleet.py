@@ -86,13 +86,22 @@ def test_slots_in_four_processes_share_the_type_cap_and_conflicts_with_worker_jo
     # conflict on their repository (the git group),
     run = make_run(conf=fleet_conf(broker))
     start_fleet(run, start_worker, n=2, concurrency=2)
-    # when four web processes each run three repack slots (one of linux) from the moment
-    # eight repack jobs (three of linux) are published to the workers,
+    # when four web processes each run three repack slots (one of linux) once eight repack
+    # jobs (three of linux) published to the workers have started (one of them for 2 s, so
+    # that the slots surely run while a worker job holds a place of the cap),
     plan = [(f"web{p}", ["linux", f"p{p}a", f"p{p}b"]) for p in range(4)]
     procs = callers(run, plan)
     for i in range(8):
         job = "linux" if i % 3 == 0 else f"w{i}"
-        run.send("fairapp.repack", f"job:{job}:{i}", 0.3, headers=fair_headers("repack", "bg", job))
+        seconds = 2.0 if i == 1 else 0.3
+        run.send(
+            "fairapp.repack", f"job:{job}:{i}", seconds, headers=fair_headers("repack", "bg", job)
+        )
+    wait_until(
+        lambda: any(e["tag"] == "job:w1:1" for e in run.recorder.events()),
+        30,
+        "the long worker job to start",
+    )
     go(run, plan)
     try:
         outputs = [p.communicate(timeout=90) for p in procs]
