@@ -264,22 +264,19 @@ def weights(
         raise click.UsageError("give the key (or pattern) to change: fair weights NAME ...")
     if options and reset:
         raise click.UsageError("--reset drops NAME's runtime policy: give no options with it")
-    if not (options or reset) and not _has_shared_store(ctx):
-        # Nothing can change at run time without a shared store, but fair_keys still apply.
-        from .policies import RuntimePolicies
-        from .settings import FairSettings
+    # Showing needs no shared store (fair_keys still apply); changing does.
+    with _policies(ctx, optional=not (options or reset)) as policies:
+        if policies is None:
+            from .policies import RuntimePolicies
+            from .settings import FairSettings
 
-        try:
             configured = FairSettings.from_celery_conf(ctx.obj.app.conf).keys
-        except ConfigurationError as exc:
-            raise click.UsageError(f"celery-fair: {exc}") from None
-        version, runtime = 0, RuntimePolicies()
-        click.echo(
-            "(no shared store: fair_keys alone apply; changing them at run time needs one)",
-            err=True,
-        )
-    else:
-        with _policies(ctx) as policies:
+            version, runtime = 0, RuntimePolicies()
+            click.echo(
+                "(no shared store: fair_keys alone apply; changing them at run time needs one)",
+                err=True,
+            )
+        else:
             try:
                 if reset:
                     policies.reset(name)
@@ -474,34 +471,31 @@ def _pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...], on
     _show_policies(version, configured, runtime, False)
 
 
-def _has_shared_store(ctx: click.Context) -> bool:
-    """Whether the command's app has a shared store (a Redis ``fair_store_url`` or broker)."""
-    from .policies import FleetPolicies
-
-    try:
-        FleetPolicies(ctx.obj.app).close()
-    except ConfigurationError:
-        return False
-    return True
-
-
 class _policies:
-    """``FleetPolicies`` of the command's app, closed on exit; a usage error without a store."""
+    """``FleetPolicies`` of the command's app, closed on exit; a usage error without a store,
+    or ``None`` when ``optional``."""
 
-    def __init__(self, ctx: click.Context) -> None:
+    def __init__(self, ctx: click.Context, optional: bool = False) -> None:
         self.ctx = ctx
+        self.optional = optional
+        self.policies: Any = None
 
     def __enter__(self) -> Any:
         from .policies import FleetPolicies
+        from .settings import FairSettings
 
         try:
+            FairSettings.from_celery_conf(self.ctx.obj.app.conf)  # bad settings: always an error
             self.policies = FleetPolicies(self.ctx.obj.app)
         except ConfigurationError as exc:
+            if self.optional:
+                return None
             raise click.UsageError(f"celery-fair: {exc}") from None
         return self.policies
 
     def __exit__(self, *exc: object) -> None:
-        self.policies.close()
+        if self.policies is not None:
+            self.policies.close()
 
 
 def _show_policies(version: int, configured: Any, runtime: Any, as_json: bool) -> None:
