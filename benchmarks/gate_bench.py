@@ -170,7 +170,10 @@ def run(
 
         extra["observer"] = WorkerMetrics(look=lambda: gate.look())
     # The factory a worker uses (a checkout from before it existed builds its parts in Gate).
-    build = getattr(Gate, "for_worker", Gate)
+    try:
+        from celery_fair.worker.bootstep import gate_for_worker as build
+    except ImportError:
+        build = getattr(Gate, "for_worker", Gate)
     gate = build(consumer, FairSettings.from_mapping({}), types, process_task, store=store, **extra)
     gate.on_connected()
     hub = Hub() if store is not None else None

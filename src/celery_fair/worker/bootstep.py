@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery import bootsteps
@@ -13,19 +14,24 @@ from celery.utils.log import get_logger
 from kombu.utils.url import maybe_sanitize_url
 
 from ..connect import open_store, store_url
+from ..core import JobType, Scheduler, WallClock
+from ..core.clock import MonotonicClock
+from ..engine import Engine
 from ..metrics import GateLook, WorkerMetrics, serve
-from ..observe import Observer
+from ..observe import Counters, Fanout, Observer
 from ..routing import Shards, follow_consumer_changes, shard_index
 from ..settings import FairSettings
+from ..store.base import Store
 from . import control  # noqa: F401 - registers the fair_* remote-control commands
 from .consumer_prefetch import ShardWindows
-from .gate import RESERVE_MAX, Gate
+from .gate import Gate
 from .intake import Intake, IntakeThread, RedisIntake
 from .intake.amqp import AmqpIntake
 from .internals import order_redis_reads, redis_broker_client, redis_queue_lists
+from .reserve import RESERVE_MAX, plan_reserve, slots_of
 
 # open_store and store_url are the app glue's (connect.py); named here too, as before.
-__all__ = ["FairGateStep", "open_store", "startup_line", "store_url"]
+__all__ = ["FairGateStep", "gate_for_worker", "open_store", "startup_line", "store_url"]
 
 logger = get_logger(__name__)
 
@@ -163,7 +169,7 @@ class FairGateStep(bootsteps.StartStopStep):
             self.metrics = WorkerMetrics(
                 look=self._look, worker=c.hostname, top_keys=settings.metrics_top_keys
             )
-        self.gate = Gate.for_worker(
+        self.gate = gate_for_worker(
             c,
             settings,
             types,
@@ -184,9 +190,9 @@ class FairGateStep(bootsteps.StartStopStep):
         settings = gate.settings
         windows = None
         if Shards.of(c.app).enabled:
-            windows = ShardWindows.install(c, gate.shard_window, settings.max_held + 1)
-            if gate.turns is not None and c.task_consumer is not None:
-                order_redis_reads(c.task_consumer.channel, gate.turns.order)
+            windows = ShardWindows.install(c, gate.windows.shard_window, settings.max_held + 1)
+            if gate.windows.turns is not None and c.task_consumer is not None:
+                order_redis_reads(c.task_consumer.channel, gate.windows.turns.order)
         if self.intake is None:
             self.intake = start_intake(c, settings, gate.observer)
         if self.metrics is not None and self._metrics_server is None:
@@ -235,7 +241,7 @@ class FairGateStep(bootsteps.StartStopStep):
     def _startup_line(self, c: Any, gate: Gate) -> str:
         settings = gate.settings
         low = high = gate.lookahead
-        if gate.adaptive:
+        if gate.reserve.adaptive:
             high = RESERVE_MAX
         shards = Shards.of(c.app)
         return startup_line(
@@ -274,3 +280,50 @@ class FairGateStep(bootsteps.StartStopStep):
             settings.metrics_address,
             port,
         )
+
+
+def gate_for_worker(
+    consumer: Any,
+    settings: Any,
+    types: Mapping[str, JobType],
+    process_task: Callable[[Any], Any],
+    store: Store | None = None,
+    worker_id: str = "worker",
+    observer: Observer | None = None,
+) -> Gate:
+    """The gate of a real worker's consumer: its scheduler on the wall clock, its engine
+    over ``store`` (``None``: this worker decides alone), reporting to the gate's counters
+    and ``observer``, and the real clocks."""
+    wall = WallClock()
+    lookahead, sizer = plan_reserve(settings, consumer.pool, shared=store is not None)
+    scheduler = Scheduler(
+        settings.scheduler_config(slots_of(consumer.pool, settings) + lookahead),
+        wall,
+        types.values(),
+    )
+    counters = Counters()
+    fanout: Observer = counters if observer is None else Fanout(counters, observer)
+    engine = Engine(
+        scheduler,
+        store,
+        worker=worker_id,
+        outage=settings.store_outage,
+        poll_interval=settings.store_poll_interval,
+        observer=fanout,
+    )
+    return Gate(
+        consumer,
+        settings,
+        types,
+        process_task,
+        scheduler=scheduler,
+        engine=engine,
+        counters=counters,
+        observer=fanout,
+        driver=consumer.app.connection_for_read().transport.driver_type,
+        lookahead=lookahead,
+        sizer=sizer,
+        wall=wall,
+        monotonic=MonotonicClock(),
+        worker_id=worker_id,
+    )

@@ -37,7 +37,14 @@ from celery.worker.strategy import default as _default_strategy
 from ..routing import shard_count, shard_of
 from .headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED, header_text
 
-__all__ = ["EVENT_FIELDS", "attach", "fair_strategy", "received_fields"]
+__all__ = [
+    "EVENT_FIELDS",
+    "attach",
+    "fair_strategy",
+    "on_admission",
+    "on_receipt",
+    "received_fields",
+]
 
 #: Every field celery-fair adds to task events; ``celery_fair.flower`` shows them.
 EVENT_FIELDS = (
@@ -150,3 +157,37 @@ def attach(req: Any, fields: dict[str, Any]) -> None:
         send(req, type, **{**fields, **more})
 
     req.send_event = send_event
+
+
+def on_receipt(parsed: Any, shard: int | None, place_in_key: int, held: int) -> dict[str, Any]:
+    """The fields a held job's task events carry from its receipt: its fairness headers, its
+    shard, its place among its key's pending jobs and how many the gate held with it, and its
+    publish time if the producer gave one (for the wait from then)."""
+    fields = {
+        "fairness_key": parsed.fairness_key,
+        "job_type": parsed.job_type,
+        "job_id": parsed.job_id,
+        "shard": shard,
+        "place_in_key": place_in_key,
+        "held_at_receipt": held,
+    }
+    if parsed.submitted is not None:
+        fields["submitted"] = parsed.submitted
+    return fields
+
+
+def on_admission(fields: dict[str, Any], admission: Any, wait: float, now: float) -> None:
+    """Add to a held job's event ``fields`` what its admission says: its wait in the gate
+    (``wait`` seconds), its wait since publish (to ``now``, epoch seconds: on two clocks, the
+    producer's and this one), its fencing token and priorities, and ``urgent`` only if it is
+    (Flower shows every field that is set)."""
+    fields["queue_wait"] = round(wait, 6)
+    submitted = fields.get("submitted")
+    if submitted is not None:
+        fields["publish_wait"] = round(max(0.0, now - submitted), 6)
+    fields["fencing_token"] = admission.token
+    fields["fair_priority"] = admission.priority  # its own, reprioritised too
+    if admission.effective_priority is not None:
+        fields["effective_priority"] = admission.effective_priority
+    if admission.urgent:
+        fields["urgent"] = True

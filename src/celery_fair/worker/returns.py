@@ -9,13 +9,64 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery.utils.log import get_logger
+from celery.worker import state as worker_state
 from kombu.entity import Queue
 
 from ..routing import Shards
 from .headers import ERROR, REPUBLISHED, SUBMITTED
 from .internals import message_of
 
-__all__ = ["dead_letter", "publish_copy", "return_to_queue"]
+__all__ = ["dead_letter", "give_back", "publish_copy", "return_to_queue", "send_to_dead_letters"]
+
+logger = get_logger(__name__)
+
+
+def give_back(
+    app: Any,
+    req: Any,
+    arrival: float,
+    republished: int,
+    *,
+    reason: str,
+    shard_key: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> bool:
+    """Return a held message to its queue (``return_to_queue``) and tell Celery it is done
+    here; ``reason`` is logged. ``False`` (logged) if it could not be published: the caller
+    still holds it."""
+    try:
+        return_to_queue(app, req, arrival, republished, shard_key, extra)
+    except Exception:
+        logger.exception(
+            "Could not return held task %s[%s] to the broker (%s); still holding it.",
+            req.name,
+            req.id,
+            reason,
+        )
+        return False
+    worker_state.task_ready(req)
+    logger.info("Returned held task %s[%s] to the broker: %s.", req.name, req.id, reason)
+    return True
+
+
+def send_to_dead_letters(app: Any, req: Any, why: str, queue: str) -> bool:
+    """Dead-letter ``req`` to ``queue`` (``dead_letter``), then acknowledge it the way Celery
+    rejects a message (task ready, a ``task-rejected`` event). If it cannot be published it is
+    rejected instead, and this is ``False``."""
+    try:
+        dead_letter(app, req, why, queue)
+    except Exception:
+        logger.exception(
+            "Could not dead-letter task %s[%s]; rejecting it instead.", req.name, req.id
+        )
+        req.reject(requeue=False)
+        return False
+    req.acknowledge()
+    worker_state.task_ready(req)
+    req.send_event("task-rejected", requeue=False)
+    logger.error("Task %s[%s] sent to dead letter queue %r: %s", req.name, req.id, queue, why)
+    return True
 
 
 def return_to_queue(

@@ -8,6 +8,7 @@ gives it back when its own end comes (docs/operations.md#task-ids-celery-reuses)
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from celery.utils.log import get_logger
 
 from .internals import already_revoked, hit_time_limit, request_of
 
-__all__ = ["FinishedHere", "Run", "Runs"]
+__all__ = ["FinishedHere", "Handoff", "Run", "Runs"]
 
 logger = get_logger(__name__)
 
@@ -103,6 +104,11 @@ class Runs:
 
     def __iter__(self) -> Iterator[Run]:
         return iter(self._by_request.values())
+
+    def fair_slots(self, pool_slots: int) -> int:
+        """Of a pool of ``pool_slots``, the slots fair jobs may run in now: all but the plain
+        runs'."""
+        return max(0, pool_slots - self.plain)
 
     def add(self, req: Any, uid: str | None) -> Run:
         """A run of ``req`` about to be handed to the pool. O(1)."""
@@ -190,3 +196,66 @@ def wrap_callbacks(
         "callback": on_done,
         "error_callback": on_failed,
     }
+
+
+class Handoff:
+    """How a gate's runs reach the pool, and how their ends come back to it, under the three
+    threading regimes a worker has: an event loop with ends read on it (prefork), an event
+    loop with ends on pool threads (threads), and green threads (gevent, eventlet).
+
+    ``finished(run, elapsed, unstarted)`` is the gate's end of a run; ``consumer`` is the
+    consumer to act through (its hub and timer), set again when it restarts.
+    """
+
+    def __init__(
+        self,
+        runs: Runs,
+        process_task: Callable[[Any], Any],
+        finished: Callable[[Run, float | None, bool], None],
+        clock: Callable[[], float],
+        *,
+        consumer: Any,
+        green: bool,
+    ) -> None:
+        self._runs = runs
+        self._process_task = process_task
+        self._finished = finished
+        self._clock = clock
+        self.consumer = consumer
+        self._green = green
+        self.loop_thread: int | None = None  # the thread the consumer runs its loop on
+        self.closed = False  # the worker is shutting down: ends are taken where they come
+
+    def hand(self, run: Run) -> None:
+        """Hand ``run`` to the worker's own path to the pool; notice if it never got there."""
+        req = run.req
+        try:
+            self._process_task(req)
+        except Exception:
+            logger.exception("Task %s[%s] could not be handed to the pool.", req.name, req.id)
+            self._finished(run, None, False)
+            return
+        if not run.applied and already_revoked(req):
+            # revoked (or expired) at the pool's door: Celery acked it; it never ran
+            self._finished(run, None, True)
+
+    def wrap_callbacks(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Wrap one ``apply_async`` call's callbacks to learn when its run starts and ends."""
+        run = self._runs.taken(options)
+        return options if run is None else wrap_callbacks(options, run, self._end_soon)
+
+    def _end_soon(self, run: Run, timed: bool) -> None:
+        elapsed = run.elapsed(self._clock()) if timed else None
+        consumer = self.consumer
+        hub = consumer.hub
+        if self._green and not self.closed:
+            # Still on the job's own greenlet, which holds its pool slot until it returns:
+            # starting the next job from here would wait for that very slot. A fresh greenlet
+            # (the timer's) does it once this one has ended.
+            consumer.timer.call_after(0, self._finished, (run, elapsed, False))
+        elif hub is None or self.closed or threading.get_ident() == self.loop_thread:
+            # On the loop already (prefork's results are read there): release the slot and
+            # start the next job in the same breath, as Celery releases its own semaphore.
+            self._finished(run, elapsed, False)
+        else:  # a pool thread (the threads pool): the loop does it
+            hub.call_soon(self._finished, run, elapsed, False)

@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CHUNK", "PrefetchWindow"]
+from .shard_turns import ShardTurns
+
+__all__ = ["CHUNK", "PrefetchWindow", "Windows", "blocked_idle"]
 
 #: The smallest step the window moves by.
 CHUNK = 8
@@ -77,3 +79,77 @@ class PrefetchWindow:
     def reset(self) -> None:
         """A new connection, whose QoS starts from Celery's own value."""
         self.raised = 0
+
+
+def blocked_idle(*, starved: bool, running: int, capacity: int, lookahead: int) -> bool:
+    """A pool process idles that no held job can take: they all wait for conflicts or caps
+    (``starved``). An empty place in the reserve is no reason: a cap may keep it empty while
+    every process is busy. O(1).
+
+    >>> blocked_idle(starved=True, running=1, capacity=3, lookahead=1)
+    True
+    >>> blocked_idle(starved=True, running=2, capacity=3, lookahead=1)
+    False
+    """
+    return starved and running < capacity - lookahead
+
+
+class Windows:
+    """Every window the gate keeps on its broker connection, and how far each may open.
+
+    - ``prefetch``: the channel's prefetch window (``PrefetchWindow``);
+    - ``shards``: each shard consumer's own window on RabbitMQ with shards
+      (consumer_prefetch.py), given with each connection;
+    - ``turns``: the Redis transport's reading order by held messages per shard
+      (shard_turns.py), with shards on Redis.
+    """
+
+    def __init__(
+        self,
+        qos: Callable[[], Any],
+        capacity: Callable[[], int],
+        *,
+        max_held: int,
+        shards: int,
+        driver: str,
+    ) -> None:
+        """``qos``: the consumer's QoS now; ``capacity``: what the worker can start now (its
+        slots and reserve: the core's capacity)."""
+        self._capacity = capacity
+        self.prefetch = PrefetchWindow(qos, max_held)
+        self.max_held = max_held
+        self.shard_count = shards
+        self.driver = driver
+        self.shards: Any = None  # ShardWindows of this connection, or None
+        self.turns: ShardTurns | None = None
+        if driver == "redis" and shards > 1:
+            self.turns = ShardTurns(shards, lambda: self.shard_window)
+
+    @property
+    def shard_window(self) -> int:
+        """Each shard consumer's own window on RabbitMQ while nothing blocks: what the worker
+        can start (its slots and reserve) plus one look (consumer_prefetch.py)."""
+        return self._capacity() + 1
+
+    def limit(self, blocked_idle: bool) -> int:
+        """How many messages the gate should hold. O(1).
+
+        The bound is for shards on Redis, whose transport pops the queues in strict turns: a
+        newcomer's shard comes at most one turn after the burst's. RabbitMQ shares a full
+        window's freed places among the queues by lot, so a newcomer could lose several draws
+        to the burst: there each shard's consumer has a window of its own instead
+        (consumer_prefetch.py), and the channel's may reach ``fair_max_held``. While a process
+        idles that no held job can take, the gate may take in up to ``fair_max_held`` to find
+        one that can run."""
+        if self.shard_count <= 1 or self.driver != "redis" or blocked_idle:
+            return self.max_held
+        return min(self.max_held, self._capacity() + self.shard_count)
+
+    def follow(self, held: int, fair_inside: bool, blocked_idle: bool) -> None:
+        """Keep the channel's window ahead of ``held`` messages (``PrefetchWindow.follow``)."""
+        self.prefetch.follow(held, fair_inside, self.limit(blocked_idle))
+
+    def reset(self) -> None:
+        """The connection is new, or gone: its QoS starts from Celery's own value, and its
+        consumers (and their windows) are new."""
+        self.prefetch.reset()

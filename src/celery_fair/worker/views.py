@@ -1,0 +1,176 @@
+"""What a gate shows: one job's status for job control, the flat statistics ``inspect stats``
+and Flower read, and the figures a metrics scrape reads.
+
+Each view reads the gate's parts (``Parts``) and changes nothing; the gate calls them under
+its lock. O(held) at most (a held job's place, the tiers), never on a hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import BlockReason, JobType, Scheduler, words
+from ..core.inspect import Why
+from ..engine import Engine
+from ..metrics import GateLook, top_allocations
+from ..observe import Counters
+from ..store.base import conflict_field
+from .held import HeldJobs
+from .reserve import Reserve
+from .runs import Runs
+from .window import Windows, blocked_idle
+
+__all__ = ["Parts", "idle_blocked", "job_status", "look", "pool_info"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The parts of one gate that its views read."""
+
+    held: HeldJobs
+    reserve: Reserve
+    runs: Runs
+    scheduler: Scheduler
+    engine: Engine
+    counters: Counters
+    windows: Windows
+    types: Mapping[str, JobType]
+    groups: Mapping[str, str]  # job type -> its conflict group
+    metrics_top_keys: int
+
+    def type_priority(self, name: str) -> int:
+        return self.types[name].priority
+
+
+def job_status(parts: Parts, uid: str, now: float, pool_slots: int) -> dict[str, Any] | None:
+    """What this worker knows of fair job ``uid`` (a uid, or its task id): held (waiting,
+    with its place and why, in words), reserved (admitted, waiting for a free process) or
+    running; ``None`` if it is not here. ``now``: monotonic. O(held) for a held job (its
+    place), O(1) otherwise."""
+    uid = parts.held.uid_of(uid)
+    scheduler = parts.scheduler
+    if uid in parts.runs.fair:
+        view = scheduler.status(uid)
+        out: dict[str, Any] = {"state": "running"}
+        if view is not None:
+            out["effective_priority"] = view.effective_priority
+        return out
+    held = parts.held.get(uid)
+    if held is None:
+        return None
+    waited = round(now - held.received, 3)
+    if uid in parts.reserve:
+        return {"state": "reserved", "waited": waited}
+    view = scheduler.status(uid)
+    if view is None:
+        return {"state": "held", "waited": waited}
+    start = scheduler.expected_start(uid, pool_slots)
+    found = scheduler.why(uid)
+    why = [] if found is None else words.lines(found)
+    return {
+        "state": "held",
+        "waited": waited,
+        "place": view.place,
+        "place_in_key": view.place_in_key,
+        "held": len(parts.held),
+        "fairness_key": view.fairness_key,
+        "priority": view.priority,
+        "effective_priority": view.effective_priority,
+        "urgent": view.urgent,
+        "blocked_by": [r.value for r in view.blocked_by],
+        "why": why,
+        "expected_wait": None if start is None else start.seconds,
+        # the share of that estimate built on default costs (nothing learned yet)
+        "expected_wait_defaults": 0.0 if start is None else start.from_defaults,
+        # what it waits for that the estimate does not measure, in words
+        "waits_for": _waits_for(start, found),
+        # the conflict it waits for, for job control to name its holder fleet-wide
+        "conflict": conflict_field(
+            parts.groups.get(held.headers.job_type) or "", held.headers.job_id
+        )
+        if BlockReason.CONFLICT in view.blocked_by
+        else "",
+    }
+
+
+def _waits_for(start: Any, found: Why | None) -> str:
+    """What ``start.waits_for`` is, in the words of its blocker in ``found``, or ``""``."""
+    if start is None or start.waits_for is None:
+        return ""
+    blockers = () if found is None else found.blockers
+    return next(
+        (words.line(b) for b in blockers if b.reason is start.waits_for), start.waits_for.value
+    )
+
+
+def pool_info(
+    parts: Parts, now: float, pool_slots: int, metrics_port: int | None
+) -> dict[str, Any]:
+    """Flat statistics for ``inspect stats`` (Flower shows them on the pool tab). ``now``:
+    monotonic. O(held)."""
+    scheduler = parts.scheduler
+    held, reserve, runs = parts.held, parts.reserve, parts.runs
+    oldest = held.oldest()
+    tiers: dict[int, list[int]] = {p: [n, 0] for p, n in held.by_tier(parts.type_priority).items()}
+    for priority, running in scheduler.running_by_tier().items():
+        tiers.setdefault(priority, [0, 0])[1] += running
+    by_tier = sorted(tiers.items(), reverse=True)
+    windows = parts.windows
+    return {
+        "fair-oldest-held-seconds": round(now - oldest.received, 3) if oldest is not None else 0.0,
+        **{f"fair-blocked-{r.replace('_', '-')}": n for r, n in scheduler.blocked_counts().items()},
+        "fair-held": len(held),
+        "fair-policies-version": parts.engine.policy_version,
+        **{f"fair-held-tier-{p}": n[0] for p, n in by_tier},
+        **{f"fair-running-tier-{p}": n[1] for p, n in by_tier},
+        "fair-held-peak": held.peak,
+        "fair-held-limit": windows.limit(idle_blocked(parts)),
+        **({"fair-shard-windows": windows.shards.prefetch.info()} if windows.shards else {}),
+        "fair-key-allocation": dict(
+            top_allocations(scheduler.allocation().slots, parts.metrics_top_keys)
+        ),
+        # The pool's slots and the reserve apart: fair-running of fair-slots (the pool's size
+        # less its plain runs) run in the pool; fair-reserved of fair-lookahead wait admitted
+        # for a free process (the scheduler counts both).
+        "fair-reserved": len(reserve),
+        "fair-lookahead": reserve.lookahead,
+        "fair-running": scheduler.running - len(reserve),
+        "fair-slots": parts.runs.fair_slots(pool_slots),
+        "plain-running": runs.plain,
+        "plain-started": runs.plain_started,
+        "pool-in-line": runs.in_line,
+        **parts.counters.stats(),
+        **({"fair-metrics-port": metrics_port} if metrics_port else {}),
+        **{f"fair-store-{name}": v for name, v in parts.engine.info().items()},
+    }
+
+
+def look(parts: Parts, wall_now: float, pool_slots: int) -> GateLook:
+    """What a metrics scrape reads (metrics.py). O(held + types)."""
+    scheduler = parts.scheduler
+    held, oldest = parts.held.by_type(parts.type_priority)
+    return GateLook(
+        held=held,
+        running={(t, p): n for t, p, _, n in scheduler.by_type() if n},
+        blocked=scheduler.blocked_counts(),
+        reserved=len(parts.reserve),
+        plain_running=parts.runs.plain,
+        slots=parts.runs.fair_slots(pool_slots),
+        lookahead=parts.reserve.lookahead,
+        mode=parts.engine.mode.value,
+        heads={key: max(0.0, wall_now - t) for key, t in oldest.items()},
+        allocation=scheduler.allocation().slots,
+    )
+
+
+def idle_blocked(parts: Parts) -> bool:
+    """A pool process idles that no held job can take (``window.blocked_idle``). O(1)."""
+    scheduler = parts.scheduler
+    return blocked_idle(
+        starved=scheduler.starved,
+        running=scheduler.running,
+        capacity=scheduler.capacity,
+        lookahead=parts.reserve.lookahead,
+    )
