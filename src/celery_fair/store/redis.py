@@ -33,7 +33,7 @@ from .base import (
     estimate_field,
     submission_field,
 )
-from .wire import HEAD, lua_constants, pack_token, unpack_token
+from .wire import FINISH_APPLIED, HEAD, lua_constants, pack_token, unpack_token
 
 if TYPE_CHECKING:
     import redis as redis_py
@@ -105,9 +105,12 @@ def _pack_done(args: list[str], done: Iterable[Done]) -> None:
         args += (d.uid, pack_token(d.token), _opt(d.elapsed), how)
 
 
+_APPLIED = FINISH_APPLIED.encode()
+
+
 def _finished(done: Iterable[Done], results: list[Any]) -> list[Finished]:
     return [
-        Finished(d.uid, status == b"ok", float(value) if status == b"ok" else None)
+        Finished(d.uid, status == _APPLIED, float(value) if status == _APPLIED else None)
         for d, (status, value) in zip(done, results, strict=True)
     ]
 
