@@ -1,5 +1,6 @@
-"""The store scripts' arguments by name (store/wire.py): the Python packers put each value
-where the table says, and the Lua scripts read ARGV only through the table's names."""
+"""The store scripts' arguments and reply codes by name (store/wire.py): the Python packers put
+each value where the table says, the Lua scripts read ARGV only through the table's names, and
+they write a status code only through the names generated from its Python definition."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from importlib import resources
 
 import redis
 
-from celery_fair.store.base import Ask, Done, Running
+from celery_fair.store.base import Ask, Done, Running, Verdict
 from celery_fair.store.redis import _SCRIPTS, _STANDALONE, RedisStore, _source
 from celery_fair.store.wire import (
     ASK,
+    FINISH_APPLIED,
+    FINISH_STALE,
     FINISHED,
     HEAD,
     RENEW_EVERY,
@@ -26,6 +29,12 @@ from celery_fair.store.wire import (
 )
 
 SCRIPTS = sorted(_SCRIPTS)
+
+
+def code(name: str) -> str:
+    """A script's text without its comments."""
+    text = (resources.files("celery_fair.store") / "lua" / f"{name}.lua").read_text()
+    return "\n".join(line.split("--")[0] for line in text.splitlines())
 
 
 def test_every_lua_file_is_a_scheduling_script_or_a_standalone_one():
@@ -51,15 +60,60 @@ RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5)
 def test_every_script_reads_argv_only_through_the_tables_names():
     defined = set(re.findall(r"\b((?:H|FIN|ASK|RUN)_[A-Z_]+)\b", lua_constants()))
     for name in ["common", *SCRIPTS]:
-        text = (resources.files("celery_fair.store") / "lua" / f"{name}.lua").read_text()
-        code = "\n".join(line.split("--")[0] for line in text.splitlines())
-        for index in re.findall(r"ARGV\[([^\]]*)\]", code):
+        text = code(name)
+        for index in re.findall(r"ARGV\[([^\]]*)\]", text):
             # a list's count sits right after the head (HEAD + 1), its entries after it
             rest = re.sub(r"^HEAD \+ [12]\b", "", index)
             assert not re.search(r"\d", rest), (name, index)
-        assert not re.search(r"\*\s*\d", code), name  # a stride written as a number
-        used = set(re.findall(r"\b((?:H|FIN|ASK|RUN)_[A-Z_]+)\b", code))
+        assert not re.search(r"\*\s*\d", text), name  # a stride written as a number
+        used = set(re.findall(r"\b((?:H|FIN|ASK|RUN)_[A-Z_]+)\b", text))
         assert used <= defined, (name, used - defined)
+
+
+#: The reply codes by their Lua names: each admission verdict (``V_<member>``) and each
+#: finished job's status (``F_APPLIED``, ``F_STALE``).
+CODES = {f"V_{v.name}": v.value for v in Verdict} | {
+    "F_APPLIED": FINISH_APPLIED,
+    "F_STALE": FINISH_STALE,
+}
+CODE_NAME = re.compile(r"\b([VF]_[A-Z_]+)\b")
+
+
+def test_the_generated_code_names_are_the_verdict_enum_and_the_finish_statuses():
+    lines = lua_constants().splitlines()
+    generated = {}
+    for i, line in enumerate(lines):
+        if re.match(r"local [VF]_", line):  # "local A, B =" then "  'a', 'b'" below it
+            names = line[len("local ") : -len(" =")].split(", ")
+            values = re.findall(r"'([^']*)'", lines[i + 1])
+            generated |= dict(zip(names, values, strict=True))
+    assert generated == CODES
+    assert all(re.fullmatch(r"[a-z_]+", value) for value in CODES.values())  # no quoting needed
+
+
+def test_no_script_writes_a_reply_code_as_a_bare_string():
+    # The standalone scripts (queued, holder, submission) answer no admission and no finished
+    # job; queued.lua's 'key' is QueueFull's scope, another vocabulary.
+    for name in ["common", *SCRIPTS]:
+        literals = set(re.findall(r"'([^'\n]*)'|\"([^\"\n]*)\"", code(name)))
+        written = {single or double for single, double in literals}
+        assert not written & set(CODES.values()), (name, written & set(CODES.values()))
+
+
+def test_every_status_a_script_gives_a_job_is_a_generated_code():
+    for name in ["common", *SCRIPTS]:
+        text = code(name)
+        used = set(CODE_NAME.findall(text))
+        assert used <= CODES.keys(), (name, used - CODES.keys())
+        # a job's status, and the first field of each row of a reply's results
+        for value in re.findall(r"\bstatus = (.*)", text):
+            assert CODE_NAME.fullmatch(value.strip()), (name, value)
+        for value in re.findall(r"results\[#results \+ 1\] = \{([^,}]*)", text):
+            assert value == "status" or CODE_NAME.fullmatch(value), (name, value)
+    # admit.lua gives every verdict the enum has; a new one must be added to both
+    assert {n for n in CODE_NAME.findall(code("admit")) if n.startswith("V_")} == {
+        f"V_{v.name}" for v in Verdict
+    }
 
 
 def test_each_script_starts_with_the_generated_names():

@@ -340,7 +340,27 @@ class Store(Protocol):
         watch: list[str] | None = None,
     ) -> Reply:
         """Release ``done`` (as ``finish``), then try each job in order and admit those that fit;
-        report whether each ``watch`` conflict is held. One round trip."""
+        report whether each ``watch`` conflict is held. One round trip.
+
+        Each ask gets the first of these verdicts that applies, checked in this order (the one
+        statement of it: ``MemoryStore.admit`` and ``lua/admit.lua`` follow it):
+
+        1. ``RECOVERING``: the store came back empty and workers are re-registering (a store
+           that never restarts, as ``MemoryStore``, never says it).
+        2. ``RUNNING``: a job with its uid is running.
+        3. ``DONE``: a job with its uid finished for good (``Done.final``) within the dedupe
+           window (never with a dedupe window of 0).
+        4. ``PAUSED``: its fairness key or its type is paused (``update_policies``).
+        5. ``TIER_CAP``: its tier runs ``tier_cap`` jobs, a slot that another job's claim holds
+           counted as running. An urgent ask (``claim``) refused here claims the tier's next
+           free slot, unless another job's claim holds it.
+        6. ``TYPE_CAP``: its type runs ``type_cap`` jobs, as for the tier (claims included).
+        7. ``KEY_CAP``: its fairness key runs ``key_cap`` jobs.
+        8. ``CONFLICT``: another job holds its conflict.
+        9. Otherwise ``ADMITTED``: it runs, counted at once for the asks after it.
+
+        A refused ask does not stop the ones after it.
+        """
         ...
 
     def finish(self, worker: str, done: list[Done]) -> list[Finished]:

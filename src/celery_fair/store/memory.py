@@ -393,6 +393,7 @@ class MemoryStore:
     # -- internals ---------------------------------------------------------------------------
 
     def _verdict(self, a: Ask, now: float) -> Verdict:
+        # order: see Store.admit (store/base.py); this store never restarts, so never RECOVERING
         if a.uid in self.jobs:
             return Verdict.RUNNING
         if self.dedupe > 0 and a.uid in self._done:

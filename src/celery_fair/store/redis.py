@@ -4,6 +4,8 @@ Every key of one prefix carries the same hash tag (``{prefix}``), so every scrip
 slot and runs unchanged on Redis Cluster, Sentinel and Valkey. Scripts are loaded once and
 called by SHA; redis-py loads them again when the server answers NOSCRIPT (after a restart or
 SCRIPT FLUSH). Time is the Redis server's clock (``TIME``), so worker clocks may drift freely.
+Opening the client, the hiredis connection and which errors mean "unavailable" are
+connection.py's; ``Wire`` and ``script_reply_error`` are re-exported here.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from .base import (
     estimate_field,
     submission_field,
 )
-from .wire import HEAD, lua_constants, pack_token, unpack_token
+from .connection import Wire, client_from_url, script_reply_error, unavailable_errors
+from .wire import FINISH_APPLIED, HEAD, lua_constants, pack_token, unpack_token
 
 if TYPE_CHECKING:
     import redis as redis_py
@@ -105,70 +108,18 @@ def _pack_done(args: list[str], done: Iterable[Done]) -> None:
         args += (d.uid, pack_token(d.token), _opt(d.elapsed), how)
 
 
+_APPLIED = FINISH_APPLIED.encode()
+
+
 def _finished(done: Iterable[Done], results: list[Any]) -> list[Finished]:
     return [
-        Finished(d.uid, status == b"ok", float(value) if status == b"ok" else None)
+        Finished(d.uid, status == _APPLIED, float(value) if status == _APPLIED else None)
         for d, (status, value) in zip(done, results, strict=True)
     ]
 
 
 def _pairs(flat: list[Any], key: type) -> dict[Any, int]:
     return {key(flat[i].decode()): int(flat[i + 1]) for i in range(0, len(flat), 2)}
-
-
-class Wire:
-    """One connection to Redis that speaks RESP through hiredis.
-
-    redis-py opens it (TLS, AUTH, SELECT, timeouts as the client was configured); after that,
-    commands are packed and replies parsed by hiredis on the socket, at a fraction of the cost
-    of a redis-py call. Blocking reads (``call``) and reads driven by an event loop (``feed``
-    when the socket is readable) use the same connection logic. Not thread-safe.
-    """
-
-    def __init__(self, client: redis_py.Redis) -> None:
-        self.client = client
-        self.conn: Any = None
-        self.sock: Any = None
-        self.reader: Any = None
-
-    def open(self) -> int:
-        """Connect if not connected; return the socket's file descriptor."""
-        if self.conn is None:
-            import hiredis
-
-            conn = self.client.connection_pool.make_connection()
-            conn.connect()  # type: ignore[no-untyped-call]
-            self.conn = conn
-            self.sock = conn._sock  # type: ignore[attr-defined]
-            self.reader = hiredis.Reader()
-        return int(self.sock.fileno())
-
-    def send(self, parts: tuple[str | int, ...]) -> None:
-        import hiredis
-
-        self.sock.sendall(hiredis.pack_command(parts))  # type: ignore[arg-type]
-
-    def feed(self) -> Any:
-        """Read what has arrived: the reply, or ``False`` while it is incomplete."""
-        data = self.sock.recv(65536)
-        if not data:
-            raise ConnectionError("Redis closed the connection")
-        self.reader.feed(data)
-        return self.reader.gets()
-
-    def close(self) -> None:
-        conn, self.conn, self.sock, self.reader = self.conn, None, None, None
-        if conn is not None:
-            conn.disconnect()
-
-
-def script_reply_error(message: str) -> Exception:
-    """The exception that an error reply from one of the scripts stands for."""
-    if "celery-fair:" in message:
-        return ConfigurationError(message)
-    if message.startswith(("LOADING", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "MASTERDOWN")):
-        return StoreUnavailable(f"Redis store cannot answer now: {message}")
-    return RuntimeError(f"a celery-fair script failed in Redis: {message}")
 
 
 class RedisStore:
@@ -255,17 +206,7 @@ class RedisStore:
         password of theirs, as in Kombu's transport option of that name); ``sentinel_username``
         and ``sentinel_password`` in the URL's query say the same.
         """
-        import redis as redis_py
-        from redis.cluster import RedisCluster
-
-        client_options = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
-        scheme, sep, rest = url.partition("://")
-        if scheme in ("redis+cluster", "rediss+cluster"):
-            node_url = f"{scheme.split('+')[0]}{sep}{rest}"
-            return cls(RedisCluster.from_url(node_url, **client_options), **options)
-        if scheme == "sentinel":
-            return cls(_sentinel_master(url, client_options, sentinel_kwargs), **options)
-        return cls(redis_py.Redis.from_url(url, **client_options), **options)
+        return cls(client_from_url(url, sentinel_kwargs), **options)
 
     # -- operations ------------------------------------------------------------------------
     #
@@ -632,7 +573,7 @@ class RedisStore:
 
         keys = self.keys
         full = False
-        failures: tuple[type[BaseException], ...] = (OSError, *_unavailable())
+        failures: tuple[type[BaseException], ...] = (OSError, *unavailable_errors())
         try:
             wire.open()
             while True:
@@ -659,7 +600,7 @@ class RedisStore:
 
         try:
             return self._scripts[name](keys=self.keys, args=args)
-        except _unavailable() as exc:
+        except unavailable_errors() as exc:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
         except redis_py.ResponseError as exc:
             raise script_reply_error(str(exc)) from None
@@ -667,71 +608,5 @@ class RedisStore:
     def _read(self, op: Any) -> Any:
         try:
             return op(self.client)
-        except _unavailable() as exc:
+        except unavailable_errors() as exc:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
-
-
-def _sentinel_master(
-    url: str, client_options: dict[str, Any], sentinel_kwargs: Mapping[str, Any] | None = None
-) -> redis_py.Redis:
-    """A client of the master that the Sentinels of ``url`` name; it asks them again on
-    every new connection, so a connection dropped after a failover finds the new master."""
-    from urllib.parse import parse_qs, unquote, urlsplit
-
-    from redis.sentinel import Sentinel
-
-    sentinels, query = [], {}
-    parts = [urlsplit(part) for part in url.split(";") if part]
-    for part in parts:
-        if part.scheme != "sentinel":
-            raise ConfigurationError(
-                f"fair_store_url: every part of a Sentinel URL starts sentinel://, got "
-                f"{part.scheme}://"
-            )
-        sentinels.append((part.hostname or "localhost", part.port or 26379))
-        query.update({k: v[-1] for k, v in parse_qs(part.query).items()})
-    master = query.get("master_name")
-    if not master:
-        raise ConfigurationError(
-            "fair_store_url: a sentinel:// URL needs the master's name, e.g. "
-            "sentinel://host:26379/0?master_name=mymaster"
-        )
-    first = parts[0]
-    db = first.path.strip("/")
-    if db and not db.isdigit():
-        raise ConfigurationError(f"fair_store_url: the database must be a number, got {db!r}")
-    own = {k[len("sentinel_") :]: query[k] for k in ("sentinel_username", "sentinel_password")
-           if k in query}  # fmt: skip
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        sentinels,
-        sentinel_kwargs={**client_options, **own, **(sentinel_kwargs or {})},
-        **client_options,
-    )
-    client: redis_py.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        master,
-        db=int(db or 0),
-        username=unquote(first.username) if first.username else None,
-        password=unquote(first.password) if first.password else None,
-        **client_options,
-    )
-    return client
-
-
-def _unavailable() -> tuple[type[Exception], ...]:
-    """The redis-py errors that mean "the store cannot answer now", not "the call is wrong".
-
-    Besides a lost connection or a timeout: a cluster that lost a master answers CLUSTERDOWN
-    (or TRYAGAIN while slots move) on every node, a slot nobody serves cannot be reached, and
-    after a failover a former master answers writes with READONLY.
-    """
-    from redis import exceptions as e
-
-    return (
-        e.ConnectionError,
-        e.TimeoutError,
-        e.ClusterDownError,
-        e.TryAgainError,
-        e.ReadOnlyError,
-        e.SlotNotCoveredError,
-        e.RedisClusterException,
-    )

@@ -3,19 +3,26 @@ Lua side that reads them.
 
 Every script's ARGV starts with ``HEAD``; then come lists whose entries have a fixed stride:
 finished jobs (``FINISHED``), jobs to admit (``Ask``'s fields, in order) and jobs to register
-again (``Running``'s fields). ``lua_constants`` turns the table into the Lua locals the scripts
-index ARGV with (``ARGV[H_WORKER]``, ``ARGV[b + ASK_COST]``), prepended to each script, and
-``tests/unit/test_wire.py`` checks that the Python packers put each value where the table says
-and that no script indexes ARGV by a bare number.
+again (``Running``'s fields). The replies' status codes come from here too: each admission's
+verdict is a ``Verdict`` value (store/base.py) and each finished job's status is
+``FINISH_APPLIED`` or ``FINISH_STALE``.
+
+``lua_constants`` turns both into the Lua locals the scripts use, prepended to each script: the
+ARGV positions (``ARGV[H_WORKER]``, ``ARGV[b + ASK_COST]``) and the codes (``V_TIER_CAP`` is
+``Verdict.TIER_CAP``'s value, ``F_STALE`` is ``FINISH_STALE``). ``tests/unit/test_wire.py``
+checks that the Python packers put each value where the table says, that no script indexes
+ARGV by a bare number, and that no script writes a status code as a bare string.
 """
 
 from __future__ import annotations
 
-from .base import Ask, Running
+from .base import Ask, Running, Verdict
 
 __all__ = [
     "ASK",
     "FINISHED",
+    "FINISH_APPLIED",
+    "FINISH_STALE",
     "HEAD",
     "RENEW_EVERY",
     "RUNNING",
@@ -101,12 +108,19 @@ RUNNING = Running._fields
 
 _LISTS = (("FIN", FINISHED), ("ASK", ASK), ("RUN", RUNNING))
 
+#: What a script replies for each finished job it was given (``Finished.applied``): released
+#: (with the estimate after learning), or stale (its record gone or under another token, so
+#: nothing changed). Lua: ``F_APPLIED``, ``F_STALE`` (common.lua, ``finish_jobs``).
+FINISH_APPLIED = "ok"
+FINISH_STALE = "stale"
+
 
 def lua_constants() -> str:
-    """The Lua locals for the table above: ``HEAD`` and ``H_<NAME>`` (ARGV positions), and per
-    list ``<P>_N`` (its stride) and ``<P>_<NAME>`` (offsets from an entry's first value)."""
+    """The Lua locals for the table above: ``HEAD`` and ``H_<NAME>`` (ARGV positions), per
+    list ``<P>_N`` (its stride) and ``<P>_<NAME>`` (offsets from an entry's first value), and
+    the reply codes: ``V_<NAME>`` for each ``Verdict`` member, ``F_APPLIED`` and ``F_STALE``."""
     lines = [
-        "-- generated from celery_fair/store/wire.py: ARGV positions and strides, by name",
+        "-- generated from celery_fair/store/wire.py: ARGV positions, strides and reply codes",
         f"local HEAD = {len(HEAD)}",
         f"local RENEW_EVERY = {RENEW_EVERY!r}",
         f"local TOKEN_LOW = {1 << TOKEN_LOW_BITS}",
@@ -116,10 +130,20 @@ def lua_constants() -> str:
     for prefix, fields in _LISTS:
         lines.append(f"local {prefix}_N = {len(fields)}")
         lines.append(_assign(prefix, fields, start=0))
+    lines.append("-- reply codes: admission verdicts (store/base.py, Verdict), finished jobs")
+    lines.append(_strings("V", {v.name: v.value for v in Verdict}))
+    lines.append(_strings("F", {"APPLIED": FINISH_APPLIED, "STALE": FINISH_STALE}))
     return "\n".join(lines) + "\n"
 
 
 def _assign(prefix: str, fields: tuple[str, ...], start: int) -> str:
     names = ", ".join(f"{prefix}_{name.upper()}" for name in fields)
     values = ", ".join(str(start + i) for i in range(len(fields)))
+    return f"local {names} =\n  {values}"
+
+
+def _strings(prefix: str, codes: dict[str, str]) -> str:
+    # The codes are plain lowercase words (test_wire.py), so quoting needs no escapes.
+    names = ", ".join(f"{prefix}_{name}" for name in codes)
+    values = ", ".join(f"'{value}'" for value in codes.values())
     return f"local {names} =\n  {values}"

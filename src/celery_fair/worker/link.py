@@ -5,7 +5,7 @@ own, register its socket with the hub, and read the reply when the socket is rea
 loop goes on with the broker and the pool meanwhile, no thread contends for the GIL, and
 whatever happens while a call is in flight rides on the next one. redis-py opens the
 connection (TLS, AUTH, SELECT); after that, commands are packed and replies parsed by hiredis
-directly on the socket (``store.redis.Wire``, which the blocking calls use too).
+directly on the socket (``store.connection.Wire``, which the blocking calls use too).
 
 A call that gets no answer within ``timeout`` seconds fails as ``StoreUnavailable``, and so
 does every connection error; the engine then degrades as configured. A script that Redis
@@ -23,7 +23,8 @@ from celery.utils.log import get_logger
 
 from ..engine import Call
 from ..errors import StoreUnavailable
-from ..store.redis import RedisStore, Request, Wire, script_reply_error
+from ..store.connection import Wire, script_reply_error
+from ..store.redis import RedisStore, Request
 
 __all__ = ["StoreLink"]
 

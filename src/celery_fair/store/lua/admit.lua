@@ -6,19 +6,17 @@
 --          ('' = none), estimate field, fairness key, cost ('' = learned), default cost,
 --          key cap ('' = none), weight, claim ('' = none) (as Ask's fields, store/wire.py);
 --       then any number of conflict fields to watch.
--- Each job is admitted when its tier, its type and its fairness key run fewer than their caps
--- and nobody holds its conflict; a blocked job does not stop the ones after it. A slot that an
--- urgent job's claim holds (common.lua, CLAIMS) counts as taken for every other job; an urgent
--- job refused for a full tier or type claims the next slot of it to free, unless another
--- urgent job holds it already. An admitted
--- job gets the next fencing token, its key is charged its estimate / weight, and it is held
--- under this worker's lease, which the call renews when a quarter of it has passed since the
--- last renewal.
+-- Each job gets the first verdict that applies (order: see Store.admit, store/base.py); a
+-- refused job does not stop the ones after it. A slot that an urgent job's claim holds
+-- (common.lua, CLAIMS) counts as taken for every other job. An admitted job gets the next
+-- fencing token, its key is charged its estimate / weight, and it is held under this worker's
+-- lease, which the call renews when a quarter of it has passed since the last renewal.
 -- Returns {epoch, now, {status, estimate} per finished job, {status, token high, token low,
---          estimate, accumulated} per job (the token's halves: wire.py, 0 and 0 unless ok), tiers, types, {1/0 held per watched conflict}, live workers,
+--          estimate, accumulated} per job (the token's halves: wire.py, 0 and 0 unless ok),
+--          tiers, types, {1/0 held per watched conflict}, live workers,
 --          {key, running} flat for each key asked with a cap};
--- a job's status is ok, tier, type, key, conflict, running (its uid runs now on a live
--- lease), done (its uid finished for good within the dedupe window) or recovering.
+-- a finished job's status is F_APPLIED or F_STALE (as complete.lua), a job's is its verdict,
+-- V_<NAME> for Verdict.<NAME> (both generated from store/wire.py).
 -- Cost: O(d + n + watched), plus housekeeping bounded at 64 per kind at most every
 -- MAINTAIN_EVERY seconds across the fleet, with which it also reclaims the jobs of up to 8
 -- dead workers (O(running jobs) when some died).
@@ -49,28 +47,28 @@ for i = 0, n - 1 do
   local key_cap = optnum(ARGV[b + ASK_KEY_CAP])
   if key_cap then capped[k] = true end
   local claim_ttl = optnum(ARGV[b + ASK_CLAIM])
-  local status = 'ok'
+  local status = V_ADMITTED
   if recovering then
-    status = 'recovering'
+    status = V_RECOVERING
   elseif redis.call('HEXISTS', JOBS, uid) == 1 then
-    status = 'running'
+    status = V_RUNNING
   elseif dedupe and redis.call('ZSCORE', DONE, uid) then
-    status = 'done'
+    status = V_DONE
   elseif redis.call('HEXISTS', POLICIES, 'pk:' .. k) == 1
       or redis.call('HEXISTS', POLICIES, 'pt:' .. jtype) == 1 then
-    status = 'paused'  -- a fleet-wide pause (celery_fair/policies.py), whatever the worker knows
+    status = V_PAUSED  -- a fleet-wide pause (celery_fair/policies.py), whatever the worker knows
   elseif tier_cap and (tiers[prio] or 0) + claimed('p:' .. prio, uid) >= tier_cap then
-    status = 'tier'
+    status = V_TIER_CAP
     if claim_ttl then claim('p:' .. prio, uid, claim_ttl) end
   elseif type_cap and (types[jtype] or 0) + claimed('t:' .. jtype, uid) >= type_cap then
-    status = 'type'
+    status = V_TYPE_CAP
     if claim_ttl then claim('t:' .. jtype, uid, claim_ttl) end
   elseif key_cap and tonumber(redis.call('HGET', ACTIVE, k) or '0') >= key_cap then
-    status = 'key'
+    status = V_KEY_CAP
   elseif cf ~= '' and redis.call('HEXISTS', CONFLICTS, cf) == 1 then
-    status = 'conflict'
+    status = V_CONFLICT
   end
-  if status == 'ok' then
+  if status == V_ADMITTED then
     local est = ARGV[b + ASK_COST]  -- the cost the job was given, else its learned estimate
     local noted = nil  -- 1 when this admission noted the estimate as used (see finish_jobs)
     if est == '' then
@@ -101,7 +99,7 @@ for i = 0, n - 1 do
       w = worker, toh = toh, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
       est = fmt(charge), d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted}))
     mine = mine + 1
-    results[#results + 1] = {'ok', toh, tok, est, sacc}
+    results[#results + 1] = {V_ADMITTED, toh, tok, est, sacc}
   else
     results[#results + 1] = {status, 0, 0, '', redis.call('HGET', ACC, k) or '0'}
   end

@@ -389,7 +389,8 @@ end
 -- Finish ``n`` running jobs given as (uid, token, elapsed, how) from ARGV[b]: each fenced by
 -- its token; with an elapsed time the estimate learns alpha * elapsed + (1 - alpha) * previous;
 -- how is '1' for a final one, which leaves a tombstone, 'u' for one that never started, whose
--- charge goes back to its key, else '0'. Returns {status, estimate} per job; status ok or stale.
+-- charge goes back to its key, else '0'. Returns {status, estimate} per job; status F_APPLIED or
+-- F_STALE (store/wire.py).
 local function finish_jobs(b, n, now, snow)
   local alpha, est_ttl, dedupe = tonumber(ARGV[H_ALPHA]), optnum(ARGV[H_ESTIMATE_TTL]), tonumber(ARGV[H_DEDUPE])
   local results = {}
@@ -400,7 +401,7 @@ local function finish_jobs(b, n, now, snow)
     local packed = redis.call('HGET', JOBS, uid)
     local rec = packed and cmsgpack.unpack(packed)
     if not rec or rec.toh ~= toh or rec.tok ~= tok then
-      results[#results + 1] = {'stale', ''}
+      results[#results + 1] = {F_STALE, ''}
     else
       local value = redis.call('HGET', EST, rec.e)
       if not value then value = rec.d end
@@ -422,7 +423,7 @@ local function finish_jobs(b, n, now, snow)
         redis.call('HINCRBY', META, mine_field(rec.w), -1)
       end
       if dedupe > 0 and how == '1' then redis.call('ZADD', DONE, snow, uid) end
-      results[#results + 1] = {'ok', value}
+      results[#results + 1] = {F_APPLIED, value}
     end
   end
   return results

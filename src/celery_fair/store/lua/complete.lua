@@ -6,7 +6,8 @@
 -- A job whose record is gone or carries another token is stale: nothing changes for it.
 -- Otherwise its tier, type and conflict are released and, with an elapsed time, its estimate
 -- becomes alpha * elapsed + (1 - alpha) * previous.
--- Returns {epoch, now, {status, estimate} per job, tiers, types}; status is ok or stale.
+-- Returns {epoch, now, {status, estimate} per job, tiers, types}; status is F_APPLIED ('ok')
+-- or F_STALE ('stale'), generated from store/wire.py.
 -- Cost: O(n), plus housekeeping as in admit.lua.
 local now = now_s()
 local snow = fmt(now)
