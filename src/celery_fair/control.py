@@ -75,6 +75,7 @@ from .connect import settings_of, tracked_store, untrack
 from .core.types import check_priority
 from .core.words import ELSEWHERE
 from .errors import ConfigurationError, StoreUnavailable
+from .protocol import ControlAnswer
 
 __all__ = ["cancel", "reprioritize", "status"]
 
@@ -190,10 +191,10 @@ def cancel(
     )
     found = _answered(replies, task_id)
     out: dict[str, Any] = {"task_id": task_id}
-    for state in ("cancelled", "already_running"):
-        if state in found:
-            out.update(state=state, worker=found[state][0])
-            if state == "already_running":
+    for answer in (ControlAnswer.CANCELLED, ControlAnswer.ALREADY_RUNNING):
+        if answer.value in found:
+            out.update(state=answer.value, worker=found[answer.value][0])
+            if answer is ControlAnswer.ALREADY_RUNNING:
                 out["terminated"] = terminate
             return out
     after = backend.get_state(task_id) if backend is not None else None
@@ -211,7 +212,11 @@ def cancel(
         out["queued"] = True
         untrack(app, [task_id])  # its place counts against no limit from now on
     else:
-        out.update(state="unknown", remembered_by=found.get("revoked", []), tracking=_tracking(app))
+        out.update(
+            state="unknown",
+            remembered_by=found.get(ControlAnswer.REVOKED.value, []),
+            tracking=_tracking(app),
+        )
     return out
 
 
@@ -232,9 +237,9 @@ def reprioritize(
     )
     found = _answered(replies, task_id)
     out: dict[str, Any] = {"task_id": task_id, "priority": priority}
-    for state in ("ok", "already_running"):
-        if state in found:
-            out.update(state=state, worker=found[state][0])
+    for answer in (ControlAnswer.OK, ControlAnswer.ALREADY_RUNNING):
+        if answer.value in found:
+            out.update(state=answer.value, worker=found[answer.value][0])
             return out
     if not isinstance(app.backend, DisabledBackend):
         result_state = app.backend.get_state(task_id)
@@ -248,6 +253,8 @@ def reprioritize(
         out.update(state="ok", queued=True)
     else:
         out.update(
-            state="unknown", remembered_by=found.get("remembered", []), tracking=_tracking(app)
+            state="unknown",
+            remembered_by=found.get(ControlAnswer.REMEMBERED.value, []),
+            tracking=_tracking(app),
         )
     return out

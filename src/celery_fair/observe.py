@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .protocol import ControlAnswer
 from .store.base import REFUSAL_REASONS
 
 __all__ = [
@@ -43,7 +44,11 @@ __all__ = [
 BLOCK_REASONS = tuple(REFUSAL_REASONS.values())  # one spelling: store/base.py
 #: Job control's operations on one gate, and its answers (control.py).
 CONTROL_OPERATIONS = ("cancel", "reprioritize")
-CONTROL_ANSWERS = ("cancelled", "ok", "already_running", "elsewhere")
+#: A gate's own answers (protocol.ControlAnswer), and ``elsewhere``: it does not have the job.
+CONTROL_ANSWERS = (
+    *(a.value for a in (ControlAnswer.CANCELLED, ControlAnswer.OK, ControlAnswer.ALREADY_RUNNING)),
+    "elsewhere",
+)
 #: The store calls the engine makes.
 CALL_KINDS = ("admit", "beat", "register")
 #: The gate's counters, shown by ``inspect stats`` as ``fair-<name>``.

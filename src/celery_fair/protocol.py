@@ -13,6 +13,7 @@ moves fair messages that producers published to ``q`` into their shards. Its nam
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "SHARD_HASH",
     "SUBMITTED",
     "TOKEN",
+    "ControlAnswer",
     "base_name",
     "check_text",
     "header_text",
@@ -140,3 +142,15 @@ def shard_count(conf: Mapping[str, Any]) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"fair_shards: expected an integer >= 1, got {value!r}")
     return value
+
+
+class ControlAnswer(str, enum.Enum):
+    """What one worker answers to job control for one job (the ``fair_cancel`` and
+    ``fair_reprioritize`` remote-control commands, worker/control.py); ``celery_fair.control``
+    reads the answers of the fleet and says what they mean together."""
+
+    CANCELLED = "cancelled"  # it held the job, and dropped it: it never ran, its charge refunded
+    OK = "ok"  # it held the job, which has its new priority now
+    ALREADY_RUNNING = "already_running"  # it runs the job (or admitted it): too late
+    REVOKED = "revoked"  # not here; in this worker's revoked set, so dropped if it comes
+    REMEMBERED = "remembered"  # not here; its new priority is taken if it comes

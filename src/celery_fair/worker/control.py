@@ -15,6 +15,7 @@ from celery.worker.control import control_command, inspect_command
 from celery.worker.control import revoke as celery_revoke
 
 from ..errors import SchedulerError
+from ..protocol import ControlAnswer
 
 __all__ = ["fair_cancel", "fair_reprioritize", "fair_status"]
 
@@ -47,7 +48,7 @@ def fair_cancel(
     celery_revoke(state, task_id, terminate=terminate, signal=signal)
     gate = getattr(state.consumer, "fair_gate", None)
     answer = gate.cancel(task_id) if gate is not None else None
-    return {task_id: answer or "revoked"}
+    return {task_id: (answer or ControlAnswer.REVOKED).value}
 
 
 @control_command(  # type: ignore[untyped-decorator]
@@ -68,4 +69,4 @@ def fair_reprioritize(
         answer = gate.reprioritize(task_id, priority)
     except SchedulerError as exc:
         return {task_id: {"error": str(exc)}}
-    return {task_id: answer or "remembered"}
+    return {task_id: (answer or ControlAnswer.REMEMBERED).value}

@@ -8,7 +8,6 @@ No lock of its own: the gate calls it under its lock.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 
 from celery.utils.log import get_logger
@@ -17,6 +16,7 @@ from ..core import PriorityOutcome
 from ..core.types import check_priority
 from ..engine import Engine
 from ..observe import Observer
+from ..protocol import ControlAnswer
 from .held import HeldJobs
 from .reserve import Reserve
 from .runs import Runs
@@ -26,12 +26,8 @@ __all__ = ["Answer", "JobControl"]
 logger = get_logger(__name__)
 
 
-class Answer(str, enum.Enum):
-    """A gate's answer to job control for a job it has (``None``: not here)."""
-
-    CANCELLED = "cancelled"  # it was held or reserved, and is dropped; its charge refunded
-    OK = "ok"  # its new priority is taken
-    ALREADY_RUNNING = "already_running"  # handed to the pool (or admitted): too late
+#: A gate's answers for a job it has (``None``: not here): the protocol's.
+Answer = ControlAnswer
 
 
 class JobControl:
