@@ -1,4 +1,8 @@
-"""Consumer bootstep that puts the fair gate between the consumer and the pool."""
+"""The consumer bootsteps of a fair worker: the gate between the consumer and the pool, and
+around it the metrics server, the intake, the store link and the sweep, each a small step
+with ``requires`` (``STEPS``). Steps share what they make through the consumer (``c.fair_gate``,
+``c.fair_metrics``, ``c.fair_intake``), as Celery's own steps share ``c.connection``; none sets
+another's attributes."""
 
 from __future__ import annotations
 
@@ -31,7 +35,18 @@ from .internals import order_redis_reads, redis_broker_client, redis_queue_lists
 from .reserve import RESERVE_MAX, plan_reserve, slots_of
 
 # open_store and store_url are the app glue's (connect.py); named here too, as before.
-__all__ = ["FairGateStep", "gate_for_worker", "open_store", "startup_line", "store_url"]
+__all__ = [
+    "STEPS",
+    "FairGateStep",
+    "FairIntakeStep",
+    "FairMetricsStep",
+    "FairStoreLinkStep",
+    "FairSweepStep",
+    "gate_for_worker",
+    "open_store",
+    "startup_line",
+    "store_url",
+]
 
 logger = get_logger(__name__)
 
@@ -137,50 +152,134 @@ def _base_queues(app: Any) -> list[str]:
     return []
 
 
-class FairGateStep(bootsteps.StartStopStep):
-    """Install the gate as ``consumer.on_task_request``; sweep while connected.
+def _fair(c: Any) -> tuple[Any, Any]:
+    """The worker's fair settings and job types, or ``(None, None)`` if its pool is not the
+    fair pool (pool.py's worker hook puts them on the worker)."""
+    controller = c.controller
+    settings = getattr(controller, "fair_settings", None)
+    types = getattr(controller, "fair_types", None)
+    if settings is None or types is None or not hasattr(c.pool, "fair_gate"):
+        return None, None
+    return settings, types
 
-    The consumer's strategies capture ``on_task_request`` when ``Tasks`` starts, and its ETA
-    and rate-limit paths look it up when they fire, so replacing it here (in ``__init__``,
-    before anything starts) puts every request through the gate.
-    """
 
-    label = "Fair gate"
+def _gate(c: Any) -> Gate | None:
+    return getattr(c, "fair_gate", None)
+
+
+class FairMetricsStep(bootsteps.StartStopStep):
+    """With ``fair_metrics_port``, the worker's Prometheus metrics: what the gate reports to
+    (``c.fair_metrics``, given to the gate when it is built) and the server that serves them
+    from this main process (``c.fair_metrics_port`` once it serves)."""
+
+    label = "Fair metrics"
     requires = ("celery.worker.consumer.tasks:Tasks",)
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
-        controller = c.controller
-        settings = getattr(controller, "fair_settings", None)
-        types = getattr(controller, "fair_types", None)
-        self.gate: Gate | None = None
-        self._entries: list[Any] = []
+        settings, _ = _fair(c)
+        self.settings = settings
+        self.metrics: WorkerMetrics | None = None
+        self._server: Any = None
+        c.fair_metrics = c.fair_metrics_port = None
+        if settings is not None and settings.metrics_port is not None:
+            self.metrics = c.fair_metrics = WorkerMetrics(
+                look=lambda: gate.look() if (gate := _gate(c)) is not None else GateLook(),
+                worker=c.hostname,
+                top_keys=settings.metrics_top_keys,
+            )
+
+    def start(self, c: Any) -> None:
+        """Serve the metrics (once); a port in use is logged, not fatal: the worker runs on
+        without them."""
+        settings = self.settings
+        if self.metrics is None or self._server is not None:
+            return
+        try:
+            server, port = serve(self.metrics, settings.metrics_port or 0, settings.metrics_address)
+        except OSError as exc:
+            logger.error(
+                "celery-fair: cannot serve metrics on %s:%s (%s); running without them.",
+                settings.metrics_address,
+                settings.metrics_port,
+                exc,
+            )
+            self.metrics = None
+            return
+        self._server = server
+        c.fair_metrics_port = port
+        logger.info(
+            "celery-fair: Prometheus metrics at http://%s:%d/metrics",
+            settings.metrics_address,
+            port,
+        )
+
+    def shutdown(self, c: Any) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class FairIntakeStep(bootsteps.StartStopStep):
+    """With shards, the intake of the queues this worker consumes (``start_intake``), started
+    with the first connection and stopped at shutdown; ``c.fair_intake`` says whether it
+    runs."""
+
+    label = "Fair intake"
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self.settings, _ = _fair(c)
         self.intake: IntakeThread | None = None
+        c.fair_intake = False
+
+    def start(self, c: Any) -> None:
+        gate = _gate(c)
+        if self.settings is None or gate is None or self.intake is not None:
+            return
+        self.intake = start_intake(c, self.settings, gate.observer)
+        c.fair_intake = self.intake is not None
+
+    def shutdown(self, c: Any) -> None:
+        if self.intake is not None:
+            self.intake.stop()
+
+
+class FairGateStep(bootsteps.StartStopStep):
+    """Install the gate as ``consumer.on_task_request`` (``c.fair_gate``), and give it what it
+    acts through on each connection.
+
+    The consumer's strategies capture ``on_task_request`` when ``Tasks`` starts, and its ETA
+    and rate-limit paths look it up when they fire, so replacing it here (in ``__init__``,
+    before anything starts) puts every request through the gate. It starts after the metrics
+    and the intake, whose ports and state it is given, and before the store link and the sweep,
+    which act on it.
+    """
+
+    label = "Fair gate"
+    requires = ("celery.worker.consumer.tasks:Tasks", FairMetricsStep, FairIntakeStep)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        settings, types = _fair(c)
+        self.gate: Gate | None = None
         self._announced = False
-        if settings is None or types is None or not hasattr(c.pool, "fair_gate"):
+        c.fair_gate = None
+        if settings is None:
             logger.warning("Fair gate not installed: the pool is not the fair pool.")
             return
-        worker_id = f"{c.hostname}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
-        store = getattr(controller, "fair_store", None)
-        self.metrics: WorkerMetrics | None = None
-        self._metrics_server: Any = None
-        self._metrics_port: int | None = None  # where the metrics are served, once they are
-        if settings.metrics_port is not None:
-            self.metrics = WorkerMetrics(
-                look=self._look, worker=c.hostname, top_keys=settings.metrics_top_keys
-            )
-        self.gate = gate_for_worker(
+        self.gate = c.fair_gate = c.pool.fair_gate = gate_for_worker(
             c,
             settings,
             types,
             c.on_task_request,
-            store=store,
-            worker_id=worker_id,
-            observer=self.metrics,
+            store=getattr(c.controller, "fair_store", None),
+            worker_id=f"{c.hostname}/{os.getpid()}/{uuid.uuid4().hex[:6]}",
+            observer=getattr(c, "fair_metrics", None),
         )
         c.on_task_request = self.gate.on_request
-        c.pool.fair_gate = self.gate
-        c.fair_gate = self.gate
         follow_consumer_changes(c)
 
     def start(self, c: Any) -> None:
@@ -193,45 +292,26 @@ class FairGateStep(bootsteps.StartStopStep):
             windows = ShardWindows.install(c, gate.windows.shard_window, settings.max_held + 1)
             if gate.windows.turns is not None and c.task_consumer is not None:
                 order_redis_reads(c.task_consumer.channel, gate.windows.turns.order)
-        if self.intake is None:
-            self.intake = start_intake(c, settings, gate.observer)
-        if self.metrics is not None and self._metrics_server is None:
-            self._serve_metrics(settings)
         # Everything the gate acts through on this connection, given before it starts: the
         # step never sets the gate's attributes.
         gate.attach(
             c,
             c.pool,
             shard_windows=windows,
-            intake_running=self.intake is not None,
-            metrics_port=self._metrics_port,
+            intake_running=bool(getattr(c, "fair_intake", False)),
+            metrics_port=getattr(c, "fair_metrics_port", None),
         )
         gate.on_connected()
-        gate.start_link(c.hub)
-        self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
         if not self._announced:
             self._announced = True
             announce(c.controller, self._startup_line(c, gate))
-        if gate.engine.store is not None:
-            # Looks at the store while jobs wait for other workers, beats, retries.
-            interval = settings.store_poll_interval
-            self._entries.append(c.timer.call_repeatedly(interval, gate.dispatch))
 
     def stop(self, c: Any) -> None:
-        for entry in self._entries:
-            entry.cancel()
-        self._entries.clear()
         if self.gate is not None:
             self.gate.on_connection_lost()
 
     def shutdown(self, c: Any) -> None:
         self.stop(c)
-        if self.intake is not None:
-            self.intake.stop()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-            self._metrics_server = None
         if self.gate is not None:
             self.gate.close()
 
@@ -255,31 +335,54 @@ class FairGateStep(bootsteps.StartStopStep):
             queues=_base_queues(c.app),
         )
 
-    def _look(self) -> GateLook:
-        return self.gate.look() if self.gate is not None else GateLook()
 
-    def _serve_metrics(self, settings: FairSettings) -> None:
-        """Serve the metrics from this (main) process; a port in use is logged, not fatal:
-        the worker runs on without them."""
-        assert self.metrics is not None
-        try:
-            server, port = serve(self.metrics, settings.metrics_port or 0, settings.metrics_address)
-        except OSError as exc:
-            logger.error(
-                "celery-fair: cannot serve metrics on %s:%s (%s); running without them.",
-                settings.metrics_address,
-                settings.metrics_port,
-                exc,
-            )
-            self.metrics = None
+class FairStoreLinkStep(bootsteps.StartStopStep):
+    """With the event loop, the gate's store calls go on it without blocking it (pacing.py);
+    the gate closes the link at shutdown."""
+
+    label = "Fair store link"
+    requires = (FairGateStep,)
+
+    def start(self, c: Any) -> None:
+        gate = _gate(c)
+        if gate is not None:
+            gate.start_link(c.hub)
+
+
+class FairSweepStep(bootsteps.StartStopStep):
+    """While connected, the gate's sweep every ``fair_sweep_interval`` (housekeeping.py), and
+    with a shared store a decision every ``fair_store_poll_interval``, which looks at the store
+    while jobs wait for other workers, beats and retries."""
+
+    label = "Fair sweep"
+    requires = (FairGateStep,)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self._entries: list[Any] = []
+
+    def start(self, c: Any) -> None:
+        gate = _gate(c)
+        if gate is None:
             return
-        self._metrics_server = server
-        self._metrics_port = port
-        logger.info(
-            "celery-fair: Prometheus metrics at http://%s:%d/metrics",
-            settings.metrics_address,
-            port,
-        )
+        settings = gate.settings
+        self._entries.append(c.timer.call_repeatedly(settings.sweep_interval, gate.sweep))
+        if gate.engine.store is not None:
+            interval = settings.store_poll_interval
+            self._entries.append(c.timer.call_repeatedly(interval, gate.dispatch))
+
+    def stop(self, c: Any) -> None:
+        for entry in self._entries:
+            entry.cancel()
+        self._entries.clear()
+
+    def shutdown(self, c: Any) -> None:
+        self.stop(c)
+
+
+#: The consumer steps of a fair worker, in the order they start (each requires the one before
+#: it runs on): pool.py adds them to the app's consumer blueprint.
+STEPS = (FairMetricsStep, FairIntakeStep, FairGateStep, FairStoreLinkStep, FairSweepStep)
 
 
 def gate_for_worker(

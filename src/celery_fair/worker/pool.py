@@ -50,9 +50,9 @@ class FairPoolMixin:
         super().__init__(*args, **kwargs)
         app = kwargs.get("app")
         if app is not None:
-            from .bootstep import FairGateStep
+            from .bootstep import STEPS
 
-            app.steps["consumer"].add(FairGateStep)
+            app.steps["consumer"].update(STEPS)
 
     def apply_async(self, target: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         gate = self.fair_gate
