@@ -4,6 +4,10 @@ One starts the moment a process frees, with no store round trip in between; the 
 runs more than its size, conflicts still never overlap, and a newcomer that ranks first takes
 the place of reserved jobs that would hold it up longer than ``fair_reserve_seconds``, so it
 waits no longer than without a lookahead, give or take that bound.
+
+Here with real pools, real timings and store calls gathered on the event loop; the reserve's
+rules on the gate alone (a set lookahead stays, the default one follows the jobs' wall times, a
+newcomer takes the reserved place unless within the bound) are tests/unit/test_gate_reserve.py's.
 """
 
 from __future__ import annotations
@@ -98,34 +102,6 @@ def busy_then_reserved(run, worker):
     return reserved
 
 
-@pytest.mark.parametrize(
-    ("reserve_seconds", "order", "given_back"),
-    [
-        # B goes before A's reserved job, estimated at the default 1 s: more than the 10 ms
-        # of reserved work a newcomer may wait behind by default, so B takes its place;
-        (None, ["busy", "B", "next"], 1),
-        # with up to 5 s allowed, the reserved job keeps its place and B starts after it.
-        (5.0, ["busy", "next", "B"], 0),
-    ],
-)
-def test_a_newcomer_that_ranks_first_takes_the_reserved_place_unless_it_is_within_bound(
-    make_run, start_worker, reserve_seconds, order, given_back
-):
-    # Given one process busy with client A's job and A's next job reserved behind it,
-    conf = {"fair_lookahead": LOOKAHEAD}
-    if reserve_seconds is not None:
-        conf["fair_reserve_seconds"] = reserve_seconds
-    run = make_run(conf=conf)
-    worker = start_worker(run, concurrency=1)
-    busy_then_reserved(run, worker)
-    # when client B, who has used nothing, publishes a job,
-    run.send("fairapp.clone", "B", 0.01, headers=fair_headers("clone", "B", "b0"))
-    # then the jobs start in the order the bound gives.
-    wait_until(lambda: len(run.recorder.done_counts()) == 3, 30, "every job")
-    assert [e["tag"] for e in starts(run)] == order
-    assert gate_stats(run, worker)["fair-store-given_back"] == given_back
-
-
 def test_a_job_revoked_while_reserved_is_released_and_never_runs(make_run, start_worker):
     # Given one process busy for 1.5 s and a job admitted behind it, reserved,
     run = make_run(conf={"fair_lookahead": LOOKAHEAD})
@@ -140,8 +116,11 @@ def test_a_job_revoked_while_reserved_is_released_and_never_runs(make_run, start
     wait_until(lambda: gate_stats(run, worker).get("fair-running") == 0, 20, "no job counted")
 
 
+@pytest.mark.parametrize("broker", ["redis"])  # the pool's timing, whatever the broker
 def test_the_default_reserve_is_deep_for_short_jobs_and_one_for_long_ones(make_run, start_worker):
-    # Given a worker on the shared Redis store with the default (adaptive) reserve,
+    # Given a worker on the shared Redis store with the default (adaptive) reserve (how deep
+    # for which wall times, exactly, is tests/unit/test_gate_reserve.py's; here the wall times
+    # a real pool measures),
     run = make_run(conf={"fair_store_url": BROKERS["redis"]})
     worker = start_worker(run, concurrency=SLOTS)
     assert gate_stats(run, worker)["fair-lookahead"] == 1  # nothing timed yet
@@ -149,9 +128,10 @@ def test_the_default_reserve_is_deep_for_short_jobs_and_one_for_long_ones(make_r
     for i in range(60):
         run.send("fairapp.clone", f"s{i}", 0.001, headers=fair_headers("clone", "A", f"r{i % 30}"))
     wait_until(lambda: len(run.recorder.done_counts()) == 60, 60, "the short jobs")
-    # then it keeps several admitted ahead (2 processes free many slots in 10 ms), at most 8,
+    # then it keeps several admitted ahead (2 processes free many slots in 10 ms), at most 8
+    # (a millisecond's job measures a few on a loaded host: at least 2),
     short = gate_stats(run, worker)
-    assert 3 <= short["fair-lookahead"] <= 8, short
+    assert 2 <= short["fair-lookahead"] <= 8, short
     assert short["fair-slots"] == SLOTS
     # and after 12 jobs of 0.3 s, one: a second would wait about 0.15 s, far past 10 ms.
     for i in range(12):
@@ -161,15 +141,3 @@ def test_the_default_reserve_is_deep_for_short_jobs_and_one_for_long_ones(make_r
     assert long["fair-lookahead"] == 1, long
     # The pool never ran more than its size, whatever the depth.
     assert max_overlap(list(intervals(run.recorder.events()).values())) <= SLOTS
-
-
-def test_a_fixed_lookahead_does_not_follow_the_jobs(make_run, start_worker):
-    # Given a worker on the shared store with fair_lookahead = 2 set,
-    run = make_run(conf={"fair_store_url": BROKERS["redis"], "fair_lookahead": 2})
-    worker = start_worker(run, concurrency=SLOTS)
-    # when it has run short jobs,
-    for i in range(30):
-        run.send("fairapp.clone", f"s{i}", 0.001, headers=fair_headers("clone", "A", f"r{i}"))
-    wait_until(lambda: len(run.recorder.done_counts()) == 30, 60, "the short jobs")
-    # then its reserve is still 2.
-    assert gate_stats(run, worker)["fair-lookahead"] == 2
