@@ -50,6 +50,7 @@ from typing import Any
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 
+from .. import words
 from ..connect import untrack
 from ..core import (
     Admission,
@@ -59,10 +60,9 @@ from ..core import (
     ReserveDepth,
     Scheduler,
     WallClock,
-    words,
 )
 from ..core.clock import Clock, MonotonicClock
-from ..core.inspect import Why
+from ..core.inspect import Why, why_to_dict
 from ..core.types import check_priority
 from ..engine import LATER, Call, Decision, Driver, Engine
 from ..metrics import GateLook, top_allocations
@@ -980,9 +980,9 @@ class Gate:
     # -- inspection ----------------------------------------------------------------------
 
     def job_status(self, uid: str) -> dict[str, Any] | None:
-        """What this worker knows of fair job ``uid``: held (waiting, with its place and why,
-        in words), reserved (admitted, waiting for a free process) or running; ``None`` if it
-        is not here. O(held) for a held job (its place), O(1) otherwise."""
+        """What this worker knows of fair job ``uid``: held (waiting, with its place and what
+        holds it back, as values), reserved (admitted, waiting for a free process) or running;
+        ``None`` if it is not here. O(held) for a held job (its place), O(1) otherwise."""
         with self._lock:
             uid = self._uid(uid)
             if uid in self.runs.fair:
@@ -1002,7 +1002,7 @@ class Gate:
                 return {"state": "held", "waited": waited}
             start = self.scheduler.expected_start(uid, self._pool_slots)
             found = self.scheduler.why(uid)
-            why = [] if found is None else words.lines(found)
+            waits_for = None if start is None else start.waits_for
             return {
                 "state": "held",
                 "waited": waited,
@@ -1014,11 +1014,16 @@ class Gate:
                 "effective_priority": view.effective_priority,
                 "urgent": view.urgent,
                 "blocked_by": [r.value for r in view.blocked_by],
-                "why": why,
+                # what holds it back, as values ("blockers", "ahead": core.inspect.why_to_dict);
+                # job control writes them in English (celery_fair.words)
+                **({} if found is None else why_to_dict(found)),
                 "expected_wait": None if start is None else start.seconds,
                 # the share of that estimate built on default costs (nothing learned yet)
                 "expected_wait_defaults": 0.0 if start is None else start.from_defaults,
-                # what it waits for that the estimate does not measure, in words
+                # what it waits for that the estimate does not measure (a BlockReason's value)
+                "waits_for_reason": None if waits_for is None else waits_for.value,
+                # the same in words, for job-control clients older than the values
+                "why": words.lines(found),
                 "waits_for": _waits_for(start, found),
                 # the conflict it waits for, for job control to name its holder fleet-wide
                 "conflict": conflict_field(
@@ -1194,12 +1199,7 @@ class Gate:
 
 def _waits_for(start: Any, found: Why | None) -> str:
     """What ``start.waits_for`` is, in the words of its blocker in ``found``, or ``""``."""
-    if start is None or start.waits_for is None:
-        return ""
-    blockers = () if found is None else found.blockers
-    return next(
-        (words.line(b) for b in blockers if b.reason is start.waits_for), start.waits_for.value
-    )
+    return words.waits_for(None if start is None else start.waits_for, found)
 
 
 def slots_of(pool: Any, settings: Any) -> int:
