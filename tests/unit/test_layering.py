@@ -52,6 +52,7 @@ TABLE: dict[str, tuple[int, str]] = {
     "celery_fair.cli": (6, ""),
     "celery_fair.__main__": (6, ""),
     "celery_fair.commands": (6, ""),
+    "celery_fair.overview": (6, ""),
     "celery_fair.flower": (6, ""),
     "celery_fair.sim": (6, ""),
     "celery_fair.plot": (6, ""),
