@@ -11,7 +11,10 @@ place) and, if none holds or runs it, the result backend. The answer's ``state``
   ``expected_wait_defaults`` (the share of that estimate built on default costs) and
   ``why``,
   the reasons in words ("type cap repack 3/3", "conflict on git:linux held by task X",
-  "paused (key 'spam')", "behind 4 jobs that come first ...");
+  "paused (key 'spam')", "behind 4 jobs that come first ..."). The worker answers in values
+  (``blockers``, ``ahead``, ``waits_for_reason``: ``core.inspect.why_to_dict``); they are
+  written in English here (``celery_fair.words``), and a reply from an older worker, which
+  has the words alone, is taken as it is;
 - ``reserved``: admitted, waiting for a free process on ``worker``;
 - ``running`` on ``worker``;
 - ``done`` (``result_state`` says how: ``SUCCESS``, ``FAILURE``), ``cancelled`` (revoked), as
@@ -71,9 +74,10 @@ from typing import Any
 
 from celery.backends.base import DisabledBackend
 
+from . import words
 from .connect import settings_of, tracked_store, untrack
-from .core.types import check_priority
-from .core.words import ELSEWHERE
+from .core.inspect import why_from_dict
+from .core.types import BlockReason, check_priority
 from .errors import ConfigurationError, StoreUnavailable
 from .protocol import ControlAnswer
 
@@ -98,7 +102,8 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
         for worker, answer in reply.items():
             found = answer.get(task_id) if isinstance(answer, dict) else None
             if found:
-                return _name_the_holder(app, {"task_id": task_id, "worker": worker, **found})
+                found = in_words({"task_id": task_id, "worker": worker, **found})
+                return _name_the_holder(app, found)
     out: dict[str, Any] = {"task_id": task_id, "state": "unknown"}
     if not isinstance(app.backend, DisabledBackend):
         result_state = app.AsyncResult(task_id).state
@@ -125,12 +130,36 @@ def status(app: Any, task_id: str, timeout: float = 1.0) -> dict[str, Any]:
     return out
 
 
+#: What a worker's job-status reply says in values, and job control in words (``in_words``).
+_VALUES = ("blockers", "ahead", "waits_for_reason")
+
+
+def in_words(found: dict[str, Any]) -> dict[str, Any]:
+    """A worker's answer to ``fair_status`` with what holds the job back written in English:
+    ``why`` and ``waits_for`` from its values (``blockers``, ``ahead``, ``waits_for_reason``,
+    which are dropped, so the answer reads as it always has). A reply without the values (a
+    worker older than them) or with values this version cannot read (a newer worker's reason)
+    keeps the words the worker wrote."""
+    values = {name: found.pop(name) for name in _VALUES if name in found}
+    if "blockers" not in values:
+        return found
+    try:
+        why = why_from_dict(values)
+        reason = values.get("waits_for_reason")
+        waits_for = None if reason is None else BlockReason(reason)
+    except ValueError:
+        return found
+    found["why"] = words.lines(why)
+    found["waits_for"] = words.waits_for(waits_for, why)
+    return found
+
+
 def _name_the_holder(app: Any, found: dict[str, Any]) -> dict[str, Any]:
     """A held job waits for a conflict another worker's job holds: ask the shared store which
     job, on which worker, since when (one read), and say so in its reasons."""
     field = found.get("conflict")
     why = found.get("why") or []
-    if not field or not any(ELSEWHERE in reason for reason in why):
+    if not field or not any(words.ELSEWHERE in reason for reason in why):
         return found
     try:
         holder = tracked_store(app).holder(field)
@@ -140,8 +169,8 @@ def _name_the_holder(app: Any, found: dict[str, Any]) -> dict[str, Any]:
         return found
     worker = holder.worker.split("/")[0] or "another worker"
     since = f" for {holder.held_for:.1f} s" if holder.held_for is not None else ""
-    words = f"held by task {holder.uid} on {worker}{since}"
-    found["why"] = [reason.replace(ELSEWHERE, words) for reason in why]
+    named = f"held by task {holder.uid} on {worker}{since}"
+    found["why"] = [reason.replace(words.ELSEWHERE, named) for reason in why]
     found["holder"] = holder._asdict()
     return found
 

@@ -53,6 +53,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from . import words
 from .core import Admission, JobType, Scheduler, SchedulerConfig, WallClock
 from .engine import Call, Decision, Driver, Engine
 from .errors import SlotTimeout, UnknownJobType
@@ -233,7 +234,7 @@ class SlotScheduler:
                 return True, []
             if waiter.gone:
                 return False, []
-            reasons = self.core.explain(waiter.ref)
+            reasons = words.lines(self.core.why(waiter.ref))
             if not self.engine.cancel(waiter.ref):  # admitted in the core: give it back
                 self.engine.finish(waiter.ref, None, unstarted=True)
             self._forget(waiter)

@@ -19,7 +19,7 @@ import pytest
 from harness import BROKERS, gate_stats, intervals, max_overlap, wait_until
 
 from celery_fair import fair_headers
-from celery_fair.worker.gate import GATHER_SECONDS
+from celery_fair.worker.pacing import GATHER_SECONDS
 
 SLOTS = 2
 LOOKAHEAD = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from celery_fair import commands
+from celery_fair import commands, overview
 from celery_fair.core import KeyPolicies
 from celery_fair.policies import RuntimePolicies, entries, explain
 from celery_fair.settings import FairSettings
@@ -51,7 +51,7 @@ def table_rows(shown: str) -> list[list[str]]:
 
 
 def test_status_shows_each_tiers_cap_in_force_not_only_the_overridden_ones():
-    summary = commands._summarise(STATE, SETTINGS, dict(SETTINGS.types))
+    summary = overview.summarise(STATE, SETTINGS, dict(SETTINGS.types))
     # tier 8 and tier 3 are capped at their priority; tier 4 at fair_tier_caps' 6; tier 2 has none.
     assert {t["tier"]: t["cap"] for t in summary["tiers"]} == {8: 8, 4: 6, 3: 3, 2: None}
     shown = text(commands.render({"store": summary, "workers": [], "queues": []}))
@@ -136,7 +136,7 @@ def test_the_background_key_reads_the_same_everywhere():
     depths = [{"queue": "q", "lists": [{"name": "q", "waiting": 4, "consumers": 1,
                                         "keys": {"": 3, "a": 1}}]}]  # fmt: skip
     assert "oldest by key: (background) 3, a 1" in format_depths(depths)
-    summary = commands._summarise(STATE, SETTINGS, dict(SETTINGS.types))
+    summary = overview.summarise(STATE, SETTINGS, dict(SETTINGS.types))
     shown = text(commands.render({"store": summary, "workers": [], "queues": []}))
     assert "(background)" in [row[0] for row in table_rows(shown)]
     assert flower._label("") == sim._key_label("") == "(background)"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from gate_world import VISIBILITY_TIMEOUT, World
 
-from celery_fair.worker.gate import HOLD_FRACTION
 from celery_fair.worker.headers import REPUBLISHED, SUBMITTED, TOKEN
+from celery_fair.worker.housekeeping import HOLD_FRACTION
 
 
 def test_a_job_is_held_admitted_handed_to_the_pool_and_finished_with_its_token() -> None:

@@ -16,7 +16,7 @@ from gate_world import World
 
 from celery_fair.core import ReserveDepth
 from celery_fair.settings import FairSettings
-from celery_fair.worker.gate import RESERVE_MAX, plan_reserve
+from celery_fair.worker.reserve import RESERVE_MAX, plan_reserve
 
 
 @pytest.fixture

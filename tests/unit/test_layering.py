@@ -28,12 +28,14 @@ TABLE: dict[str, tuple[int, str]] = {
     "celery_fair.core.*": (1, ""),
     # 2: the shared truth; no Celery, no Kombu
     "celery_fair.store.*": (2, ""),
-    # 3: the engine and the observer (and what reads their numbers); no Celery, Kombu, redis-py
+    # 3: the engine and the observer (and what reads their numbers, or words the core's values
+    # for people); no Celery, Kombu, redis-py
     "celery_fair.engine.*": (3, ""),
     "celery_fair.runtime_policies": (3, ""),
     "celery_fair.observe": (3, ""),
     "celery_fair.metrics": (3, ""),
     "celery_fair.fleet": (3, ""),
+    "celery_fair.words": (3, ""),
     # 4: app glue: settings, the store an app opens, an app's shard queues
     "celery_fair.settings": (4, ""),
     "celery_fair.connect": (4, ""),
@@ -50,6 +52,7 @@ TABLE: dict[str, tuple[int, str]] = {
     "celery_fair.cli": (6, ""),
     "celery_fair.__main__": (6, ""),
     "celery_fair.commands": (6, ""),
+    "celery_fair.overview": (6, ""),
     "celery_fair.flower": (6, ""),
     "celery_fair.sim": (6, ""),
     "celery_fair.plot": (6, ""),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from celery_fair import words
 from celery_fair.core import (
     Aging,
     BlockReason,
@@ -81,7 +82,7 @@ def test_the_types_cap_spans_its_jobs_at_every_priority_and_the_tier_cap_is_the_
     assert s.by_type()[0] == ("repack", 3, 1, 2)  # one type: pending 1, running 2
     s.complete("r3", 1.0)
     assert admitted(s) == ["r1"]
-    assert s.explain("s1")[0].startswith("tier cap 5 1/1")
+    assert words.lines(s.why("s1"))[0].startswith("tier cap 5 1/1")
 
 
 def test_a_type_paused_stops_its_jobs_at_every_priority():

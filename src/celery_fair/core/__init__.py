@@ -54,8 +54,8 @@ Modules
 -------
 ``types`` (values in and out), ``clock``, ``policy`` (the dispatch rule), ``fairqueue`` (the
 pending index), ``costs`` (estimates and accounts), ``aging``, ``allocation``, ``inspect``
-(status, expected start, blockers, snapshot: values only), ``words`` (those values in
-English), ``reserve``, and ``scheduler``, the façade that owns the state and calls the rest.
+(status, expected start, blockers, snapshot: values only, and the blockers as plain data),
+``reserve``, and ``scheduler``, the façade that owns the state and calls the rest.
 
 Rules for this package
 ----------------------
@@ -66,8 +66,8 @@ Rules for this package
 2. Nothing here imports outside the standard library or reads time except through ``Clock``
    (``clock.py`` is the one module that touches ``time``).
 3. Expected outcomes are return values; exceptions mean the caller broke the contract.
-4. Inspection answers in values (``inspect.Why`` and its blockers); ``words.py`` is the one
-   module that writes English, for ``Scheduler.explain`` and the tools that show it.
+4. Inspection answers in values (``inspect.Why`` and its blockers), never in words: English
+   is written at the edge, from those values, by ``celery_fair.words`` (layer 3).
 """
 
 from __future__ import annotations

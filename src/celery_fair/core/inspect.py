@@ -3,15 +3,17 @@
 Pure functions of the scheduler's structures, called by the ``Scheduler`` façade; none of
 them changes anything or decides anything. What holds a job back comes back as values (the
 ``Blocker`` types below, one per ``BlockReason``, each with its numbers), never as words:
-``words.py`` writes them in English for whoever shows them (the worker's job control, the
-command line, ``fair.slot``'s timeout, logs). What is admissible is ``policy.blocked_by``'s to
-say; this module only gathers its answer with the numbers behind it.
+``celery_fair.words`` writes them in English at the edge, for whoever shows them (job control,
+the command line, ``fair.slot``'s timeout, logs). ``why_to_dict`` and ``why_from_dict`` carry
+them as plain data (a worker's job-status reply), so the English is written where it is shown.
+What is admissible is ``policy.blocked_by``'s to say; this module only gathers its answer with
+the numbers behind it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from .allocation import KeyDemand, shares
@@ -36,6 +38,8 @@ __all__ = [
     "snapshot",
     "view",
     "why",
+    "why_from_dict",
+    "why_to_dict",
 ]
 
 
@@ -107,6 +111,57 @@ class Why:
 
     blockers: tuple[Blocker, ...]
     ahead: int
+
+
+#: The blocker type of each reason (``why_from_dict``).
+_KINDS: dict[BlockReason, type[Blocker]] = {
+    BlockReason.PAUSED: Paused,
+    BlockReason.CONFLICT: ConflictHeld,
+    BlockReason.KEY_CAP: CapFull,
+    BlockReason.TYPE_CAP: CapFull,
+    BlockReason.TIER_CAP: CapFull,
+    BlockReason.CAPACITY: SlotsBusy,
+}
+
+
+def why_to_dict(why: Why) -> dict[str, object]:
+    """``why`` as plain data (JSON), as a worker's job-status reply carries it:
+    ``{"blockers": [...], "ahead": n}``, each blocker its fields by name and its reason's value,
+    e.g. ``{"reason": "type_cap", "name": "repack", "running": 3, "elsewhere": 0, "limit": 3}``
+    (a conflict's ``holder`` is the core's ref as it is: plain data as long as the refs are, as
+    the worker's task ids are). ``why_from_dict`` reads it back. O(blockers)."""
+    return {"blockers": [_blocker_to_dict(b) for b in why.blockers], "ahead": why.ahead}
+
+
+def why_from_dict(data: Mapping[str, object]) -> Why:
+    """The ``Why`` that ``why_to_dict`` wrote ``data`` from (other keys of ``data`` are left
+    alone, and so are fields a blocker does not have). O(blockers).
+
+    Raises:
+        ValueError: ``data`` is not such a document: a reason this version does not know (a
+            newer worker's), a field or ``ahead`` missing.
+    """
+    blockers, ahead = data.get("blockers"), data.get("ahead")
+    if not isinstance(blockers, list) or not isinstance(ahead, int):
+        raise ValueError(f"not a why: {data!r}")
+    return Why(tuple(_blocker_from_dict(b) for b in blockers), ahead)
+
+
+def _blocker_to_dict(blocker: Blocker) -> dict[str, object]:
+    given = {f.name: getattr(blocker, f.name) for f in fields(blocker) if f.name != "reason"}
+    return {"reason": blocker.reason.value, **given}
+
+
+def _blocker_from_dict(data: object) -> Blocker:
+    try:
+        if not isinstance(data, Mapping):
+            raise TypeError(type(data).__name__)
+        reason = BlockReason(data["reason"])
+        kind = _KINDS[reason]
+        given = {f.name: data[f.name] for f in fields(kind) if f.name != "reason"}
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"not a blocker: {data!r}") from exc
+    return CapFull(reason, **given) if kind is CapFull else kind(**given)
 
 
 #: What holds a job back that ``expected_start`` does not wait out by itself (a key cap is

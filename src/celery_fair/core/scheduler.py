@@ -7,7 +7,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import count
 
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
-from . import inspect, words
+from . import inspect
 from .aging import Agenda, PauseLog
 from .allocation import Allocation
 from .clock import Clock
@@ -807,17 +807,6 @@ class Scheduler:
         return inspect.why(
             job, view, self._conflicts, self._clock.now(), self._running, self._capacity
         )
-
-    def explain(self, ref: Hashable) -> list[str]:
-        """Why pending job ``ref`` is not running yet, in words, one line per reason (empty
-        for a job that is not pending here). What holds it back first (a pause, its conflict,
-        a cap, the slots), each with its numbers; if nothing does, the jobs that come before
-        it. O(n) (it counts the jobs before it).
-
-        Example: ``["type cap repack 3/3", "behind 4 jobs that come first"]``.
-        """
-        why = self.why(ref)
-        return [] if why is None else words.lines(why)
 
     def snapshot(self) -> Snapshot:
         """The whole state, pending jobs in dispatch order with their places. O(n log n)."""

@@ -477,7 +477,7 @@ class BlockReason(enum.Enum):
 
 
 #: The order of precedence of the reasons: the reason a blocked job counts under in
-#: ``blocked_counts`` is the first that applies, and ``explain`` words them in this order.
+#: ``blocked_counts`` is the first that applies, and ``Scheduler.why`` lists them in this order.
 BLOCK_ORDER = (
     BlockReason.PAUSED,
     BlockReason.CONFLICT,

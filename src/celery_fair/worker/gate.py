@@ -50,18 +50,18 @@ from ..routing import shard_of
 from . import events, views
 from .consumer_prefetch import ShardWindows
 from .headers import TOKEN, FairHeaders, request_uid
-from .held import REMEMBERED, Held, HeldJobs
-from .housekeeping import HOLD_FRACTION, Housekeeping, blocks_the_queue, default_max_hold
+from .held import Held, HeldJobs
+from .housekeeping import Housekeeping, blocks_the_queue, default_max_hold
 from .internals import ack_quietly, sends_events, writes_pending
 from .job_control import Answer, JobControl
-from .pacing import GATHER_SECONDS, StorePacing
+from .pacing import StorePacing
 from .reading import HeaderReader
-from .reserve import RESERVE_MAX, Reserve, slots_of
+from .reserve import Reserve, slots_of
 from .returns import give_back, send_to_dead_letters
 from .runs import FinishedHere, Handoff, Run, Runs
 from .window import Windows
 
-__all__ = ["GATHER_SECONDS", "HOLD_FRACTION", "REMEMBERED", "RESERVE_MAX", "Gate"]
+__all__ = ["Gate"]
 
 logger = get_logger(__name__)
 

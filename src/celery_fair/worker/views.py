@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import BlockReason, JobType, Scheduler, words
-from ..core.inspect import Why
+from .. import words
+from ..core import BlockReason, JobType, Scheduler
+from ..core.inspect import why_to_dict
 from ..engine import Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters
@@ -46,9 +47,9 @@ class Parts:
 
 def job_status(parts: Parts, uid: str, now: float, pool_slots: int) -> dict[str, Any] | None:
     """What this worker knows of fair job ``uid`` (a uid, or its task id): held (waiting,
-    with its place and why, in words), reserved (admitted, waiting for a free process) or
-    running; ``None`` if it is not here. ``now``: monotonic. O(held) for a held job (its
-    place), O(1) otherwise."""
+    with its place and what holds it back, as values), reserved (admitted, waiting for a free
+    process) or running; ``None`` if it is not here. ``now``: monotonic. O(held) for a held
+    job (its place), O(1) otherwise."""
     uid = parts.held.uid_of(uid)
     scheduler = parts.scheduler
     if uid in parts.runs.fair:
@@ -68,7 +69,7 @@ def job_status(parts: Parts, uid: str, now: float, pool_slots: int) -> dict[str,
         return {"state": "held", "waited": waited}
     start = scheduler.expected_start(uid, pool_slots)
     found = scheduler.why(uid)
-    why = [] if found is None else words.lines(found)
+    waits_for = None if start is None else start.waits_for
     return {
         "state": "held",
         "waited": waited,
@@ -80,12 +81,17 @@ def job_status(parts: Parts, uid: str, now: float, pool_slots: int) -> dict[str,
         "effective_priority": view.effective_priority,
         "urgent": view.urgent,
         "blocked_by": [r.value for r in view.blocked_by],
-        "why": why,
+        # what holds it back, as values ("blockers", "ahead": core.inspect.why_to_dict); job
+        # control writes them in English (celery_fair.words)
+        **({} if found is None else why_to_dict(found)),
         "expected_wait": None if start is None else start.seconds,
         # the share of that estimate built on default costs (nothing learned yet)
         "expected_wait_defaults": 0.0 if start is None else start.from_defaults,
-        # what it waits for that the estimate does not measure, in words
-        "waits_for": _waits_for(start, found),
+        # what it waits for that the estimate does not measure (a BlockReason's value)
+        "waits_for_reason": None if waits_for is None else waits_for.value,
+        # the same in words, for job-control clients older than the values
+        "why": words.lines(found),
+        "waits_for": words.waits_for(waits_for, found),
         # the conflict it waits for, for job control to name its holder fleet-wide
         "conflict": conflict_field(
             parts.groups.get(held.headers.job_type) or "", held.headers.job_id
@@ -93,16 +99,6 @@ def job_status(parts: Parts, uid: str, now: float, pool_slots: int) -> dict[str,
         if BlockReason.CONFLICT in view.blocked_by
         else "",
     }
-
-
-def _waits_for(start: Any, found: Why | None) -> str:
-    """What ``start.waits_for`` is, in the words of its blocker in ``found``, or ``""``."""
-    if start is None or start.waits_for is None:
-        return ""
-    blockers = () if found is None else found.blockers
-    return next(
-        (words.line(b) for b in blockers if b.reason is start.waits_for), start.waits_for.value
-    )
 
 
 def pool_info(

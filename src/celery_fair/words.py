@@ -1,17 +1,22 @@
-"""Why a job waits, in English: the one place that words ``inspect.Why``.
+"""Why a job waits, in English: the one place that words ``core.inspect.Why``.
 
-The core decides and inspects in values (``inspect.py``); this module only writes them out,
-for whoever shows them to a person: ``Scheduler.explain``, the worker's job control (its
-``why`` and ``waits_for``), ``fair.slot``'s timeout and the command line through them. A
-phrase another module must recognise is a constant here (``ELSEWHERE``).
+The core decides and inspects in values (``core/inspect.py``); this module writes them out for
+whoever shows them to a person: job control (``control.status``, from the values a worker's
+``fair_status`` reply carries), ``fair.slot``'s timeout, and the command line and Flower through
+job control. It sits in layer 3, beside the observer and the metrics, the lowest layer that
+speaks to people: it needs the core alone (no Celery, no store), so the engine, both sides of
+layer 5 and the tools can all use it.
+
+Every phrase is made here, and a phrase another module must recognise is a constant here
+(``ELSEWHERE``).
 """
 
 from __future__ import annotations
 
-from .inspect import Blocker, CapFull, ConflictHeld, Paused, SlotsBusy, Why
-from .types import BlockReason
+from .core.inspect import Blocker, CapFull, ConflictHeld, Paused, SlotsBusy, Why
+from .core.types import BlockReason
 
-__all__ = ["ELSEWHERE", "FIRST", "line", "lines"]
+__all__ = ["ELSEWHERE", "FIRST", "line", "lines", "waits_for"]
 
 ELSEWHERE = "held by a job on another worker"
 """How a conflict held on another worker is worded; job control replaces it by the holder it
@@ -50,12 +55,24 @@ def line(blocker: Blocker) -> str:
     raise TypeError(f"not a blocker: {blocker!r}")
 
 
-def lines(why: Why) -> list[str]:
-    """``why`` in words, one line per blocker in order, then the jobs that come first, e.g.
-    ``["type cap repack 3/3", "behind 4 jobs that come first (...)"]``; ``[FIRST]`` if
-    neither."""
+def lines(why: Why | None) -> list[str]:
+    """``why`` (``Scheduler.why``) in words, one line per blocker in order, then the jobs that
+    come first, e.g. ``["type cap repack 3/3", "behind 4 jobs that come first (...)"]``;
+    ``[FIRST]`` if neither; ``[]`` for ``None`` (the job is not pending there)."""
+    if why is None:
+        return []
     said = [line(blocker) for blocker in why.blockers]
     if why.ahead:
         jobs = "1 job that comes" if why.ahead == 1 else f"{why.ahead} jobs that come"
         said.append(f"behind {jobs} first (higher priority, or keys that have used less)")
     return said or [FIRST]
+
+
+def waits_for(reason: BlockReason | None, why: Why | None) -> str:
+    """What a job with no expected start waits for (``ExpectedStart.waits_for``: ``reason``),
+    in the words of its blocker of that reason in ``why``, else the reason's name; ``""`` for
+    ``None`` (it has an expected start)."""
+    if reason is None:
+        return ""
+    blockers = () if why is None else why.blockers
+    return next((line(b) for b in blockers if b.reason is reason), reason.value)
