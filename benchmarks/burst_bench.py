@@ -24,6 +24,10 @@ Variants, in the same rounds (their order alternates from round to round):
   every job to the queue itself with ``send_task(..., headers=fair_headers(...))``, and the
   workers' intake moves them into their shards.
 
+``--against DIR``: each fair variant also runs with ``celery_fair`` imported by the workers from
+``DIR`` (the ``src`` folder of another checkout, e.g. ``git worktree add /tmp/base 6da9c74``),
+in the same rounds; its rows say ``VARIANT@base``. The producer is this checkout's either way.
+
 The table gives, per cell, the median and the maximum over the runs of B's wait and of A's
 jobs started in between, and A's completion time over plain Celery's in the same round.
 """
@@ -96,14 +100,22 @@ def start_workers(variant: str, topology: str, env: dict[str, str], queue: str) 
 
 
 def run_once(
-    broker: str, variant: str, topology: str, size: int, complete: bool, patience: float
+    broker: str,
+    variant: str,
+    topology: str,
+    size: int,
+    complete: bool,
+    patience: float,
+    against: str | None = None,
 ) -> Result:
+    variant, at, _ = variant.partition("@")
+    path = f"{against}{os.pathsep}{HERE}" if at and against else str(HERE)
     queue = f"burst-{uuid.uuid4().hex[:8]}"
     key = f"burst:{queue}"
     shards = 1 if variant in ("plain", "fair/1") else 8
     module = app_for(BROKERS[broker], queue, key, shards)
     record = redis.Redis.from_url(RECORD)
-    env = {**os.environ, "PYTHONPATH": str(HERE), "BURST_SHARDS": str(shards)}
+    env = {**os.environ, "PYTHONPATH": path, "BURST_SHARDS": str(shards)}
     procs = start_workers(variant, topology, env, queue)
     b_connection = None
     try:
@@ -202,12 +214,20 @@ def main() -> None:
         default=120.0,
         help="seconds to wait for B before recording it as waiting longer than that",
     )
+    parser.add_argument(
+        "--against",
+        default=None,
+        help="the src folder of another checkout: each fair variant runs with it too",
+    )
     args = parser.parse_args()
     os.environ["BURST_SETTINGS"] = args.settings
     variants = args.variants.split(",")
+    against = str(Path(args.against).resolve()) if args.against else None
+    if against:
+        variants += [f"{v}@base" for v in variants if v != "plain"]
     print(f"(B waits longer than --patience {args.patience:.0f} s: shown as '>')")
     print(
-        f"{'broker':6} {'workers':7} {'burst':>6} {'variant':8} {'B wait p50':>10} "
+        f"{'broker':6} {'workers':7} {'burst':>6} {'variant':13} {'B wait p50':>10} "
         f"{'B wait max':>10} {'A between p50':>13} {'max':>5} {'A done p50':>10} "
         f"{'A done/plain':>12}"
     )
@@ -219,7 +239,9 @@ def main() -> None:
                 for i in range(args.runs):
                     for variant in variants if i % 2 == 0 else variants[::-1]:
                         got[variant].append(
-                            run_once(broker, variant, topology, size, complete, args.patience)
+                            run_once(
+                                broker, variant, topology, size, complete, args.patience, against
+                            )
                         )
                 for variant in variants:
                     report(broker, topology, size, variant, got[variant], got.get("plain"))
@@ -244,7 +266,7 @@ def report(
     worst = None if None in waits else max(w for w in waits if w is not None)
     took = "-" if not all(done) else f"{statistics.median(done):.2f}s"  # type: ignore[type-var]
     print(
-        f"{broker:6} {topology:7} {size:>6} {variant:8} {_ms(_median(waits)):>10} "
+        f"{broker:6} {topology:7} {size:>6} {variant:13} {_ms(_median(waits)):>10} "
         f"{_ms(worst):>10} {statistics.median(between):>13.0f} {max(between):>5} {took:>10} "
         f"{ratio:>12}",
         flush=True,
