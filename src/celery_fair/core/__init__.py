@@ -52,8 +52,9 @@ O(n).
 
 Modules
 -------
-``types`` (values in and out), ``clock``, ``policy`` (the dispatch rule), ``fairqueue`` (the
-pending index), ``costs`` (estimates and accounts), ``aging``, ``allocation``, ``inspect``
+``types`` (values in and out), ``clock``, ``jobs`` (the records: job, tier, lane, conflict),
+``policy`` (the dispatch rule), ``fairqueue`` (the pending index), ``costs`` (estimates and
+accounts), ``aging``, ``allocation``, ``inspect``
 (status, expected start, blockers, snapshot: values only), ``words`` (those values in
 English), ``reserve``, and ``scheduler``, the façade that owns the state and calls the rest.
 
@@ -61,8 +62,8 @@ Rules for this package
 ----------------------
 1. Every rule that decides admission lives in ``policy.py`` (``select``, ``blocked_by``,
    ``comes_before``, ``key_holds``, ``goes_before``); the structures in ``fairqueue.py`` only
-   keep the order and the wait lists, and take the rule from ``policy.py``, which imports
-   them for type checking only.
+   keep the order and the wait lists, and take the rule from ``policy.py``; both read the
+   records of ``jobs.py``, which imports neither.
 2. Nothing here imports outside the standard library or reads time except through ``Clock``
    (``clock.py`` is the one module that touches ``time``).
 3. Expected outcomes are return values; exceptions mean the caller broke the contract.

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .allocation import KeyDemand, shares
-from .fairqueue import ELSEWHERE, PendingJob
+from .jobs import ELSEWHERE, PendingJob
 from .policy import blocked_by
 from .types import BLOCK_ORDER, BlockReason, ExpectedStart, JobState, JobView, Snapshot
 
 if TYPE_CHECKING:
     from .costs import Accounts, Estimates
-    from .fairqueue import Conflict, ConflictKey, Lane, Tier
+    from .jobs import Conflict, ConflictKey, Lane, Tier
 
 __all__ = [
     "Blocker",

@@ -6,8 +6,9 @@ their wait lists, and import nothing of it else. ``select`` is the hot path; ``b
 states the same rules one job at a time for snapshots, status and tests; ``goes_before`` says
 whether a pending job comes before admissions already made (``Scheduler.outranks``).
 
-This module reads the structures of ``fairqueue.py`` (tiers, lanes, jobs, keys) but imports
-them only for type checking, so the index depends on the rule and never the other way round.
+This module reads the records of ``jobs.py`` (tiers, lanes, jobs, conflicts) and ``costs.py``
+(keys), which import neither it nor ``fairqueue.py``: the index depends on the rule, and the rule
+only on the records.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from .costs import KeyState
-    from .fairqueue import Conflict, ConflictKey, PendingJob, Tier
+    from .jobs import Conflict, ConflictKey, PendingJob, Tier
     from .types import Admission
 
 __all__ = [

@@ -13,14 +13,11 @@ from .allocation import Allocation
 from .clock import Clock
 from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
 from .fairqueue import (
-    ELSEWHERE,
-    Conflict,
-    Lane,
-    PendingJob,
-    SideLane,
-    Tier,
+    KeyedQueue,
     discard,
+    park_on,
     recheck_loans,
+    release,
     reposition,
     rise,
     take,
@@ -28,6 +25,7 @@ from .fairqueue import (
     unblock,
 )
 from .inspect import Why
+from .jobs import ELSEWHERE, Conflict, Lane, PendingJob, SideLane, Tier
 from .keys import KeyRules, rerank
 from .policy import conflict_held, goes_before, key_blocks, select
 from .types import (
@@ -126,7 +124,7 @@ class Scheduler:
                 )
             return
         tier = self._tier(jtype.priority)
-        lane = Lane(jtype, tier, self._conflicts, self._agenda, self._aging_of(jtype))
+        lane = Lane(jtype, tier, self._agenda, self._queue, self._aging_of(jtype))
         if lane.aging is not None:
             self._agenda.active = True
         if jtype.name in self._keys.paused_types:
@@ -147,6 +145,10 @@ class Scheduler:
             self._tiers.sort(key=lambda t: -t.priority)
         return tier
 
+    def _queue(self, lane: Lane) -> KeyedQueue:
+        """A new queue of pending jobs for ``lane``, seeing this scheduler's conflicts."""
+        return KeyedQueue(lane, self._conflicts)
+
     def _aging_of(self, jtype: JobType) -> Aging | None:
         return jtype.aging if jtype.aging is not None else self.config.aging
 
@@ -161,7 +163,7 @@ class Scheduler:
             tier = self._tier(priority)
             tier.elsewhere = n = self._tiers_elsewhere.get(priority, 0)
             tier.cap = cap_left(tier.limit, n)
-            side = SideLane(home, tier, self._conflicts, self._aging_of(home.type))
+            side = SideLane(home, tier, self._queue, self._aging_of(home.type))
             if side.aging is not None:
                 self._agenda.active = True
             tier.lanes.append(side)
@@ -277,7 +279,7 @@ class Scheduler:
         ckey = job.ckey
         conflict = None if ckey is None else self._conflicts.get(ckey)
         if conflict is not None and conflict.holder is not None:
-            conflict.park(job)
+            park_on(conflict, job)
         else:
             job.lane.queue.push(job)
 
@@ -409,12 +411,12 @@ class Scheduler:
             if conflict.elsewhere:  # refused because another worker holds it: wait for it
                 conflict.holder = ELSEWHERE
                 self._elsewhere[conflict.key] = conflict
-                conflict.park(job)
+                park_on(conflict, job)
             else:  # back into the lane first, so that the release lends it like any waiter
                 lane.queue.push(job)
-                conflict.release()
+                release(conflict)
         elif conflict is not None and conflict.holder is not None:
-            conflict.park(job)
+            park_on(conflict, job)
         else:
             lane.queue.push(job)
         self._set_acc(key, key.acc - job.charge)
@@ -567,7 +569,7 @@ class Scheduler:
             return
         conflict.elsewhere = False
         if conflict.holder is ELSEWHERE:
-            conflict.release()
+            release(conflict)
 
     def held_elsewhere(self) -> list[tuple[str, str]]:
         """The conflicts held elsewhere that pending jobs here wait for. O(those held elsewhere).
@@ -932,7 +934,7 @@ class Scheduler:
         if ckey is not None:
             conflict = self._conflicts.get(ckey)
             if conflict is not None and conflict.holder is job:
-                conflict.release()
+                release(conflict)
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
