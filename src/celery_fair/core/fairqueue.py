@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .costs import KeyState
-    from .jobs import Conflict, ConflictKey, Lane, PendingJob, Place
+    from .jobs import Conflict, ConflictKey, Job, Lane, Place
 
 _NEG_URGENT = -URGENT
 _NO_BOUND = (3, 0.0)
@@ -119,8 +119,8 @@ class KeyQueue:
     def __init__(self, key: KeyState, owner: KeyedQueue) -> None:
         self.key = key
         self.owner = owner
-        self.fifo: deque[PendingJob] = deque()
-        self.early: list[tuple[float, int, int, PendingJob]] | None = None
+        self.fifo: deque[Job] = deque()
+        self.early: list[tuple[float, int, int, Job]] | None = None
         self.last_arrival = -_INF
         self.last_seq = -1
         self.live = 0
@@ -130,7 +130,7 @@ class KeyQueue:
         self.blocked = False
         self.due = 0  # the id of its booking on the agenda (aging lanes only)
 
-    def add(self, job: PendingJob) -> None:
+    def add(self, job: Job) -> None:
         arrival = job.arrival
         seq = job.seq
         last = self.last_arrival
@@ -144,7 +144,7 @@ class KeyQueue:
                 self.early = []
             heappush(self.early, (arrival, seq, _next_id(), job))
 
-    def head(self, park: bool) -> PendingJob | None:
+    def head(self, park: bool) -> Job | None:
         """The first live job, dropping stale entries; with ``park``, park blocked heads."""
         fifo = self.fifo
         early = self.early
@@ -176,7 +176,7 @@ class KeyQueue:
                     continue
             return job
 
-    def remove_head(self, job: PendingJob) -> None:
+    def remove_head(self, job: Job) -> None:
         """Drop the entry of ``job``, which ``head()`` just returned. O(1), O(log n) if early."""
         fifo = self.fifo
         if fifo and fifo[0] is job:
@@ -185,7 +185,7 @@ class KeyQueue:
             assert self.early is not None
             heappop(self.early)
 
-    def entries(self) -> Iterator[PendingJob]:
+    def entries(self) -> Iterator[Job]:
         """Every live job once, in no particular order. O(entries)."""
         seen = set()
         for job in self.fifo:
@@ -228,7 +228,7 @@ class KeyedQueue:
         self.lane = lane
         self.cl = cl
 
-    def push(self, job: PendingJob) -> None:
+    def push(self, job: Job) -> None:
         """Add ``job``; O(log n)."""
         key = job.key
         kq = self.queues.get(key)
@@ -260,7 +260,7 @@ class KeyedQueue:
             else:  # a blocked queue's head may be an older job than this one
                 self.enter(kq, kq.head(False) if kq.blocked else job)  # type: ignore[arg-type]
 
-    def enter(self, kq: KeyQueue, job: PendingJob) -> bool:
+    def enter(self, kq: KeyQueue, job: Job) -> bool:
         """Give ``kq``, whose head is ``job``, an entry at its true place and book its next
         rise, or, if its key blocks it, no entry (it is booked for when it turns urgent).
         Whether it got an entry. O(log n)."""
@@ -280,7 +280,7 @@ class KeyedQueue:
             _book(lane, kq, job, False)
         return True
 
-    def best(self, park: bool) -> PendingJob | None:
+    def best(self, park: bool) -> Job | None:
         """The first job in order, fixing stale entries on the way; amortised O(log n).
 
         With ``park``, heads whose conflict is held are parked instead of returned.
@@ -376,13 +376,13 @@ class KeyedQueue:
                 best = place
         return best
 
-    def jobs(self) -> Iterator[PendingJob]:
+    def jobs(self) -> Iterator[Job]:
         """Every live job, in no particular order. O(n)."""
         for kq in self.queues.values():
             yield from kq.entries()
 
 
-def take(job: PendingJob) -> None:
+def take(job: Job) -> None:
     """Remove ``job``, which must be the head of its key queue, from its queue. O(log n).
 
     A blocked key queue has an entry only while its head is urgent (which passes its key's
@@ -403,7 +403,7 @@ def take(job: PendingJob) -> None:
                 kq.owner.enter(kq, head)
 
 
-def discard(job: PendingJob) -> None:
+def discard(job: Job) -> None:
     """Remove ``job`` from wherever it waits; its entry is dropped lazily. O(1)."""
     kq: KeyQueue | None = job.home
     if kq is not None:
@@ -502,7 +502,7 @@ def take_back_loans(key: KeyState) -> None:
             cl.revalidate()
 
 
-def _book(lane: Lane, kq: KeyQueue, job: PendingJob, urgent_only: bool) -> None:
+def _book(lane: Lane, kq: KeyQueue, job: Job, urgent_only: bool) -> None:
     """Book ``kq``, whose head is ``job``, on the agenda for when that head next rises a
     level (with ``urgent_only``, when it turns urgent). Nothing while the key or the type
     is paused (waiting stands still; resuming books again) or when it will not rise."""
@@ -533,7 +533,7 @@ def _book(lane: Lane, kq: KeyQueue, job: PendingJob, urgent_only: bool) -> None:
     lane.agenda.book(kq, at)
 
 
-def park_on(conflict: Conflict, job: PendingJob) -> None:
+def park_on(conflict: Conflict, job: Job) -> None:
     """Park ``job`` (just removed from its lane) until ``conflict`` is released."""
     cl = conflict.lanes.get(job.lane)
     if cl is None:
@@ -575,7 +575,7 @@ class ConflictLane:
         self.conflict = conflict
         self.lane = lane
         self.parked = KeyedQueue(lane, cl=self)
-        self.lent: PendingJob | None = None
+        self.lent: Job | None = None
         self.bound_id = 0
 
     def revalidate(self) -> None:
@@ -604,7 +604,7 @@ class ConflictLane:
         self.lent = best
         self._register(best)
 
-    def _register(self, lent: PendingJob) -> None:
+    def _register(self, lent: Job) -> None:
         # Parked jobs of the borrower's own key come after the loan by (arrival, seq) for
         # good (the older a job of a lane and key, the higher it has risen), so only the
         # other keys' places can ever overtake it: by the borrower's key being charged past

@@ -28,8 +28,8 @@ __all__ = [
     "ELSEWHERE",
     "Conflict",
     "ConflictKey",
+    "Job",
     "Lane",
-    "PendingJob",
     "PendingQueue",
     "Place",
     "SideLane",
@@ -53,17 +53,17 @@ class PendingQueue(Protocol):
 
     size: int
 
-    def best(self, park: bool) -> PendingJob | None:
+    def best(self, park: bool) -> Job | None:
         """The first job in order (with ``park``, parking heads whose conflict is held)."""
 
-    def push(self, job: PendingJob) -> None:
+    def push(self, job: Job) -> None:
         """Add ``job``."""
 
     def refresh(self) -> None:
         """Put every key queue back at its true place (costs went down)."""
 
 
-class PendingJob:
+class Job:
     """The core's record of one submitted job (pending or running).
 
     ``ckey`` is its ``(conflict group, job_id)``, or ``None`` when it can conflict with nothing.
@@ -86,15 +86,15 @@ class PendingJob:
         "key",
         "lane",
         "lent_from",
-        "ref",
         "seq",
         "state",
         "token",
+        "uid",
     )
 
     def __init__(
         self,
-        ref: Hashable,
+        uid: Hashable,
         lane: Lane,
         job_id: str | None,
         key: KeyState,
@@ -103,7 +103,7 @@ class PendingJob:
         cost: float | None,
         ckey: ConflictKey | None,
     ) -> None:
-        self.ref = ref
+        self.uid = uid
         self.lane = lane
         self.job_id = job_id
         self.key = key
@@ -129,7 +129,7 @@ class PendingJob:
 
     def __repr__(self) -> str:
         return (
-            f"<PendingJob {self.ref!r} {self.lane.type.name}:{self.job_id} "
+            f"<Job {self.uid!r} {self.lane.type.name}:{self.job_id} "
             f"key={self.key.name!r} {self.state.value}>"
         )
 
@@ -208,7 +208,7 @@ class Lane:
         """Compute ``cap`` again: 0 while ``paused``, else ``limit - elsewhere``. O(1)."""
         self.cap = cap_left(self.limit, self.elsewhere, self.paused)
 
-    def wait(self, job: PendingJob) -> float:
+    def wait(self, job: Job) -> float:
         """How long ``job`` has waited at the agenda's ``now``, less the time its key or its
         type was paused since it arrived. O(1) unless one of them was ever paused."""
         now = self.agenda.now
@@ -218,7 +218,7 @@ class Lane:
             wait -= paused_within((kp, self.pauses), job.arrival, now)
         return wait
 
-    def effective(self, job: PendingJob) -> tuple[int, bool]:
+    def effective(self, job: Job) -> tuple[int, bool]:
         """``job``'s effective priority now, and whether it has aged into urgency."""
         aging = self.aging
         base = self.tier.priority
@@ -227,7 +227,7 @@ class Lane:
         level = aging.effective(base, self.wait(job))
         return level, aging.is_urgent(base, level)
 
-    def place(self, job: PendingJob) -> Place:
+    def place(self, job: Job) -> Place:
         """``(-level, rank, acc)`` of ``job`` now: what its key queue's entry records."""
         key = job.key
         if self.aging is None:
@@ -306,7 +306,7 @@ class Conflict:
     def __init__(self, key: ConflictKey, registry: dict[ConflictKey, Conflict]) -> None:
         self.key = key
         self.registry = registry
-        self.holder: PendingJob | None = None
+        self.holder: Job | None = None
         self.elsewhere = False
         self.lanes: dict[Lane, Any] = {}  # each a fairqueue.ConflictLane
 
@@ -319,7 +319,7 @@ class Conflict:
         return f"<Conflict {self.key[0]}:{self.key[1]} holder={self.holder!r}>"
 
 
-class _Elsewhere(PendingJob):
+class _Elsewhere(Job):
     """The holder of a conflict that only a job on another worker holds."""
 
     __slots__ = ()
@@ -331,5 +331,5 @@ class _Elsewhere(PendingJob):
         return "<held elsewhere>"
 
 
-ELSEWHERE: PendingJob = _Elsewhere()
+ELSEWHERE: Job = _Elsewhere()
 """``Conflict.holder`` while a job of another worker, and none of ours, holds the conflict."""

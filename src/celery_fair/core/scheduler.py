@@ -25,7 +25,7 @@ from .fairqueue import (
     unblock,
 )
 from .inspect import Why
-from .jobs import ELSEWHERE, Conflict, Lane, PendingJob, SideLane, Tier
+from .jobs import ELSEWHERE, Conflict, Job, Lane, SideLane, Tier
 from .keys import KeyRules, rerank
 from .policy import conflict_held, goes_before, key_blocks, select
 from .types import (
@@ -60,7 +60,7 @@ class Scheduler:
         >>> s = Scheduler(SchedulerConfig(capacity=1), SimClock(), [JobType("clone", priority=8)])
         >>> s.submit("a1", "clone", "linux", fairness_key="alice")
         >>> s.submit("b1", "clone", "git", fairness_key="bob")
-        >>> [a.ref for a in s.schedule()]
+        >>> [a.uid for a in s.schedule()]
         ['a1']
         >>> s.complete("a1", elapsed=5.0).estimate
         2.2
@@ -84,7 +84,7 @@ class Scheduler:
         self._side: dict[tuple[str, int], SideLane] = {}
         # _tiers holds one Tier per distinct priority of a registered type, highest first.
         self._tiers: list[Tier] = []
-        self._jobs: dict[Hashable, PendingJob] = {}
+        self._jobs: dict[Hashable, Job] = {}
         # _conflicts holds every (group, job_id) that a job holds or that jobs wait for.
         self._conflicts: dict[tuple[str, str], Conflict] = {}
         # _elsewhere holds exactly the conflicts whose ``elsewhere`` flag is set.
@@ -201,7 +201,7 @@ class Scheduler:
 
     def submit(
         self,
-        ref: Hashable,
+        uid: Hashable,
         type: str,
         job_id: str | None = None,
         fairness_key: str = "",
@@ -213,7 +213,7 @@ class Scheduler:
         """Add a pending job. O(log n).
 
         Args:
-            ref: The caller's unique handle for the job.
+            uid: The job's identity (``types.JobUid``), unique among the jobs held here.
             type: The name of a registered job type.
             job_id: The resource the job works on. ``None`` means none: the estimate is
                 then learned per type, and the job conflicts with nothing.
@@ -224,17 +224,17 @@ class Scheduler:
                 counted against the tier cap at that priority, and against its type's cap.
 
         Raises:
-            DuplicateJob: ``ref`` is already pending or running.
+            DuplicateJob: ``uid`` is already pending or running.
             UnknownJobType: ``type`` was never registered.
             SchedulerError: ``priority`` (or ``cost``, ``arrival``) is not valid.
         """
-        if ref in self._jobs:
-            raise DuplicateJob(f"job {ref!r} is already held by the scheduler")
+        if uid in self._jobs:
+            raise DuplicateJob(f"job {uid!r} is already held by the scheduler")
         lane = self._lanes.get(type)
         if lane is None:
             raise UnknownJobType(f"unknown job type {type!r}")
         if cost is not None and not (_type_of(cost) in _NUMBER and 0 <= cost < _INF):
-            raise SchedulerError(f"job {ref!r}: cost must be a finite number >= 0, got {cost!r}")
+            raise SchedulerError(f"job {uid!r}: cost must be a finite number >= 0, got {cost!r}")
         if priority is not None:
             check_priority(priority)
             lane = self._lane_at(lane, priority)
@@ -243,7 +243,7 @@ class Scheduler:
         if arrival is None:
             arrival = now
         elif not (_type_of(arrival) in _NUMBER and -_INF < arrival < _INF):
-            raise SchedulerError(f"job {ref!r}: arrival must be a finite number, got {arrival!r}")
+            raise SchedulerError(f"job {uid!r}: arrival must be a finite number, got {arrival!r}")
         accounts = self._accounts
         key = accounts.keys.get(fairness_key)
         if key is None:
@@ -255,8 +255,8 @@ class Scheduler:
             self._keys.demand_moved(key, 1)
         group = lane.type.conflict_group
         ckey = (group, job_id) if group and job_id is not None else None
-        job = PendingJob(ref, lane, job_id, key, arrival, next(self._seq), cost, ckey)
-        self._jobs[ref] = job
+        job = Job(uid, lane, job_id, key, arrival, next(self._seq), cost, ckey)
+        self._jobs[uid] = job
         key.pending += 1
         lane.pending += 1
         lane.tier.pending += 1
@@ -264,7 +264,7 @@ class Scheduler:
         self._enqueue(job)
 
     @staticmethod
-    def _unqueue(job: PendingJob) -> None:
+    def _unqueue(job: Job) -> None:
         """Take pending ``job`` out of wherever it waits; a conflict that lent it lends its
         next waiter. O(1), O(log n) if it was lent."""
         discard(job)
@@ -273,7 +273,7 @@ class Scheduler:
             job.lent_from = None
             lent_from.on_lent_gone()
 
-    def _enqueue(self, job: PendingJob) -> None:
+    def _enqueue(self, job: Job) -> None:
         """Put pending ``job`` where it waits: on its conflict if that is held (so no decision
         ever has to step over it), else in its lane. O(log n)."""
         ckey = job.ckey
@@ -283,9 +283,9 @@ class Scheduler:
         else:
             job.lane.queue.push(job)
 
-    def cancel(self, ref: Hashable) -> CancelOutcome:
+    def cancel(self, uid: Hashable) -> CancelOutcome:
         """Withdraw a pending job. O(log n) (O(1) unless it was lent by a conflict)."""
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None:
             return CancelOutcome.UNKNOWN
         if job.state is JobState.RUNNING:
@@ -293,7 +293,7 @@ class Scheduler:
         now = self._clock.now()
         self._maintain(now)
         self._unqueue(job)
-        del self._jobs[ref]
+        del self._jobs[uid]
         lane = job.lane
         lane.pending -= 1
         lane.tier.pending -= 1
@@ -307,8 +307,8 @@ class Scheduler:
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
         return CancelOutcome.CANCELLED
 
-    def reprioritize(self, ref: Hashable, priority: int | None) -> PriorityOutcome:
-        """Give pending job ``ref`` the priority ``priority`` (``None``: its type's own).
+    def reprioritize(self, uid: Hashable, priority: int | None) -> PriorityOutcome:
+        """Give pending job ``uid`` the priority ``priority`` (``None``: its type's own).
 
         It is then ordered, aged and counted against the tier cap at ``priority`` (its type's
         cap still counts it). It is taken as new: it arrives now, so its aging starts over
@@ -326,7 +326,7 @@ class Scheduler:
         check_priority(priority)
         now = self._clock.now()
         self._maintain(now)
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None:
             return PriorityOutcome.UNKNOWN
         if job.state is JobState.RUNNING:
@@ -338,27 +338,27 @@ class Scheduler:
         lane.tier.pending += 1
         # A new record: entries of the old one left behind in its queue stay dead (they would
         # come alive at its old place if the same record came back to the same queue).
-        moved = PendingJob(ref, lane, job.job_id, job.key, now, next(self._seq), job.cost, job.ckey)
-        self._jobs[ref] = moved
+        moved = Job(uid, lane, job.job_id, job.key, now, next(self._seq), job.cost, job.ckey)
+        self._jobs[uid] = moved
         self._enqueue(moved)
         return PriorityOutcome.OK
 
-    def complete(self, ref: Hashable, elapsed: float) -> Release:
+    def complete(self, uid: Hashable, elapsed: float) -> Release:
         """A running job finished after ``elapsed`` seconds: learn from it and release it.
 
         The estimate for its ``(type, job_id)`` becomes
         ``alpha * elapsed + (1 - alpha) * previous``. O(log n).
 
         Raises:
-            UnknownJob: ``ref`` is not a running job.
+            UnknownJob: ``uid`` is not a running job.
         """
         if not (_type_of(elapsed) in _NUMBER and 0 <= elapsed < _INF):
             raise SchedulerError(
-                f"job {ref!r}: elapsed must be a finite number >= 0, got {elapsed!r}"
+                f"job {uid!r}: elapsed must be a finite number >= 0, got {elapsed!r}"
             )
-        return self._release(ref, elapsed)
+        return self._release(uid, elapsed)
 
-    def release(self, ref: Hashable, *, refund: bool = False) -> Release:
+    def release(self, uid: Hashable, *, refund: bool = False) -> Release:
         """Release a running job without learning from it (e.g. revoked, or its worker lost).
 
         With ``refund``, the job never ran (admitted, then revoked or expired before it
@@ -366,10 +366,10 @@ class Scheduler:
         penalised for work that never happened.
 
         Raises:
-            UnknownJob: ``ref`` is not a running job.
+            UnknownJob: ``uid`` is not a running job.
         """
-        job = self._jobs.get(ref)
-        released = self._release(ref, None)
+        job = self._jobs.get(uid)
+        released = self._release(uid, None)
         if refund and job is not None and job.charge:
             key = job.key
             if self._accounts.keys.get(key.name) is key:
@@ -382,8 +382,8 @@ class Scheduler:
     # orders its own pending jobs and proposes admissions, and the store confirms or refuses
     # them (celery_fair.engine). These methods feed the store's answers back in.
 
-    def revert(self, ref: Hashable) -> None:
-        """Undo the admission of running job ``ref``, as if it had never been admitted.
+    def revert(self, uid: Hashable) -> None:
+        """Undo the admission of running job ``uid``, as if it had never been admitted.
 
         The job is pending again at its old place (same arrival and submission order), its
         slot and conflict are released, and its charge is refunded. The engine calls this
@@ -392,11 +392,11 @@ class Scheduler:
         O((1 + q) log n), q the key queues of its key.
 
         Raises:
-            UnknownJob: ``ref`` is not a running job.
+            UnknownJob: ``uid`` is not a running job.
         """
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None or job.state is not JobState.RUNNING:
-            raise UnknownJob(f"job {ref!r} is not running")
+            raise UnknownJob(f"job {uid!r} is not running")
         lane = job.lane
         key = job.key
         self._start(job, -1)
@@ -684,30 +684,30 @@ class Scheduler:
         """The fairness keys that have pending jobs. O(keys)."""
         return [name for name, key in self._accounts.keys.items() if key.pending]
 
-    def __contains__(self, ref: object) -> bool:
-        return ref in self._jobs
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._jobs
 
     def outranks(
-        self, ref: Hashable, admitted: Iterable[Admission], tolerance: float = 0.0
+        self, uid: Hashable, admitted: Iterable[Admission], tolerance: float = 0.0
     ) -> bool:
-        """Whether pending job ``ref`` goes before admissions of ``admitted`` (admitted, not
+        """Whether pending job ``uid`` goes before admissions of ``admitted`` (admitted, not
         yet started) whose estimates add up to at least ``tolerance``. O(1) per admission.
 
-        ``ref`` goes before an admission when it is urgent and the admission is not (or is,
+        ``uid`` goes before an admission when it is urgent and the admission is not (or is,
         but arrived later), when it is of a higher effective priority, or of the same and
-        its key, even charged ``ref``'s estimate, has used no more than the admission's key had
+        its key, even charged ``uid``'s estimate, has used no more than the admission's key had
         before it was charged. A job ahead by less than that (keys taking turns, whose costs
         differ by less than a job) would move the order by less than one of its own jobs: the
         same slack as admitting a job ahead of a free slot, and not worth undoing an admission
-        for. ``tolerance`` (in the estimates' unit) is how much admitted work ``ref`` may wait
+        for. ``tolerance`` (in the estimates' unit) is how much admitted work ``uid`` may wait
         behind before undoing admissions is worth it; with 0, any one is enough.
 
-        Never when ``ref``'s key is at its cap or paused, or its type paused, nor when ``ref``
+        Never when ``uid``'s key is at its cap or paused, or its type paused, nor when ``uid``
         cannot be the next of its own: it waits behind an earlier job of its key in its lane
         (which was pending when the admissions were made, or was itself such
         a newcomer), or it waits for a conflict that none of ``admitted`` holds.
         """
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None or job.state is not JobState.PENDING:
             return False
         if job.lane.paused or key_blocks(job):
@@ -720,7 +720,7 @@ class Scheduler:
                 if holder is None or holder is ELSEWHERE:
                     return False
                 admitted = list(admitted)
-                if not any(a.ref == holder.ref for a in admitted):
+                if not any(a.uid == holder.uid for a in admitted):
                     return False
             else:
                 first = home.head(False)
@@ -748,9 +748,9 @@ class Scheduler:
         key = self._accounts.keys.get(fairness_key)
         return 0.0 if key is None else key.acc
 
-    def status(self, ref: Hashable) -> JobView | None:
+    def status(self, uid: Hashable) -> JobView | None:
         """One job's view, with its place in the queue. O(n) for a pending job."""
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None:
             return None
         self._look()
@@ -758,14 +758,14 @@ class Scheduler:
             return self._view(job, None, None)
         return self._view(job, *inspect.place_of(job, self._jobs.values()))
 
-    def expected_wait(self, ref: Hashable, slots: int | None = None) -> float | None:
-        """``expected_start(ref, slots).seconds``: seconds until pending job ``ref`` is
+    def expected_wait(self, uid: Hashable, slots: int | None = None) -> float | None:
+        """``expected_start(uid, slots).seconds``: seconds until pending job ``uid`` is
         expected to start, ``None`` if it is not pending or the model cannot say. O(n)."""
-        start = self.expected_start(ref, slots)
+        start = self.expected_start(uid, slots)
         return None if start is None else start.seconds
 
-    def expected_start(self, ref: Hashable, slots: int | None = None) -> ExpectedStart | None:
-        """When pending job ``ref`` is expected to start (``None`` if it is not pending): the
+    def expected_start(self, uid: Hashable, slots: int | None = None) -> ExpectedStart | None:
+        """When pending job ``uid`` is expected to start (``None`` if it is not pending): the
         work ahead of it (what the running jobs have left of their estimates, plus the
         estimates of the pending jobs that come before it) shared by ``slots`` (default: the
         capacity), and no less than the work of its own key's jobs ahead of it at its key's
@@ -781,10 +781,10 @@ class Scheduler:
         A model, not a promise: a newcomer that goes first, a conflict or a cap that keeps a
         slot from the jobs ahead, and estimates that miss move it (docs/operations.md gives
         the error measured). O(n)."""
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None or job.state is not JobState.PENDING:
             return None
-        view = self.status(ref)
+        view = self.status(uid)
         assert view is not None
         return inspect.expected_start(
             job,
@@ -796,29 +796,29 @@ class Scheduler:
             self._clock.now(),
         )
 
-    def why(self, ref: Hashable) -> Why | None:
-        """What holds pending job ``ref`` back now, as values (``inspect.Why``: each blocker
+    def why(self, uid: Hashable) -> Why | None:
+        """What holds pending job ``uid`` back now, as values (``inspect.Why``: each blocker
         with its numbers, in ``BLOCK_ORDER``, and how many jobs come before it); ``None`` for a
         job that is not pending here. ``explain`` words it. O(n) (it counts the jobs before it).
         """
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None or job.state is not JobState.PENDING:
             return None
-        view = self.status(ref)
+        view = self.status(uid)
         assert view is not None
         return inspect.why(
             job, view, self._conflicts, self._clock.now(), self._running, self._capacity
         )
 
-    def explain(self, ref: Hashable) -> list[str]:
-        """Why pending job ``ref`` is not running yet, in words, one line per reason (empty
+    def explain(self, uid: Hashable) -> list[str]:
+        """Why pending job ``uid`` is not running yet, in words, one line per reason (empty
         for a job that is not pending here). What holds it back first (a pause, its conflict,
         a cap, the slots), each with its numbers; if nothing does, the jobs that come before
         it. O(n) (it counts the jobs before it).
 
         Example: ``["type cap repack 3/3", "behind 4 jobs that come first"]``.
         """
-        why = self.why(ref)
+        why = self.why(uid)
         return [] if why is None else words.lines(why)
 
     def snapshot(self) -> Snapshot:
@@ -840,7 +840,7 @@ class Scheduler:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _admit(self, job: PendingJob, now: float) -> Admission:
+    def _admit(self, job: Job, now: float) -> Admission:
         effective, urgent = job.lane.effective(job)
         take(job)
         job.state = JobState.RUNNING
@@ -877,7 +877,7 @@ class Scheduler:
         job.admitted_at = now
         job.effective = (effective, urgent)
         return Admission(
-            job.ref,
+            job.uid,
             jtype.name,
             job.job_id,
             key.name,
@@ -890,7 +890,7 @@ class Scheduler:
             urgent,
         )
 
-    def _start(self, job: PendingJob, n: int) -> None:
+    def _start(self, job: Job, n: int) -> None:
         """Move ``job`` from pending to running (``n = 1``) or back (``n = -1``) in every count."""
         lane = job.lane
         tier = lane.tier
@@ -904,13 +904,13 @@ class Scheduler:
         key.pending -= n
         key.running += n
 
-    def _release(self, ref: Hashable, elapsed: float | None) -> Release:
-        job = self._jobs.get(ref)
+    def _release(self, uid: Hashable, elapsed: float | None) -> Release:
+        job = self._jobs.get(uid)
         if job is None or job.state is not JobState.RUNNING:
-            raise UnknownJob(f"job {ref!r} is not running")
+            raise UnknownJob(f"job {uid!r} is not running")
         now = self._clock.now()
         self._maintain(now)
-        del self._jobs[ref]
+        del self._jobs[uid]
         lane = job.lane
         lane.running -= 1
         lane.tier.running -= 1
@@ -938,7 +938,7 @@ class Scheduler:
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
-        return Release(ref, jtype.name, job.job_id, key.name, elapsed, estimate)
+        return Release(uid, jtype.name, job.job_id, key.name, elapsed, estimate)
 
     def _set_acc(self, key: KeyState, value: float) -> None:
         """Set a key's accumulated cost, keeping every order that uses it right."""
@@ -990,7 +990,7 @@ class Scheduler:
                 for cl in list(conflict.lanes.values()):
                     cl.revalidate()
 
-    def _view(self, job: PendingJob, place: int | None, place_in_key: int | None) -> JobView:
+    def _view(self, job: Job, place: int | None, place_in_key: int | None) -> JobView:
         free = self._capacity - self._running
         return inspect.view(job, place, place_in_key, free, self._conflicts, self._urgent_passes)
 

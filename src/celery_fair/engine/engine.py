@@ -61,8 +61,9 @@ class Vetted(NamedTuple):
 
 
 @dataclass(slots=True)
-class _Job:
-    """The engine's record of one job it was given (pending, stalled or running)."""
+class _Tracked:
+    """The engine's record of one job it tracks from ``submit`` until it is finished or cancelled
+    (pending, stalled or running): what it asks the store for it, and what the store answered."""
 
     ask: Ask
     group: str
@@ -78,7 +79,7 @@ class _Job:
     term: int = 0  # the engine's lease term when the store admitted (or registered) it
 
 
-def _charged(job: _Job) -> float:
+def _charged(job: _Tracked) -> float:
     """What ``job``'s key was charged at its admission: its estimate over the key's weight."""
     weight = job.ask.weight
     return job.estimate if weight == 1.0 else job.estimate / weight
@@ -140,11 +141,11 @@ class Engine:
         # an urgent job, refused for a full tier or type it claims the cap's next free slot,
         # so a worker's held backlog of that type cannot take every slot that frees first.
         self.foreground = False
-        # _jobs: every job given to submit() and not yet finished or cancelled, by ref.
-        self._jobs: dict[Hashable, _Job] = {}
+        # _jobs: every job given to submit() and not yet finished or cancelled, by uid.
+        self._jobs: dict[Hashable, _Tracked] = {}
         # _done: finished jobs the store has not been told about yet (it still counts them as
         # running under this worker), oldest first, each with its record.
-        self._done: list[tuple[Done, _Job]] = []
+        self._done: list[tuple[Done, _Tracked]] = []
         # _stalled: jobs whose uid runs elsewhere, or urgent jobs refused for a full shared cap
         # (the store holds its next free slot for them), withdrawn from the core until this
         # time, when they are asked for again.
@@ -175,7 +176,7 @@ class Engine:
 
     def submit(
         self,
-        ref: Hashable,
+        uid: Hashable,
         type: str,
         job_id: str | None,
         fairness_key: str,
@@ -184,56 +185,56 @@ class Engine:
         cost: float | None = None,
         priority: int | None = None,
     ) -> None:
-        """A job to schedule. ``ref`` is its uid in the store (``str(ref)``); ``priority`` is
-        its own if not its type's (``Scheduler.submit``).
+        """A job to schedule. ``uid`` is its identity (the store knows it as ``str(uid)``);
+        ``priority`` is its own if not its type's (``Scheduler.submit``).
 
         A job cancelled while its admission was in flight may be submitted again (its message
         came back): the new submission takes over that admission.
 
         Raises:
-            DuplicateJob: ``ref`` is already pending, stalled or running here.
+            DuplicateJob: ``uid`` is already pending, stalled or running here.
         """
-        known = self._jobs.get(ref)
+        known = self._jobs.get(uid)
         if known is not None and known.cancelled:
             known.cancelled = False
             return
-        if ref in self._stalled:
-            raise DuplicateJob(f"job {ref!r} is already held by the engine")
+        if uid in self._stalled:
+            raise DuplicateJob(f"job {uid!r} is already held by the engine")
         core = self.core
-        core.submit(ref, type, job_id, fairness_key, arrival=arrival, cost=cost, priority=priority)
+        core.submit(uid, type, job_id, fairness_key, arrival=arrival, cost=cost, priority=priority)
         if self.store is None:
             return
         jtype = core.types[type]
-        ask = self._ask(ref, jtype, job_id, fairness_key, cost, priority)
-        job = self._jobs[ref] = _Job(ask, jtype.conflict_group, job_id, arrival, cost, priority)
+        ask = self._ask(uid, jtype, job_id, fairness_key, cost, priority)
+        job = self._jobs[uid] = _Tracked(ask, jtype.conflict_group, job_id, arrival, cost, priority)
         if self.state.mode is Mode.LOCAL:
             self._degraded.hold(core, job.group, job_id)
 
-    def cancel(self, ref: Hashable) -> bool:
+    def cancel(self, uid: Hashable) -> bool:
         """Withdraw a job that has not started; ``False`` if it runs (or is about to)."""
-        job = self._jobs.get(ref)
-        if self._stalled.pop(ref, None) is not None:
-            del self._jobs[ref]
+        job = self._jobs.get(uid)
+        if self._stalled.pop(uid, None) is not None:
+            del self._jobs[uid]
             return True
-        outcome = self.core.cancel(ref)
+        outcome = self.core.cancel(uid)
         if outcome is CancelOutcome.RUNNING:
-            if job is not None and self._is_in_flight(ref):
+            if job is not None and self._is_in_flight(uid):
                 job.cancelled = True  # released as soon as the store answers
                 return True
             return False
-        self._jobs.pop(ref, None)
+        self._jobs.pop(uid, None)
         return outcome is CancelOutcome.CANCELLED
 
-    def reprioritize(self, ref: Hashable, priority: int | None) -> PriorityOutcome:
+    def reprioritize(self, uid: Hashable, priority: int | None) -> PriorityOutcome:
         """Give a job that has not started the priority ``priority`` (``None``: its type's):
         ``Scheduler.reprioritize``, which also restarts its wait. A job withdrawn from the core
         until it is asked for again (its uid runs elsewhere, or it claims a full cap) takes
         the new priority when it is. ``RUNNING`` for a job admitted, its admission in flight
         included. O(log n)."""
         check_priority(priority)
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         core = self.core
-        outcome = PriorityOutcome.OK if ref in self._stalled else core.reprioritize(ref, priority)
+        outcome = PriorityOutcome.OK if uid in self._stalled else core.reprioritize(uid, priority)
         if outcome is PriorityOutcome.OK and job is not None:
             job.arrival = core.now()  # as the core took it: a new arrival
             job.priority = priority
@@ -246,7 +247,7 @@ class Engine:
 
     def finish(
         self,
-        ref: Hashable,
+        uid: Hashable,
         elapsed: float | None,
         *,
         final: bool = False,
@@ -261,17 +262,17 @@ class Engine:
         core = self.core
         try:
             if elapsed is None:
-                release = core.release(ref, refund=unstarted)
+                release = core.release(uid, refund=unstarted)
             else:
-                release = core.complete(ref, elapsed)
+                release = core.complete(uid, elapsed)
         except UnknownJob:
             return
         self.observer.finished(release.type, core.types[release.type].priority, elapsed)
-        job = self._jobs.pop(ref, None)
+        job = self._jobs.pop(uid, None)
         if job is not None:
             self._report(job, elapsed, final, unstarted)
 
-    def _report(self, job: _Job, elapsed: float | None, final: bool, unstarted: bool) -> None:
+    def _report(self, job: _Tracked, elapsed: float | None, final: bool, unstarted: bool) -> None:
         """Tell the store with the next call that ``job`` ended (if it counts it as running)."""
         if job.in_store:
             self._done.append((Done(job.ask.uid, job.token, elapsed, final, unstarted), job))
@@ -290,23 +291,23 @@ class Engine:
         if not reserved or self._inflight is not None or self.state.mode not in _RECONSIDER:
             return []
         core = self.core
-        for ref in reserved:
-            core.revert(ref)
+        for uid in reserved:
+            core.revert(uid)
         picks = core.schedule()
         mine = set(reserved)
         kept = 0
-        while kept < len(picks) and picks[kept].ref in mine:
+        while kept < len(picks) and picks[kept].uid in mine:
             kept += 1
         for admission in picks[kept:]:
-            core.revert(admission.ref)
+            core.revert(admission.uid)
         if kept == len(reserved):
             return []
-        stay = {a.ref for a in picks[:kept]}
-        given = [ref for ref in reserved if ref not in stay]
-        for ref in given:
-            job = self._jobs.get(ref)
+        stay = {a.uid for a in picks[:kept]}
+        given = [uid for uid in reserved if uid not in stay]
+        for uid in given:
+            job = self._jobs.get(uid)
             if job is not None:
-                self._give_back(ref, job, revert=False)
+                self._give_back(uid, job, revert=False)
         self.observer.given_back(len(given))
         return given
 
@@ -327,24 +328,24 @@ class Engine:
         sound = self.clock.now() - self._contact < self._held_for
         ready: list[Hashable] = []
         stale: list[Hashable] = []
-        for ref in reserved:
-            job = self._jobs.get(ref)
+        for uid in reserved:
+            job = self._jobs.get(uid)
             if job is None or not job.in_store or (sound and job.term == self._term):
-                ready.append(ref)
+                ready.append(uid)
             else:
-                stale.append(ref)
+                stale.append(uid)
         if not stale or self._inflight is not None or self.state.mode is not Mode.SHARED:
             return Vetted(ready, [])
-        for ref in stale:
-            self._give_back(ref, self._jobs[ref])
+        for uid in stale:
+            self._give_back(uid, self._jobs[uid])
         self._gave_back_stale(stale)
         return Vetted(ready, stale)
 
-    def _give_back(self, ref: Hashable, job: _Job, *, revert: bool = True) -> None:
+    def _give_back(self, uid: Hashable, job: _Tracked, *, revert: bool = True) -> None:
         """``job`` was admitted and does not start: pending again (``revert``: in the core,
         at its old place), and its end, unstarted, reported with the next call."""
         if revert:
-            self.core.revert(ref)
+            self.core.revert(uid)
         self._report(job, None, final=False, unstarted=True)
         job.token = 0
 
@@ -398,7 +399,7 @@ class Engine:
             self._done.clear()
             call.admissions = admissions
             jobs = self._jobs
-            call.asks = [self._ask_now(jobs[a.ref], a) for a in admissions]
+            call.asks = [self._ask_now(jobs[a.uid], a) for a in admissions]
             if poll:
                 call.watch = self.core.held_elsewhere()
                 self._poll_due = now + self.poll_interval
@@ -512,13 +513,13 @@ class Engine:
         call.sent = self.clock.now()
         return call
 
-    def _is_in_flight(self, ref: Hashable) -> bool:
+    def _is_in_flight(self, uid: Hashable) -> bool:
         call = self._inflight
-        return call is not None and call.proposes(ref)
+        return call is not None and call.proposes(uid)
 
     def _ask(
         self,
-        ref: Hashable,
+        uid: Hashable,
         jtype: JobType,
         job_id: str | None,
         fairness_key: str,
@@ -528,7 +529,7 @@ class Engine:
         key_cap, weight = self.core.key_terms(fairness_key)
         own = jtype.priority if priority is None else priority
         return Ask(
-            str(ref),
+            str(uid),
             jtype.name,
             own,
             self.core.config.tier_cap(own),
@@ -542,7 +543,7 @@ class Engine:
             weight,
         )
 
-    def _ask_now(self, job: _Job, admission: Admission) -> Ask:
+    def _ask_now(self, job: _Tracked, admission: Admission) -> Ask:
         """``job``'s ask with its key's cap and weight as the core has them now (runtime
         policies may have changed them since it was submitted). An urgent job passes its
         key's cap (docs/design.md 5e), so the store must not count the key against it, and
@@ -582,8 +583,8 @@ class Engine:
         late = now - call.sent >= self._held_for
         given: list[Hashable] = []
         for admission, grant in zip(call.admissions, reply.grants, strict=True):
-            ref = admission.ref
-            job = jobs[ref]
+            uid = admission.uid
+            job = jobs[uid]
             costs[job.ask.fairness_key] = grant.accumulated
             verdict = grant.verdict
             if verdict is Verdict.ADMITTED:
@@ -593,17 +594,17 @@ class Engine:
                 self._max_token = max(self._max_token, grant.token)
                 job.term = self._term
                 if job.cancelled:
-                    self.finish(ref, None)
+                    self.finish(uid, None)
                     continue
                 if late:
-                    self._give_back(ref, job)
-                    given.append(ref)
+                    self._give_back(uid, job)
+                    given.append(uid)
                     continue
                 # Built whole: NamedTuple._replace costs several times as much.
                 a = admission
                 start.append(
                     Admission(
-                        a.ref, a.type, a.job_id, a.fairness_key, a.priority,
+                        a.uid, a.type, a.job_id, a.fairness_key, a.priority,
                         job.estimate, grant.token, a.arrival, a.admitted_at,
                         a.effective_priority, a.urgent,
                     )
@@ -614,7 +615,7 @@ class Engine:
                 self.observer.blocked(job.ask.type, job.ask.priority, reason)
             if verdict is Verdict.CONFLICT and job.job_id is not None:
                 core.hold_elsewhere(job.group, job.job_id)  # first: the revert parks it there
-            core.revert(ref)
+            core.revert(uid)
             if verdict is Verdict.RECOVERING:
                 self._pause_until = now + self.poll_interval
             elif verdict is Verdict.PAUSED:
@@ -623,28 +624,28 @@ class Engine:
             elif (admission.urgent or self.foreground) and verdict in _SHARED_CAPS:
                 # The store holds the cap's next free slot for it: ask again at the next
                 # poll, and meanwhile leave the core to jobs that other caps let run.
-                core.cancel(ref)
-                self._stalled[ref] = now + self.poll_interval
+                core.cancel(uid)
+                self._stalled[uid] = now + self.poll_interval
             elif verdict is Verdict.RUNNING:
-                core.cancel(ref)
-                self._stalled[ref] = now + self.poll_interval
+                core.cancel(uid)
+                self._stalled[uid] = now + self.poll_interval
                 if not job.stalled:
                     job.stalled = True
                     self.observer.stalled()
                     logger.info(
                         "celery-fair: job %s runs on another worker; holding this copy until "
                         "it ends or its worker's lease expires.",
-                        ref,
+                        uid,
                     )
             elif verdict is Verdict.DONE:
-                core.cancel(ref)
-                del jobs[ref]
-                drop.append(ref)
+                core.cancel(uid)
+                del jobs[uid]
+                drop.append(uid)
                 self.observer.dropped()
-            if job.cancelled and ref in jobs:
-                core.cancel(ref)
-                self._stalled.pop(ref, None)
-                del jobs[ref]
+            if job.cancelled and uid in jobs:
+                core.cancel(uid)
+                self._stalled.pop(uid, None)
+                del jobs[uid]
         if given:
             self._gave_back_stale(given)
         for key, value in costs.items():
@@ -757,7 +758,7 @@ class Engine:
                     call.flipped.append(job)
         return call
 
-    def _count_mine(self, job: _Job, n: int) -> None:
+    def _count_mine(self, job: _Tracked, n: int) -> None:
         """``job`` starts (1) or stops (-1) counting as running here in the store's eyes."""
         job.in_store = n > 0
         self._fleet.count(job.ask, n)
@@ -785,13 +786,13 @@ class Engine:
         return fleet.others_run or fleet.keys_elsewhere or bool(core.held_elsewhere())
 
     def _retry_stalled(self, now: float) -> None:
-        for ref, due in list(self._stalled.items()):
+        for uid, due in list(self._stalled.items()):
             if due <= now:
-                del self._stalled[ref]
-                job = self._jobs[ref]
+                del self._stalled[uid]
+                job = self._jobs[uid]
                 ask = job.ask
                 self.core.submit(
-                    ref, ask.type, job.job_id, ask.fairness_key,
+                    uid, ask.type, job.job_id, ask.fairness_key,
                     arrival=job.arrival, cost=job.cost, priority=job.priority,
                 )  # fmt: skip
 
@@ -801,11 +802,11 @@ class Engine:
         """``call`` failed: its admissions are pending again, its ends ride on the next call."""
         core = self.core
         for admission in call.admissions:
-            core.revert(admission.ref)
-            job = self._jobs.get(admission.ref)
+            core.revert(admission.uid)
+            job = self._jobs.get(admission.uid)
             if job is not None and job.cancelled:
-                core.cancel(admission.ref)
-                del self._jobs[admission.ref]
+                core.cancel(admission.uid)
+                del self._jobs[admission.uid]
         self._done[:0] = list(zip(call.done, call.finished, strict=True))
 
     def _unregistered(self, call: RegisterCall) -> None:
@@ -852,7 +853,7 @@ class Engine:
         out = []
         for admission in self._schedule():
             token = self._degraded.token(self._max_token)
-            job = self._jobs[admission.ref]
+            job = self._jobs[admission.uid]
             job.token = token
             job.estimate = admission.estimate
             out.append(admission._replace(token=token))
@@ -867,9 +868,9 @@ class Engine:
         now = self.clock.now()
         self._poll_due = now
         stalled = self._stalled
-        for ref, due in stalled.items():
+        for uid, due in stalled.items():
             if due > now:
-                stalled[ref] = now
+                stalled[uid] = now
 
     @property
     def idle(self) -> bool:
