@@ -56,7 +56,8 @@ Modules
 ``policy`` (the dispatch rule), ``fairqueue`` (the pending index), ``costs`` (estimates and
 accounts), ``aging``, ``allocation``, ``inspect``
 (status, expected start, blockers, snapshot: values only), ``words`` (those values in
-English), ``reserve``, and ``scheduler``, the façade that owns the state and calls the rest.
+English), ``reserve``, ``state`` (the structures, and the moves every operation is made of),
+``shared`` (what a shared store says of the fleet), and ``scheduler``, the façade over them.
 
 Rules for this package
 ----------------------
