@@ -6,7 +6,7 @@ import logging
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..core import (
     Admission,
@@ -22,42 +22,29 @@ from ..errors import ConfigurationError, DuplicateJob, UnknownJob
 from ..observe import Counters, Observer
 from ..runtime_policies import RuntimePolicies, apply_to
 from ..store.base import (
-    REFUSAL_REASONS,
     Ask,
     Done,
     Registered,
     Reply,
     Running,
     Store,
-    Verdict,
     View,
     conflict_field,
     estimate_field,
 )
 from ..store.wire import lease_held_for
+from . import replies
+from . import reserved as reserved_jobs
 from .calls import NOTHING, AdmitCall, BeatCall, Call, Decision, RegisterCall
 from .driver import Driver
 from .fleet import FleetMirror
 from .modes import Event, Mode, State, Sync
 from .outage import OUTAGE_POLICIES, Outage
+from .reserved import Vetted
 
 __all__ = ["OUTAGE_POLICIES", "Engine", "Mode", "Vetted"]
 
 logger = logging.getLogger(__name__)
-
-#: The store's refusals that block a job, by the name observers know them by.
-#: The caps that workers share, which an urgent job refused for claims (``Ask.claim``).
-_SHARED_CAPS = (Verdict.TIER_CAP, Verdict.TYPE_CAP)
-
-#: Modes in which admitted jobs that have not started may be given back (``reconsider``).
-_RECONSIDER = (Mode.ALONE, Mode.SHARED)
-
-
-class Vetted(NamedTuple):
-    """Which reserved jobs may start now (``Engine.vet``)."""
-
-    ready: list[Hashable]  # may start now, in the order given
-    given_back: list[Hashable]  # pending again: no longer reserved
 
 
 @dataclass(slots=True)
@@ -278,68 +265,14 @@ class Engine:
             self._done.append((Done(job.ask.uid, job.token, elapsed, final, unstarted), job))
 
     def reconsider(self, reserved: list[Hashable]) -> list[Hashable]:
-        """Admitted jobs that have not started (``reserved``): would the core admit the same
-        jobs first now, after what arrived since? The longest run of its picks that are all
-        reserved jobs stays admitted; every reserved job from the first pick that is not one
-        (a newcomer that ranks before it) on is given back: it is pending again at its old
-        place, the store refunds its charge with the next call, and that call admits in the
-        new order. Returns the jobs given back (``[]`` when the core would pick the same).
-
-        Only when no store call is in flight and the store is in use normally (or absent);
-        otherwise ``[]``, and the caller asks again later. O(reserved) core operations.
-        """
-        if not reserved or self._inflight is not None or self.state.mode not in _RECONSIDER:
-            return []
-        core = self.core
-        for uid in reserved:
-            core.revert(uid)
-        picks = core.schedule()
-        mine = set(reserved)
-        kept = 0
-        while kept < len(picks) and picks[kept].uid in mine:
-            kept += 1
-        for admission in picks[kept:]:
-            core.revert(admission.uid)
-        if kept == len(reserved):
-            return []
-        stay = {a.uid for a in picks[:kept]}
-        given = [uid for uid in reserved if uid not in stay]
-        for uid in given:
-            job = self._jobs.get(uid)
-            if job is not None:
-                self._give_back(uid, job, revert=False)
-        self.observer.given_back(len(given))
-        return given
+        """Give back the admitted jobs that have not started (``reserved``) that newcomers
+        now rank before; the jobs given back (``reserved.reconsider`` says how)."""
+        return reserved_jobs.reconsider(self, reserved)
 
     def vet(self, reserved: list[Hashable]) -> Vetted:
-        """Which admitted jobs that have not started (``reserved``) may start now.
-
-        One the store admitted may start only while this worker's lease has surely held since
-        its admission (see Leases in the module docstring). Otherwise the store may have
-        released it and admitted a conflicting job on another worker: it is given back
-        instead, pending again at its old place, and the next call reports it unstarted (its
-        charge refunded; a stale token there changes nothing) and asks for it again. While a
-        store call is in flight or the store is unreachable, such a job stays reserved and
-        waits (it is vetted again once the store answers). Jobs admitted locally during an
-        outage, and every job when there is no store, may start. O(reserved).
-        """
-        if self.store is None:
-            return Vetted(list(reserved), [])
-        sound = self.clock.now() - self._contact < self._held_for
-        ready: list[Hashable] = []
-        stale: list[Hashable] = []
-        for uid in reserved:
-            job = self._jobs.get(uid)
-            if job is None or not job.in_store or (sound and job.term == self._term):
-                ready.append(uid)
-            else:
-                stale.append(uid)
-        if not stale or self._inflight is not None or self.state.mode is not Mode.SHARED:
-            return Vetted(ready, [])
-        for uid in stale:
-            self._give_back(uid, self._jobs[uid])
-        self._gave_back_stale(stale)
-        return Vetted(ready, stale)
+        """Which admitted jobs that have not started (``reserved``) may start now, and which
+        were given back for a lease that may have lapsed (``reserved.vet`` says how)."""
+        return reserved_jobs.vet(self, reserved)
 
     def _give_back(self, uid: Hashable, job: _Tracked, *, revert: bool = True) -> None:
         """``job`` was admitted and does not start: pending again (``revert``: in the core,
@@ -348,17 +281,6 @@ class Engine:
             self.core.revert(uid)
         self._report(job, None, final=False, unstarted=True)
         job.token = 0
-
-    def _gave_back_stale(self, given: list[Hashable]) -> None:
-        self.observer.given_back(len(given))
-        logger.warning(
-            "celery-fair: this worker's lease may have lapsed since it was admitted %d job(s) "
-            "that have not started (it was paused, or could not reach the store, for %.1f s "
-            "or more); giving them back to be admitted again: %s",
-            len(given),
-            self._held_for,
-            ", ".join(map(str, given[:5])),
-        )
 
     # -- decisions out ---------------------------------------------------------------------
 
@@ -567,141 +489,13 @@ class Engine:
         return max(1.0, 4 * self.poll_interval)
 
     def _apply_admit(self, call: AdmitCall, reply: Reply) -> Decision:
-        core = self.core
-        jobs = self._jobs
-        self._see_epoch(reply.epoch)
-        for done, job, fin in zip(call.done, call.finished, reply.finished, strict=True):
-            self._count_mine(job, -1)
-            if fin.applied and done.elapsed is not None and fin.estimate is not None:
-                core.set_estimate(job.ask.type, job.job_id, fin.estimate)  # the fleet's
-        start: list[Admission] = []
-        drop: list[Hashable] = []
-        costs: dict[str, float] = {}
-        now = self.clock.now()
-        # A reply read a lease or more after its call was sent (this worker was paused in
-        # between): the store may have released what it admitted since, so none of it starts.
-        late = now - call.sent >= self._held_for
-        given: list[Hashable] = []
-        for admission, grant in zip(call.admissions, reply.grants, strict=True):
-            uid = admission.uid
-            job = jobs[uid]
-            costs[job.ask.fairness_key] = grant.accumulated
-            verdict = grant.verdict
-            if verdict is Verdict.ADMITTED:
-                job.token = grant.token
-                job.estimate = grant.estimate if grant.estimate is not None else 0.0
-                self._count_mine(job, 1)
-                self._max_token = max(self._max_token, grant.token)
-                job.term = self._term
-                if job.cancelled:
-                    self.finish(uid, None)
-                    continue
-                if late:
-                    self._give_back(uid, job)
-                    given.append(uid)
-                    continue
-                # Built whole: NamedTuple._replace costs several times as much.
-                a = admission
-                start.append(
-                    Admission(
-                        a.uid, a.type, a.job_id, a.fairness_key, a.priority,
-                        job.estimate, grant.token, a.arrival, a.admitted_at,
-                        a.effective_priority, a.urgent,
-                    )
-                )  # fmt: skip
-                continue
-            if verdict in REFUSAL_REASONS:
-                reason = REFUSAL_REASONS[verdict]
-                self.observer.blocked(job.ask.type, job.ask.priority, reason)
-            if verdict is Verdict.CONFLICT and job.job_id is not None:
-                core.hold_elsewhere(job.group, job.job_id)  # first: the revert parks it there
-            core.revert(uid)
-            if verdict is Verdict.RECOVERING:
-                self._pause_until = now + self.poll_interval
-            elif verdict is Verdict.PAUSED:
-                self._policy_version = -1  # read them whole again
-                self.state.on(Event.PAUSED)
-            elif (admission.urgent or self.foreground) and verdict in _SHARED_CAPS:
-                # The store holds the cap's next free slot for it: ask again at the next
-                # poll, and meanwhile leave the core to jobs that other caps let run.
-                core.cancel(uid)
-                self._stalled[uid] = now + self.poll_interval
-            elif verdict is Verdict.RUNNING:
-                core.cancel(uid)
-                self._stalled[uid] = now + self.poll_interval
-                if not job.stalled:
-                    job.stalled = True
-                    self.observer.stalled()
-                    logger.info(
-                        "celery-fair: job %s runs on another worker; holding this copy until "
-                        "it ends or its worker's lease expires.",
-                        uid,
-                    )
-            elif verdict is Verdict.DONE:
-                core.cancel(uid)
-                del jobs[uid]
-                drop.append(uid)
-                self.observer.dropped()
-            if job.cancelled and uid in jobs:
-                core.cancel(uid)
-                self._stalled.pop(uid, None)
-                del jobs[uid]
-        if given:
-            self._gave_back_stale(given)
-        for key, value in costs.items():
-            core.set_accumulated(key, value)
-        fleet = self._fleet
-        fleet.fleet_keys.update(reply.keys)
-        fleet.see(core, reply.tiers, reply.types, reply.workers, foreground=self.foreground)
-        held = [reply.held[conflict_field(*c)] for c in call.watch]
-        fleet.see_conflicts(core, call.watch, held)
-        return Decision(start, drop, None)
+        return replies.apply_admit(self, call, reply)
 
     def _apply_beat(self, call: BeatCall, view: View) -> None:
-        self._beat_due = self.clock.now() + self.beat_interval
-        self._see_epoch(view.epoch)
-        if view.policies != self._policy_version:
-            self._see_policies(view.policies, view.policy_doc or "")
-        for key, value in view.accumulated.items():
-            self.core.set_accumulated(key, value)
-        # The beat asked about every key with jobs pending here: the others matter to no
-        # decision here until they have some, and an admission's reply reports them again.
-        counted = self.core.counted_keys()
-        fleet = self._fleet
-        fleet.fleet_keys = {k: view.keys.get(k, 0) for k in call.keys if k in counted}
-        fleet.see(self.core, view.tiers, view.types, view.workers, foreground=self.foreground)
-        held = [view.held[conflict_field(*c)] for c in call.watch]
-        fleet.see_conflicts(self.core, call.watch, held)
-        expected = fleet.mine()
-        if view.mine < expected:
-            # The store lost some of our jobs (our lease expired during a pause, or it came
-            # back empty): they do run, so they must count again.
-            if self.state.on(Event.LOST):
-                self.observer.lease_lost()
-        elif view.mine > expected:
-            # The store counts jobs of ours that ended (their release was lost: a failover to
-            # a replica that had not seen it). Only a full list tells it which.
-            self.state.on(Event.EXTRA)
+        replies.apply_beat(self, call, view)
 
     def _apply_register(self, call: RegisterCall, result: Registered) -> None:
-        if result.registered:
-            self.observer.registered(result.registered)
-        if result.released:
-            self.observer.reconciled(result.released)
-        self.state.on(Event.REGISTERED)
-        for job in call.flipped:  # admitted locally, in the store from now on
-            job.term = self._term
-        if result.registered:
-            logger.info(
-                "celery-fair: registered %d running job(s) the store did not know.",
-                result.registered,
-            )
-        if result.released:
-            logger.warning(
-                "celery-fair: released %d job(s) the store counted as running on this "
-                "worker, which does not run them (a release lost in a failover?).",
-                result.released,
-            )
+        replies.apply_register(self, call, result)
 
     @property
     def policy_version(self) -> int:
