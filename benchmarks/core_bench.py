@@ -86,7 +86,7 @@ def build(case: Case) -> tuple[Scheduler, Workload, deque[int]]:
     for _ in range(case.pending):
         ref, job_id, key = work.next_job()
         scheduler.submit(ref, "clone", job_id, key, cost=1.0)
-    running = deque(a.ref for a in scheduler.schedule())  # type: ignore[misc]
+    running = deque(a.uid for a in scheduler.schedule())  # type: ignore[misc]
     while scheduler.pending < case.pending:  # top up what filling the slots took
         ref, job_id, key = work.next_job(hot=False)
         scheduler.submit(ref, "clone", job_id, key, cost=1.0)
@@ -122,7 +122,7 @@ def measure(case: Case, cycles: int, collect: bool = True) -> tuple[float, float
         admission = admit()
         in_pairs += clock() - t0
         assert admission is not None, "every cycle must admit a job"
-        running.append(admission.ref)  # type: ignore[arg-type]
+        running.append(admission.uid)  # type: ignore[arg-type]
         hot = admission.job_id.startswith("hot")  # type: ignore[union-attr]
         ref, job_id, key = next_job(hot=hot)
         submit(ref, "clone", job_id, key, cost=1.0)

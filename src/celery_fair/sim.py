@@ -361,7 +361,7 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
             if progress is not None and not nxt & 4095:
                 progress(nxt, n)
         for admission in scheduler.schedule():
-            index = admission.ref  # type: ignore[assignment]
+            index = admission.uid  # type: ignore[assignment]
             start[index] = t
             if aged:
                 effective[index] = admission.effective_priority

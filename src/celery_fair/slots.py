@@ -71,12 +71,12 @@ WAKE_GAP = 0.01
 class _Waiter:
     """One caller's job: submitted, then admitted (``admitted``), then ended (``gone``)."""
 
-    __slots__ = ("admission", "admitted", "event", "gone", "job_id", "notify", "ref", "type")
+    __slots__ = ("admission", "admitted", "event", "gone", "job_id", "notify", "type", "uid")
 
     def __init__(
-        self, ref: str, type: str, job_id: str | None, notify: Callable[[], None] | None
+        self, uid: str, type: str, job_id: str | None, notify: Callable[[], None] | None
     ) -> None:
-        self.ref = ref
+        self.uid = uid
         self.type = type
         self.job_id = job_id
         self.notify = notify  # called on the loop thread when admitted (an event loop's bridge)
@@ -142,7 +142,7 @@ class SlotScheduler:
         self._lock = threading.Lock()  # guards the engine and the waiters
         self._wake = threading.Event()
         self._released = False  # a release was announced since the last turn
-        self._waiters: dict[str, _Waiter] = {}  # submitted and not ended, by ref
+        self._waiters: dict[str, _Waiter] = {}  # submitted and not ended, by uid
         self._waiting = 0  # of them, not admitted yet
         self._closed = False
         self._last_woken = 0.0
@@ -207,13 +207,13 @@ class SlotScheduler:
             UnknownJobType: No fair task and no ``fair_types`` entry declares ``type``.
         """
         self._know(type)
-        ref = f"slot:{uuid.uuid4().hex}"
-        waiter = _Waiter(ref, type, job_id, notify)
+        uid = f"slot:{uuid.uuid4().hex}"
+        waiter = _Waiter(uid, type, job_id, notify)
         with self._lock:
             if self._closed:
                 raise RuntimeError("celery-fair: this slot scheduler is closed")
-            self.engine.submit(ref, type, job_id, fairness_key, arrival=time.time(), cost=cost)
-            self._waiters[ref] = waiter
+            self.engine.submit(uid, type, job_id, fairness_key, arrival=time.time(), cost=cost)
+            self._waiters[uid] = waiter
             self._waiting += 1
             self._listening.set()
         self._wake.set()
@@ -234,9 +234,9 @@ class SlotScheduler:
                 return True, []
             if waiter.gone:
                 return False, []
-            reasons = words.lines(self.core.why(waiter.ref))
-            if not self.engine.cancel(waiter.ref):  # admitted in the core: give it back
-                self.engine.finish(waiter.ref, None, unstarted=True)
+            reasons = words.lines(self.core.why(waiter.uid))
+            if not self.engine.cancel(waiter.uid):  # admitted in the core: give it back
+                self.engine.finish(waiter.uid, None, unstarted=True)
             self._forget(waiter)
         self._wake.set()
         return False, reasons
@@ -306,14 +306,14 @@ class SlotScheduler:
         with self._lock:
             if waiter.gone:
                 return
-            self.engine.finish(waiter.ref, elapsed, unstarted=elapsed is None)
+            self.engine.finish(waiter.uid, elapsed, unstarted=elapsed is None)
             self._forget(waiter)
         self._wake.set()
 
     def _forget(self, waiter: _Waiter) -> None:
         """Under the lock: ``waiter`` leaves the scheduler."""
         waiter.gone = True
-        del self._waiters[waiter.ref]
+        del self._waiters[waiter.uid]
         if not waiter.admitted:
             self._waiting -= 1
         if not self._waiting:
@@ -377,9 +377,9 @@ class SlotScheduler:
         """Under the lock: the engine admitted ``start``."""
         out = []
         for admission in start:
-            waiter = self._waiters.get(str(admission.ref))
+            waiter = self._waiters.get(str(admission.uid))
             if waiter is None or waiter.gone:  # withdrawn meanwhile: give the slot back
-                self.engine.finish(admission.ref, None, unstarted=True)
+                self.engine.finish(admission.uid, None, unstarted=True)
                 self._wake.set()
                 continue
             waiter.admitted = True

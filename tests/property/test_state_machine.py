@@ -162,22 +162,22 @@ class SchedulerMachine(RuleBasedStateMachine):
     def schedule(self):
         got = self.core.schedule()
         want = self.ref.schedule(self.now)
-        assert [(a.ref, a.estimate, a.priority, a.effective_priority, a.urgent) for a in got] == [
+        assert [(a.uid, a.estimate, a.priority, a.effective_priority, a.urgent) for a in got] == [
             (j.ref, j.estimate, self.ref.base(j), *j.effective) for j in want
         ]
         for a in got:
-            self.pending.remove(a.ref)
-            self.running.append(a.ref)
-            assert self.core.cancel(a.ref) is CancelOutcome.RUNNING
+            self.pending.remove(a.uid)
+            self.running.append(a.uid)
+            assert self.core.cancel(a.uid) is CancelOutcome.RUNNING
 
     @rule()
     def next_admission(self):
         got = self.core.next_admission()
         want = self.ref.next_admission(self.now)
-        assert (got and (got.ref, got.estimate)) == (want and (want.ref, want.estimate))
+        assert (got and (got.uid, got.estimate)) == (want and (want.ref, want.estimate))
         if got:
-            self.pending.remove(got.ref)
-            self.running.append(got.ref)
+            self.pending.remove(got.uid)
+            self.running.append(got.uid)
 
     @precondition(lambda self: self.core.running <= 5)
     @rule(capacity=st.integers(0, 5))
@@ -329,7 +329,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         pending = [v for v in snap.jobs if v.state is JobState.PENDING]
         assert [v.place for v in pending] == list(range(1, len(pending) + 1))
         expected = sorted(self.ref.pending, key=lambda j: self.ref.order(j, self.now))
-        assert [v.ref for v in pending] == [j.ref for j in expected]
+        assert [v.uid for v in pending] == [j.ref for j in expected]
         assert [(v.effective_priority, v.urgent) for v in pending] == [
             self.ref.effective(j, self.now) for j in expected
         ]

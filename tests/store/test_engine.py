@@ -85,7 +85,7 @@ def fleet(make_store, clock, kind):
 
 
 def started(decision):
-    return [a.ref for a in decision.start]
+    return [a.uid for a in decision.start]
 
 
 def test_alone_the_core_decides():
@@ -313,7 +313,7 @@ def test_a_job_cancelled_while_its_admission_is_in_flight_is_released(fleet, clo
     decision = one.decide()
     assert decision.call is not None
     assert decision.call.kind == "admit"
-    assert [a.ref for a in decision.call.admissions] == ["a"]
+    assert [a.uid for a in decision.call.admissions] == ["a"]
     assert one.cancel("a")  # revoked while the store decides
     result = one.apply(decision.call, decision.call.execute(one.store))
     assert result.start == []

@@ -14,16 +14,16 @@ def make(capacity=8, types=(), clock=None, **config):
 
 
 def refs(admissions):
-    return [a.ref for a in admissions]
+    return [a.uid for a in admissions]
 
 
 def drain(scheduler, elapsed=None):
     """Admit and immediately complete one job at a time; return the refs in order."""
     order = []
     while (a := scheduler.next_admission()) is not None:
-        order.append(a.ref)
+        order.append(a.uid)
         if elapsed is None:
-            scheduler.release(a.ref)
+            scheduler.release(a.uid)
         else:
-            scheduler.complete(a.ref, elapsed(a.ref) if callable(elapsed) else elapsed)
+            scheduler.complete(a.uid, elapsed(a.uid) if callable(elapsed) else elapsed)
     return order

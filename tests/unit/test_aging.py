@@ -29,7 +29,7 @@ def make(capacity=1, aging=None, keys=None, tier_caps=None, types=()):
 
 
 def refs(admissions):
-    return [a.ref for a in admissions]
+    return [a.uid for a in admissions]
 
 
 def test_effective_priority_rises_one_level_per_interval_after_grace_up_to_the_ceiling():
@@ -92,8 +92,8 @@ def test_a_background_job_rises_past_a_stream_of_foreground_work():
                 started[a] = -1
         s.submit(f"fg{t}", "fg", fairness_key="web")
         for a in s.schedule():
-            started[a.ref] = t
-            if a.ref == "bg":
+            started[a.uid] = t
+            if a.uid == "bg":
                 assert (a.priority, a.effective_priority, a.urgent) == (1, 5, False)
         if "bg" in started:
             break
@@ -168,7 +168,7 @@ def test_an_urgent_job_taken_from_a_capped_key_leaves_its_queue_consistent():
     s.submit("a", "t", fairness_key="d")
     assert s.next_admission() is None
     clock.advance(1.0)
-    assert s.next_admission().ref == "a"  # urgent: past the cap of 0
+    assert s.next_admission().uid == "a"  # urgent: past the cap of 0
     key = s._accounts.keys["d"]
     assert key.blocked is None
     s.submit("b", "t", fairness_key="d")  # not urgent: held by the cap again
@@ -194,7 +194,7 @@ def test_urgent_jobs_go_before_all_others_oldest_first_whatever_their_keys_used(
     s.set_accumulated("heavy", 1000.0)
     clock.set(10.0)
     s.submit("fg", "fg", fairness_key="web")
-    assert [v.ref for v in s.snapshot().jobs] == ["old", "young", "fg"]
+    assert [v.uid for v in s.snapshot().jobs] == ["old", "young", "fg"]
     assert refs(s.schedule()) == ["old"]
 
 
@@ -232,9 +232,9 @@ def test_caps_count_against_the_base_tier_while_the_order_uses_the_effective_one
     assert refs(s.schedule()) == ["bg1", "fg1"]  # bg2 risen to 8 too, but tier 1 is full
     snap = s.snapshot()
     assert snap.running_by_tier == {8: 1, 1: 1}
-    bg2 = next(v for v in snap.jobs if v.ref == "bg2")
+    bg2 = next(v for v in snap.jobs if v.uid == "bg2")
     assert (bg2.effective_priority, bg2.blocked_by) == (8, (BlockReason.TIER_CAP,))
-    running = next(v for v in snap.jobs if v.ref == "bg1")
+    running = next(v for v in snap.jobs if v.uid == "bg1")
     assert (running.state, running.priority, running.effective_priority) == (
         JobState.RUNNING,
         1,
@@ -286,4 +286,4 @@ def test_a_type_may_age_on_its_own_terms():
     s.submit("f", "fast")
     s.submit("w", "slow")
     clock.set(10.0)
-    assert {v.ref: v.effective_priority for v in s.snapshot().jobs} == {"f": 3, "w": 1}
+    assert {v.uid: v.effective_priority for v in s.snapshot().jobs} == {"f": 3, "w": 1}

@@ -52,7 +52,7 @@ def test_expensive_key_gets_about_a_tenth_of_the_starts_once_estimates_converge(
         key = admission.fairness_key
         starts[key] += 1
         clock.advance(10.0 if key == "a" else 1.0)
-        s.complete(admission.ref, 10.0 if key == "a" else 1.0)
+        s.complete(admission.uid, 10.0 if key == "a" else 1.0)
         s.submit((key, n), "t", key, key)
         n += 1
     ratio = starts["a"] / starts["b"]

@@ -216,7 +216,7 @@ def test_waiters_on_a_conflict_are_released_in_dispatch_order():
     for _ in range(3):
         s.complete(running, 1)
         (admission,) = s.schedule()
-        running = admission.ref
+        running = admission.uid
         order.append(running)
     assert order == ["b1", "a1", "a2"]
 
@@ -327,7 +327,7 @@ def test_snapshot_gives_each_pending_job_its_place_overall_and_within_its_key():
     s.submit("bg", "repack", "r3")
     s.submit("b2", "clone", "r4", "b")
     snap = s.snapshot()
-    pending = [(v.ref, v.place, v.place_in_key) for v in snap.jobs if v.state is JobState.PENDING]
+    pending = [(v.uid, v.place, v.place_in_key) for v in snap.jobs if v.state is JobState.PENDING]
     assert pending == [("b1", 1, 1), ("b2", 2, 2), ("a1", 3, 1), ("bg", 4, 1)]
     assert snap.running_by_tier == {8: 1, 4: 0}
     assert snap.pending_by_key == {"a": 1, "b": 2, "": 1}

@@ -15,7 +15,7 @@ def test_the_running_jobs_time_left_and_the_jobs_ahead_are_shared_by_the_slots()
     s = make()
     s.submit("r1", "clone", "r1", "a", cost=1.0)
     s.submit("r2", "clone", "r2", "b", cost=3.0)
-    assert {a.ref for a in s.schedule()} == {"r1", "r2"}
+    assert {a.uid for a in s.schedule()} == {"r1", "r2"}
     s._clock.advance(0.5)
     # two pending jobs of a key that has used nothing: p1 first (it arrived first)
     s.submit("p1", "clone", "p1", "c", cost=2.0)

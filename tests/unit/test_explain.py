@@ -38,7 +38,7 @@ def test_a_held_conflict_names_the_task_that_holds_it_here_or_another_worker():
     s = make()
     s.submit("first", "clone", "linux", "a")
     s.submit("second", "clone", "linux", "b")
-    assert [a.ref for a in s.schedule()] == ["first"]
+    assert [a.uid for a in s.schedule()] == ["first"]
     s._clock.advance(2.5)
     assert explain(s, "second") == ["conflict on git:linux held by task first for 2.5 s"]
     s.hold_elsewhere("git", "rails")
@@ -67,7 +67,7 @@ def test_caps_give_their_numbers_and_what_other_workers_run():
 def test_pauses_busy_slots_and_the_jobs_ahead():
     s = make(capacity=1)
     s.submit("a1", "clone", "x", "a")
-    assert [a.ref for a in s.schedule()] == ["a1"]
+    assert [a.uid for a in s.schedule()] == ["a1"]
     s.submit("b1", "clone", "y", "b")
     s.submit("b2", "clone", "z", "b")
     assert explain(s, "b1") == ["every slot busy 1/1"]
@@ -90,7 +90,7 @@ def test_why_gives_the_same_answer_as_values_that_the_words_are_written_from():
     s = make(capacity=2, keys={"tenant": {"max_concurrency": 1}})
     s.submit("first", "clone", "linux", "tenant")
     s.submit("r1", "repack", "r1", "a")
-    assert [a.ref for a in s.schedule()] == ["first", "r1"]
+    assert [a.uid for a in s.schedule()] == ["first", "r1"]
     s._clock.advance(1.5)
     s.submit("second", "clone", "linux", "tenant")
     s.submit("r2", "repack", "r2", "b")

@@ -114,8 +114,8 @@ def test_held_jobs_count_tiers_and_each_keys_oldest_arrival() -> None:
 def test_spill_victims_are_the_lowest_ranked_tenth_lowest_first() -> None:
     pending = [view(f"j{i}", i, BlockReason.CONFLICT) for i in range(1, 26)]
     victims = spill_victims(pending, lambda uid: None, version=1)
-    assert [v.ref for v in victims] == ["j25", "j24"]  # 25 // 10 = 2, the last first
-    assert [v.ref for v in spill_victims(pending[:3], lambda uid: None, 1)] == ["j3"]
+    assert [v.uid for v in victims] == ["j25", "j24"]  # 25 // 10 = 2, the last first
+    assert [v.uid for v in spill_victims(pending[:3], lambda uid: None, 1)] == ["j3"]
     assert spill_victims([], lambda uid: None, 1) == []
 
 
@@ -123,11 +123,11 @@ def test_a_paused_job_is_spilled_only_if_nothing_else_can_be_and_once_per_versio
     paused = [view(f"p{i}", i, BlockReason.PAUSED) for i in range(1, 4)]
     capped = [view("c1", 4, BlockReason.TYPE_CAP)]
     # something not paused can go: the paused ones stay
-    assert [v.ref for v in spill_victims(paused + capped, lambda uid: None, 7)] == ["c1"]
+    assert [v.uid for v in spill_victims(paused + capped, lambda uid: None, 7)] == ["c1"]
     # only paused jobs: they go, but not one already returned under this version
     marks = {"p3": 7, "p2": 6}
     victims = spill_victims(paused, marks.get, 7)
-    assert [v.ref for v in victims] == ["p2"]  # p3 was returned under version 7 already
+    assert [v.uid for v in victims] == ["p2"]  # p3 was returned under version 7 already
     assert spill_victims(paused, lambda uid: 7, 7) == []
 
 
@@ -221,7 +221,7 @@ class FakeEngine:
 def test_the_reserve_starts_vetted_jobs_in_admission_order_and_rechecks_after_a_newcomer() -> None:
     reserve, engine = Reserve(lookahead=3), FakeEngine()
     for uid in ("r1", "r2", "r3"):
-        reserve.add(uid, SimpleNamespace(ref=uid))  # type: ignore[arg-type]
+        reserve.add(uid, SimpleNamespace(uid=uid))  # type: ignore[arg-type]
     engine.unsound = ["r2"]
     assert reserve.startable(engine, room=False) == []  # no free process: not even vetted
     assert engine.calls == []

@@ -260,7 +260,7 @@ def test_the_last_waiter_of_a_paused_key_cancelled_on_a_free_conflict_leaves_not
     clock = SimClock()
     s = Scheduler(SchedulerConfig(1), clock, [JobType("t", 1, conflict_group="git")])
     s.submit("a", "t", "r1")
-    assert [a.ref for a in s.schedule()] == ["a"]
+    assert [a.uid for a in s.schedule()] == ["a"]
     s.pause_key("")
     s.submit("b", "t", "r1")  # parked on the held conflict
     s.release("a")  # the conflict is free, its only waiter's key paused: nothing lent

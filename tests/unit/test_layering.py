@@ -206,8 +206,7 @@ def test_the_lower_layers_import_no_forbidden_package():
 def test_no_import_circle_is_left():
     graph: dict[str, set[str]] = {module: set() for module in MODULES}
     # An import for type checking only is held to the layers like any other, but runs never, so
-    # it makes no circle: core/policy.py names the records of core/fairqueue.py, which runs the
-    # rule, in its signatures.
+    # it makes no circle (core/policy.py names the records of core/jobs.py in its signatures).
     for i in FIRST_PARTY:
         if i.target in MODULES and i.target != i.importer and not i.type_only:
             graph[i.importer].add(i.target)

@@ -23,7 +23,7 @@ def core(*types, capacity=1, **config):
 
 
 def admitted(s):
-    return [a.ref for a in s.schedule()]
+    return [a.uid for a in s.schedule()]
 
 
 def test_a_held_job_moved_to_a_higher_priority_goes_before_the_backlog_it_waited_behind():
@@ -37,7 +37,7 @@ def test_a_held_job_moved_to_a_higher_priority_goes_before_the_backlog_it_waited
     view = s.status("late")
     assert (view.place, view.priority, view.arrival) == (1, 5, 1.0)
     a = s.next_admission()
-    assert (a.ref, a.priority) == ("late", 5)
+    assert (a.uid, a.priority) == ("late", 5)
     # and back to its type's own priority: behind its key's jobs again, as a new arrival
     s.complete("late", 1.0)
     s.submit("again", "build", fairness_key="bulk", priority=7)
@@ -76,7 +76,7 @@ def test_the_types_cap_spans_its_jobs_at_every_priority_and_the_tier_cap_is_the_
     got = s.schedule()
     # repack's cap of 2 holds across its lanes at 8, 5 and 3; tier 5 holds one job: r2 is
     # admitted before s1 (same tier, earlier), so s1 waits for the tier, r1 for the type
-    assert [(a.ref, a.priority) for a in got] == [("r3", 8), ("r2", 5)]
+    assert [(a.uid, a.priority) for a in got] == [("r3", 8), ("r2", 5)]
     assert BlockReason.TYPE_CAP in s.status("r1").blocked_by
     assert BlockReason.TIER_CAP in s.status("s1").blocked_by
     assert s.by_type()[0] == ("repack", 3, 1, 2)  # one type: pending 1, running 2
@@ -119,7 +119,7 @@ def test_a_job_waiting_on_a_conflict_moves_and_still_waits_for_it():
     assert BlockReason.CONFLICT in s.status("waiter").blocked_by
     s.complete("holder", 1.0)
     a = s.next_admission()
-    assert (a.ref, a.priority) == ("waiter", 9)
+    assert (a.uid, a.priority) == ("waiter", 9)
 
 
 def test_a_job_moved_twice_within_one_queue_is_admitted_once_at_its_new_place():
@@ -129,7 +129,7 @@ def test_a_job_moved_twice_within_one_queue_is_admitted_once_at_its_new_place():
     s.submit("b", "build", fairness_key="k")
     assert s.reprioritize("a", 4) is PriorityOutcome.OK
     assert s.reprioritize("a", None) is PriorityOutcome.OK  # back in the queue it left
-    assert [v.ref for v in s.snapshot().jobs] == ["b", "a"]
+    assert [v.uid for v in s.snapshot().jobs] == ["b", "a"]
     assert admitted(s) == ["b"]
     s.complete("b", 1.0)
     assert admitted(s) == ["a"]

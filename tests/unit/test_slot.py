@@ -103,7 +103,7 @@ def test_a_slot_waits_for_a_conflict_that_a_worker_job_holds(made):
     worker = worker_engine(store)
     worker.submit("job1", "repack", "linux", "bg", arrival=time.time())
     with store_lock(store):
-        assert [a.ref for a in worker.run_inline().start] == ["job1"]
+        assert [a.uid for a in worker.run_inline().start] == ["job1"]
     s = made(store)
     # when a slot on linux waits 0.3 s, it times out, withdrawn, saying what held it,
     late = Slot("repack", "linux", "web", scheduler=s, timeout=0.3)

@@ -64,3 +64,18 @@ def test_wall_clock_reads_epoch_seconds():
 
     before = time.time()
     assert before <= WallClock().now() <= time.time()
+
+
+def test_the_old_name_of_a_jobs_uid_still_reads_it():
+    """``ref``, the core's old name for a job's uid, reads the uid for one more release."""
+    from celery_fair.core import Scheduler
+
+    s = Scheduler(SchedulerConfig(capacity=1), SimClock(), [JobType("t", priority=4)])
+    s.submit("1f0c/retry-2", "t", "a")
+    view = s.status("1f0c/retry-2")
+    admission = s.next_admission()
+    release = s.complete("1f0c/retry-2", 1.0)
+    assert view is not None
+    assert admission is not None
+    assert (view.ref, admission.ref, release.ref) == ("1f0c/retry-2",) * 3
+    assert (view.uid, admission.uid, release.uid) == ("1f0c/retry-2",) * 3

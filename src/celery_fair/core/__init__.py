@@ -52,17 +52,19 @@ O(n).
 
 Modules
 -------
-``types`` (values in and out), ``clock``, ``policy`` (the dispatch rule), ``fairqueue`` (the
-pending index), ``costs`` (estimates and accounts), ``aging``, ``allocation``, ``inspect``
+``types`` (values in and out), ``clock``, ``jobs`` (the records: job, tier, lane, conflict),
+``policy`` (the dispatch rule), ``fairqueue`` (the pending index), ``costs`` (estimates and
+accounts), ``aging``, ``allocation``, ``inspect``
 (status, expected start, blockers, snapshot: values only, and the blockers as plain data),
-``reserve``, and ``scheduler``, the façade that owns the state and calls the rest.
+``reserve``, ``state`` (the structures, and the moves every operation is made of),
+``shared`` (what a shared store says of the fleet), and ``scheduler``, the façade over them.
 
 Rules for this package
 ----------------------
 1. Every rule that decides admission lives in ``policy.py`` (``select``, ``blocked_by``,
    ``comes_before``, ``key_holds``, ``goes_before``); the structures in ``fairqueue.py`` only
-   keep the order and the wait lists, and take the rule from ``policy.py``, which imports
-   them for type checking only.
+   keep the order and the wait lists, and take the rule from ``policy.py``; both read the
+   records of ``jobs.py``, which imports neither.
 2. Nothing here imports outside the standard library or reads time except through ``Clock``
    (``clock.py`` is the one module that touches ``time``).
 3. Expected outcomes are return values; exceptions mean the caller broke the contract.

@@ -27,6 +27,10 @@ re-checks the loans of the conflict lanes it waits in: O(q log n) for its q queu
 A conflict may be held by a job on another worker (``Conflict.elsewhere``): its holder is then
 the ``ELSEWHERE`` sentinel, and waiters park on it exactly as on a local holder.
 
+The records these structures hold (jobs, tiers, lanes, conflicts) are ``jobs.py``'s; this
+module keeps them in order, books their rises on the agenda (``aging.py``), parks them on
+conflicts and lends them back (``park_on``, ``release``).
+
 A conflict blocks jobs; a *key* can block too: a key at its ``max_concurrency``, or paused,
 runs nothing more until one of its jobs ends or it resumes. Its key queues are taken out of
 their heaps whole the first time a decision meets one (``KeyQueue.blocked``, listed in
@@ -44,36 +48,27 @@ from math import inf as _INF
 from math import nextafter
 from typing import TYPE_CHECKING
 
-from .aging import URGENT, Agenda, PauseLog, paused_within
-from .costs import UNLIMITED, cap_left
+from .aging import URGENT
+from .jobs import ELSEWHERE
 from .policy import comes_before, key_blocks, key_holds
-from .types import JobState
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Iterator
+    from collections.abc import Iterator
 
     from .costs import KeyState
-    from .types import Aging, JobType
-
-Place = tuple[float, int, float]
-"""The part of a job's place in the order that its key queue shares: ``(-level, rank, acc)``.
-``level`` is its effective priority (``URGENT`` once it has aged into urgency, when ``rank``
-and ``acc`` no longer count and are 0)."""
+    from .jobs import Conflict, ConflictKey, Job, Lane, Place
 
 _NEG_URGENT = -URGENT
 _NO_BOUND = (3, 0.0)
 """A loan's bound that no charge reaches (a key's rank is 0, 1 or 2)."""
 
 __all__ = [
-    "ELSEWHERE",
-    "Conflict",
     "ConflictLane",
     "KeyQueue",
     "KeyedQueue",
-    "Lane",
-    "PendingJob",
-    "SideLane",
-    "Tier",
+    "park_on",
+    "recheck_loans",
+    "release",
     "reposition",
     "resume_aging",
     "rise",
@@ -81,82 +76,8 @@ __all__ = [
     "unblock",
 ]
 
-ConflictKey = tuple[str, str]
-"""``(conflict group, job_id)``."""
-
 _next_id = count(1).__next__
 """Unique ids for heap entries: the last tie-breaker, so entries never compare their objects."""
-
-
-class PendingJob:
-    """The core's record of one submitted job (pending or running).
-
-    ``ckey`` is its ``(conflict group, job_id)``, or ``None`` when it can conflict with nothing.
-    ``home`` is the key queue holding it (``None`` once admitted or cancelled); a queue entry is
-    valid only while the job's ``home`` is that queue, so leaving a queue is O(1) and entries
-    left behind are dropped when they reach the front. ``lent_from`` is the conflict lane that
-    lent it to its lane, if any.
-    """
-
-    __slots__ = (
-        "admitted_at",
-        "arrival",
-        "charge",
-        "ckey",
-        "cost",
-        "effective",
-        "estimate",
-        "home",
-        "job_id",
-        "key",
-        "lane",
-        "lent_from",
-        "ref",
-        "seq",
-        "state",
-        "token",
-    )
-
-    def __init__(
-        self,
-        ref: Hashable,
-        lane: Lane,
-        job_id: str | None,
-        key: KeyState,
-        arrival: float,
-        seq: int,
-        cost: float | None,
-        ckey: ConflictKey | None,
-    ) -> None:
-        self.ref = ref
-        self.lane = lane
-        self.job_id = job_id
-        self.key = key
-        self.arrival = arrival
-        self.seq = seq
-        self.cost = cost
-        self.ckey = ckey
-        self.home: KeyQueue | None = None
-        self.lent_from: ConflictLane | None = None
-        self.state = JobState.PENDING
-        # estimate, charge, token, admitted_at and effective (its effective priority and
-        # urgency then) are set at admission and read only after it.
-        self.effective: tuple[int, bool]
-        self.estimate: float
-        self.charge: float
-        self.token: int
-        self.admitted_at: float
-
-    def order(self) -> tuple[float, int, float, float, int]:
-        """The job's place in the dispatch order at the lane agenda's ``now``, smallest first."""
-        level, rank, acc = self.lane.place(self)
-        return (level, rank, acc, self.arrival, self.seq)
-
-    def __repr__(self) -> str:
-        return (
-            f"<PendingJob {self.ref!r} {self.lane.type.name}:{self.job_id} "
-            f"key={self.key.name!r} {self.state.value}>"
-        )
 
 
 class KeyQueue:
@@ -198,8 +119,8 @@ class KeyQueue:
     def __init__(self, key: KeyState, owner: KeyedQueue) -> None:
         self.key = key
         self.owner = owner
-        self.fifo: deque[PendingJob] = deque()
-        self.early: list[tuple[float, int, int, PendingJob]] | None = None
+        self.fifo: deque[Job] = deque()
+        self.early: list[tuple[float, int, int, Job]] | None = None
         self.last_arrival = -_INF
         self.last_seq = -1
         self.live = 0
@@ -209,7 +130,7 @@ class KeyQueue:
         self.blocked = False
         self.due = 0  # the id of its booking on the agenda (aging lanes only)
 
-    def add(self, job: PendingJob) -> None:
+    def add(self, job: Job) -> None:
         arrival = job.arrival
         seq = job.seq
         last = self.last_arrival
@@ -223,7 +144,7 @@ class KeyQueue:
                 self.early = []
             heappush(self.early, (arrival, seq, _next_id(), job))
 
-    def head(self, park: bool) -> PendingJob | None:
+    def head(self, park: bool) -> Job | None:
         """The first live job, dropping stale entries; with ``park``, park blocked heads."""
         fifo = self.fifo
         early = self.early
@@ -251,11 +172,11 @@ class KeyQueue:
                     self.remove_head(job)
                     self.live -= 1
                     self.owner.size -= 1
-                    conflict.park(job)
+                    park_on(conflict, job)
                     continue
             return job
 
-    def remove_head(self, job: PendingJob) -> None:
+    def remove_head(self, job: Job) -> None:
         """Drop the entry of ``job``, which ``head()`` just returned. O(1), O(log n) if early."""
         fifo = self.fifo
         if fifo and fifo[0] is job:
@@ -264,7 +185,7 @@ class KeyQueue:
             assert self.early is not None
             heappop(self.early)
 
-    def entries(self) -> Iterator[PendingJob]:
+    def entries(self) -> Iterator[Job]:
         """Every live job once, in no particular order. O(entries)."""
         seen = set()
         for job in self.fifo:
@@ -307,7 +228,7 @@ class KeyedQueue:
         self.lane = lane
         self.cl = cl
 
-    def push(self, job: PendingJob) -> None:
+    def push(self, job: Job) -> None:
         """Add ``job``; O(log n)."""
         key = job.key
         kq = self.queues.get(key)
@@ -339,7 +260,7 @@ class KeyedQueue:
             else:  # a blocked queue's head may be an older job than this one
                 self.enter(kq, kq.head(False) if kq.blocked else job)  # type: ignore[arg-type]
 
-    def enter(self, kq: KeyQueue, job: PendingJob) -> bool:
+    def enter(self, kq: KeyQueue, job: Job) -> bool:
         """Give ``kq``, whose head is ``job``, an entry at its true place and book its next
         rise, or, if its key blocks it, no entry (it is booked for when it turns urgent).
         Whether it got an entry. O(log n)."""
@@ -349,17 +270,17 @@ class KeyedQueue:
         if kq.blocked and (place[0] != _NEG_URGENT or key.paused):
             kq.ver = -1
             if lane.aging is not None:
-                lane.book(kq, job, True)
+                _book(lane, kq, job, True)
             return False
         kq.ver = ver = _next_id()
         kq.rec_arrival = job.arrival
         kq.rec_seq = job.seq
         heappush(self.heap, (place[0], place[1], place[2], job.arrival, job.seq, ver, kq))
         if lane.aging is not None:
-            lane.book(kq, job, False)
+            _book(lane, kq, job, False)
         return True
 
-    def best(self, park: bool) -> PendingJob | None:
+    def best(self, park: bool) -> Job | None:
         """The first job in order, fixing stale entries on the way; amortised O(log n).
 
         With ``park``, heads whose conflict is held are parked instead of returned.
@@ -394,7 +315,7 @@ class KeyedQueue:
                 if not kq.blocked:
                     block(kq)
                 if ages:
-                    lane.book(kq, job, True)
+                    _book(lane, kq, job, True)
                 continue
             if true_acc == acc and job.seq == seq and true_rank == rank and true_level == level:
                 return job
@@ -403,7 +324,7 @@ class KeyedQueue:
             kq.rec_seq = job.seq
             heapreplace(heap, (true_level, true_rank, true_acc, job.arrival, job.seq, ver, kq))
             if ages:
-                lane.book(kq, job, False)
+                _book(lane, kq, job, False)
         return None
 
     def refresh(self) -> None:
@@ -455,19 +376,19 @@ class KeyedQueue:
                 best = place
         return best
 
-    def jobs(self) -> Iterator[PendingJob]:
+    def jobs(self) -> Iterator[Job]:
         """Every live job, in no particular order. O(n)."""
         for kq in self.queues.values():
             yield from kq.entries()
 
 
-def take(job: PendingJob) -> None:
+def take(job: Job) -> None:
     """Remove ``job``, which must be the head of its key queue, from its queue. O(log n).
 
     A blocked key queue has an entry only while its head is urgent (which passes its key's
     cap): taken from one, the job leaves it forgotten if empty, else entered again for its
     new head (an entry only if that one is urgent too)."""
-    kq = job.home
+    kq: KeyQueue | None = job.home
     assert kq is not None
     kq.remove_head(job)
     kq.live -= 1
@@ -482,9 +403,9 @@ def take(job: PendingJob) -> None:
                 kq.owner.enter(kq, head)
 
 
-def discard(job: PendingJob) -> None:
+def discard(job: Job) -> None:
     """Remove ``job`` from wherever it waits; its entry is dropped lazily. O(1)."""
-    kq = job.home
+    kq: KeyQueue | None = job.home
     if kq is not None:
         kq.live -= 1
         kq.owner.size -= 1
@@ -581,241 +502,62 @@ def take_back_loans(key: KeyState) -> None:
             cl.revalidate()
 
 
-class Tier:
-    """All lanes of one priority.
+def _book(lane: Lane, kq: KeyQueue, job: Job, urgent_only: bool) -> None:
+    """Book ``kq``, whose head is ``job``, on the agenda for when that head next rises a
+    level (with ``urgent_only``, when it turns urgent). Nothing while the key or the type
+    is paused (waiting stands still; resuming books again) or when it will not rise."""
+    aging = lane.aging
+    if aging is None or lane.paused or job.key.paused:
+        kq.due = 0
+        return
+    base = lane.tier.priority
+    wait = lane.wait(job)
+    level = aging.effective(base, wait)
+    if aging.is_urgent(base, level):
+        kq.due = 0
+        return
+    ceiling = aging.max_effective_priority
+    if urgent_only:
+        threshold = aging.urgent_threshold
+        target_level = None if threshold is None else max(threshold, base + 1)
+    else:
+        target_level = level + 1
+    if target_level is None or (ceiling is not None and target_level > ceiling):
+        kq.due = 0
+        return
+    target = aging.grace + (target_level - base) * aging.interval
+    now = lane.agenda.now
+    at = now + (target - wait)
+    if at <= now:  # rounding: never book the present, or a decision could loop on it
+        at = nextafter(now, URGENT)
+    lane.agenda.book(kq, at)
 
-    ``running`` is the number of admitted, not yet released jobs of this tier; ``pending``
-    the number of pending ones (parked included). ``limit`` is the tier's cap, ``elsewhere``
-    the jobs of this tier that other workers run (as a shared store last said), and ``cap``
-    what this scheduler may run: ``limit - elsewhere`` (``UNLIMITED`` stays unlimited).
+
+def park_on(conflict: Conflict, job: Job) -> None:
+    """Park ``job`` (just removed from its lane) until ``conflict`` is released."""
+    cl = conflict.lanes.get(job.lane)
+    if cl is None:
+        cl = conflict.lanes[job.lane] = ConflictLane(conflict, job.lane)
+    lent_from: ConflictLane | None = job.lent_from
+    if lent_from is not None:
+        lent_from.lent = None
+        job.lent_from = None
+    cl.parked.push(job)
+
+
+def release(conflict: Conflict) -> None:
+    """``conflict``'s holder is done: lend the best waiter of each lane to its lane.
+
+    While another worker holds it too (``elsewhere``), it stays held by ``ELSEWHERE``.
     """
-
-    __slots__ = ("cap", "elsewhere", "lanes", "limit", "pending", "priority", "running")
-
-    def __init__(self, priority: int, cap: int) -> None:
-        self.priority = priority
-        self.limit = self.cap = cap
-        self.elsewhere = 0
-        self.lanes: list[Lane] = []
-        self.running = 0
-        self.pending = 0
-
-
-class Lane:
-    """The pending jobs of one job type.
-
-    ``running`` is the number of admitted, not yet released jobs of this type; ``pending``
-    the number of pending ones (parked included); ``queue`` holds the pending jobs that are
-    not parked on a held conflict. ``limit``, ``elsewhere`` and ``cap`` as for ``Tier``; a
-    ``paused`` type has ``cap`` 0, so a decision skips its lane in O(1) like a full one.
-    ``aging`` is how its jobs rise (``None``: they do not), ``agenda`` the scheduler's, and
-    ``pauses`` the log of the type's pauses (``None`` until it is first paused).
-    """
-
-    __slots__ = (
-        "agenda",
-        "aging",
-        "cap",
-        "elsewhere",
-        "limit",
-        "neg_base",
-        "paused",
-        "pauses",
-        "pending",
-        "queue",
-        "running",
-        "tier",
-        "type",
-    )
-
-    def __init__(
-        self,
-        jtype: JobType,
-        tier: Tier,
-        conflicts: dict[ConflictKey, Conflict],
-        agenda: Agenda,
-        aging: Aging | None = None,
-    ) -> None:
-        self.type = jtype
-        self.tier = tier
-        cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
-        self.limit = self.cap = cap
-        self.elsewhere = 0
-        self.paused = False
-        self.pauses: PauseLog | None = None
-        self.running = 0
-        self.pending = 0
-        self.neg_base = -tier.priority
-        self.agenda = agenda
-        self.aging = aging if aging is not None and aging.ages(tier.priority) else None
-        self.queue = KeyedQueue(self, conflicts)
-
-    def recap(self) -> None:
-        """Compute ``cap`` again: 0 while ``paused``, else ``limit - elsewhere``. O(1)."""
-        self.cap = cap_left(self.limit, self.elsewhere, self.paused)
-
-    def wait(self, job: PendingJob) -> float:
-        """How long ``job`` has waited at the agenda's ``now``, less the time its key or its
-        type was paused since it arrived. O(1) unless one of them was ever paused."""
-        now = self.agenda.now
-        wait = now - job.arrival
-        kp = job.key.pauses
-        if kp is not None or self.pauses is not None:
-            wait -= paused_within((kp, self.pauses), job.arrival, now)
-        return wait
-
-    def effective(self, job: PendingJob) -> tuple[int, bool]:
-        """``job``'s effective priority now, and whether it has aged into urgency."""
-        aging = self.aging
-        base = self.tier.priority
-        if aging is None:
-            return base, False
-        level = aging.effective(base, self.wait(job))
-        return level, aging.is_urgent(base, level)
-
-    def place(self, job: PendingJob) -> Place:
-        """``(-level, rank, acc)`` of ``job`` now: what its key queue's entry records."""
-        key = job.key
-        if self.aging is None:
-            return (self.neg_base, key.rank, key.acc)
-        level, urgent = self.effective(job)
-        if urgent:
-            return (_NEG_URGENT, 0, 0.0)
-        return (-level, key.rank, key.acc)
-
-    def book(self, kq: KeyQueue, job: PendingJob, urgent_only: bool) -> None:
-        """Book ``kq``, whose head is ``job``, on the agenda for when that head next rises a
-        level (with ``urgent_only``, when it turns urgent). Nothing while the key or the type
-        is paused (waiting stands still; resuming books again) or when it will not rise."""
-        aging = self.aging
-        if aging is None or self.paused or job.key.paused:
-            kq.due = 0
-            return
-        base = self.tier.priority
-        wait = self.wait(job)
-        level = aging.effective(base, wait)
-        if aging.is_urgent(base, level):
-            kq.due = 0
-            return
-        ceiling = aging.max_effective_priority
-        if urgent_only:
-            threshold = aging.urgent_threshold
-            target_level = None if threshold is None else max(threshold, base + 1)
-        else:
-            target_level = level + 1
-        if target_level is None or (ceiling is not None and target_level > ceiling):
-            kq.due = 0
-            return
-        target = aging.grace + (target_level - base) * aging.interval
-        now = self.agenda.now
-        at = now + (target - wait)
-        if at <= now:  # rounding: never book the present, or a decision could loop on it
-            at = nextafter(now, URGENT)
-        self.agenda.book(kq, at)
-
-
-def _forwarded(name: str) -> property:
-    """An attribute of a side lane that is its type's lane's (``SideLane``)."""
-
-    def get(self: SideLane) -> object:
-        return getattr(self.home, name)
-
-    def put(self: SideLane, value: object) -> None:
-        setattr(self.home, name, value)
-
-    return property(get, put, doc=f"The type's ``{name}`` (its home lane's).")
-
-
-class SideLane(Lane):
-    """The pending jobs of one type that were given a priority other than the type's own.
-
-    A job submitted or reprioritised at priority ``p`` waits in its type's side lane at ``p``:
-    in tier ``p``, with a queue and aging of its own, so it is ordered, aged and counted
-    against the tier cap at ``p`` like any job of that tier. What belongs to the type (its
-    counts, its cap and what runs elsewhere, its pause) is not the side lane's own: every one
-    of those attributes reads and writes ``home``, the type's lane, so the type's cap spans all
-    its lanes and a pause stops them all. A type without such jobs has no side lane, and the
-    type's own lane pays nothing for them.
-    """
-
-    __slots__ = ("home",)
-
-    running = _forwarded("running")
-    pending = _forwarded("pending")
-    limit = _forwarded("limit")
-    elsewhere = _forwarded("elsewhere")
-    cap = _forwarded("cap")
-    paused = _forwarded("paused")
-    pauses = _forwarded("pauses")
-
-    def __init__(
-        self,
-        home: Lane,
-        tier: Tier,
-        conflicts: dict[ConflictKey, Conflict],
-        aging: Aging | None,
-    ) -> None:
-        # Not Lane.__init__: that would reset the type's counts through the forwarded names.
-        self.home = home
-        self.type = home.type
-        self.tier = tier
-        self.neg_base = -tier.priority
-        self.agenda = home.agenda
-        self.aging = aging if aging is not None and aging.ages(tier.priority) else None
-        self.queue = KeyedQueue(self, conflicts)
-
-
-class Conflict:
-    """One ``(conflict group, job_id)`` that is held or waited for.
-
-    It exists in ``registry`` (the scheduler's) exactly while a job holds it or a conflict
-    lane waits on it, so the many jobs whose ids never meet cost no conflict object at all.
-    ``holder`` is the running job that holds it, if any, or ``ELSEWHERE`` while only a job on
-    another worker does; ``elsewhere`` says a shared store reported it held by another worker
-    (it stays held after a local holder is released, until the store says it is free);
-    ``lanes`` maps each lane to the conflict lane of jobs parked (or lent) there.
-    """
-
-    __slots__ = ("elsewhere", "holder", "key", "lanes", "registry")
-
-    def __init__(self, key: ConflictKey, registry: dict[ConflictKey, Conflict]) -> None:
-        self.key = key
-        self.registry = registry
-        self.holder: PendingJob | None = None
-        self.elsewhere = False
-        self.lanes: dict[Lane, ConflictLane] = {}
-
-    def forget_if_idle(self) -> None:
-        """Leave the registry once nobody holds or waits for this conflict."""
-        if self.holder is None and not self.lanes and self.registry.get(self.key) is self:
-            del self.registry[self.key]
-
-    def park(self, job: PendingJob) -> None:
-        """Park ``job`` (just removed from its lane) until this conflict is released."""
-        cl = self.lanes.get(job.lane)
-        if cl is None:
-            cl = self.lanes[job.lane] = ConflictLane(self, job.lane)
-        if job.lent_from is not None:
-            job.lent_from.lent = None
-            job.lent_from = None
-        cl.parked.push(job)
-
-    def release(self) -> None:
-        """The holder is done: lend the best waiter of each lane to its lane.
-
-        While another worker holds it too (``elsewhere``), it stays held by ``ELSEWHERE``.
-        """
-        if self.elsewhere:
-            self.holder = ELSEWHERE
-            return
-        self.holder = None
-        if self.lanes:
-            for cl in list(self.lanes.values()):
-                cl.revalidate()
-        self.forget_if_idle()
-
-    def __repr__(self) -> str:
-        return f"<Conflict {self.key[0]}:{self.key[1]} holder={self.holder!r}>"
+    if conflict.elsewhere:
+        conflict.holder = ELSEWHERE
+        return
+    conflict.holder = None
+    if conflict.lanes:
+        for cl in list(conflict.lanes.values()):
+            cl.revalidate()
+    conflict.forget_if_idle()
 
 
 class ConflictLane:
@@ -833,7 +575,7 @@ class ConflictLane:
         self.conflict = conflict
         self.lane = lane
         self.parked = KeyedQueue(lane, cl=self)
-        self.lent: PendingJob | None = None
+        self.lent: Job | None = None
         self.bound_id = 0
 
     def revalidate(self) -> None:
@@ -862,7 +604,7 @@ class ConflictLane:
         self.lent = best
         self._register(best)
 
-    def _register(self, lent: PendingJob) -> None:
+    def _register(self, lent: Job) -> None:
         # Parked jobs of the borrower's own key come after the loan by (arrival, seq) for
         # good (the older a job of a lane and key, the higher it has risen), so only the
         # other keys' places can ever overtake it: by the borrower's key being charged past
@@ -916,19 +658,3 @@ def recheck_loans(key: KeyState) -> None:
     for _, ident, cl in due:
         if cl.bound_id == ident and cl.lent is not None and cl.lent.key is key:
             cl.revalidate()
-
-
-class _Elsewhere(PendingJob):
-    """The holder of a conflict that only a job on another worker holds."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return "<held elsewhere>"
-
-
-ELSEWHERE: PendingJob = _Elsewhere()
-"""``Conflict.holder`` while a job of another worker, and none of ours, holds the conflict."""

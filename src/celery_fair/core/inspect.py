@@ -17,13 +17,13 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from .allocation import KeyDemand, shares
-from .fairqueue import ELSEWHERE, PendingJob
+from .jobs import ELSEWHERE, Job
 from .policy import blocked_by
 from .types import BLOCK_ORDER, BlockReason, ExpectedStart, JobState, JobView, Snapshot
 
 if TYPE_CHECKING:
     from .costs import Accounts, Estimates
-    from .fairqueue import Conflict, ConflictKey, Lane, Tier
+    from .jobs import Conflict, ConflictKey, Lane, Tier
 
 __all__ = [
     "Blocker",
@@ -57,7 +57,7 @@ class Paused:
 
 @dataclass(frozen=True, slots=True)
 class ConflictHeld:
-    """``CONFLICT``: a running job holds ``(group, job_id)``: ``holder`` (the core's ref) for
+    """``CONFLICT``: a running job holds ``(group, job_id)``: ``holder`` (the core's uid) for
     ``held_for`` seconds, or, both ``None``, a job on another worker."""
 
     group: str
@@ -172,7 +172,7 @@ _UNTIMED = frozenset(
 
 
 def view(
-    job: PendingJob,
+    job: Job,
     place: int | None,
     place_in_key: int | None,
     free: int,
@@ -183,7 +183,7 @@ def view(
     pending = job.state is JobState.PENDING
     effective, urgent = job.lane.effective(job) if pending else job.effective
     return JobView(
-        ref=job.ref,
+        uid=job.uid,
         type=job.lane.type.name,
         job_id=job.job_id,
         fairness_key=job.key.name,
@@ -198,7 +198,7 @@ def view(
     )
 
 
-def place_of(job: PendingJob, jobs: Iterable[PendingJob]) -> tuple[int, int]:
+def place_of(job: Job, jobs: Iterable[Job]) -> tuple[int, int]:
     """Pending ``job``'s 1-based place among the pending ``jobs``, and among its key's. O(n)."""
     mine = job.order()
     place = 1
@@ -212,7 +212,7 @@ def place_of(job: PendingJob, jobs: Iterable[PendingJob]) -> tuple[int, int]:
 
 
 def blocked_counts(
-    jobs: Iterable[PendingJob],
+    jobs: Iterable[Job],
     free: int,
     conflicts: Mapping[ConflictKey, Conflict],
     urgent_passes: bool,
@@ -234,7 +234,7 @@ def blocked_counts(
 
 
 def why(
-    job: PendingJob,
+    job: Job,
     seen: JobView,
     conflicts: Mapping[ConflictKey, Conflict],
     now: float,
@@ -257,7 +257,7 @@ def why(
             if holder is None or holder is ELSEWHERE:
                 found.append(ConflictHeld(ckey[0], ckey[1]))
             else:
-                found.append(ConflictHeld(ckey[0], ckey[1], holder.ref, now - holder.admitted_at))
+                found.append(ConflictHeld(ckey[0], ckey[1], holder.uid, now - holder.admitted_at))
         elif reason is BlockReason.KEY_CAP:
             found.append(CapFull(reason, key.name, key.running, key.elsewhere, key.limit))
         elif reason is BlockReason.TYPE_CAP:
@@ -270,9 +270,9 @@ def why(
 
 
 def expected_start(
-    job: PendingJob,
+    job: Job,
     seen: JobView,
-    jobs: Iterable[PendingJob],
+    jobs: Iterable[Job],
     estimates: Estimates,
     slots: int,
     demands: Mapping[str, KeyDemand],
@@ -314,7 +314,7 @@ def expected_start(
 
 
 def snapshot(
-    jobs: Iterable[PendingJob],
+    jobs: Iterable[Job],
     now: float,
     capacity: int,
     running: int,
@@ -328,7 +328,7 @@ def snapshot(
 ) -> Snapshot:
     """The whole state, pending jobs in dispatch order with their places. O(n log n)."""
     jobs = list(jobs)
-    pending_jobs = sorted((j for j in jobs if j.state is JobState.PENDING), key=PendingJob.order)
+    pending_jobs = sorted((j for j in jobs if j.state is JobState.PENDING), key=Job.order)
     running_jobs = sorted((j for j in jobs if j.state is JobState.RUNNING), key=lambda j: j.token)
     free = capacity - running
     per_key: dict[str, int] = {}

@@ -24,7 +24,7 @@ from .types import KeyPolicies
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from .fairqueue import Conflict, ConflictKey, Lane
+    from .jobs import Conflict, ConflictKey, Lane
 
 __all__ = ["KeyRules", "limits_changed", "pause_lane", "rerank"]
 

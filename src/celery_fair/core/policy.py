@@ -6,8 +6,9 @@ their wait lists, and import nothing of it else. ``select`` is the hot path; ``b
 states the same rules one job at a time for snapshots, status and tests; ``goes_before`` says
 whether a pending job comes before admissions already made (``Scheduler.outranks``).
 
-This module reads the structures of ``fairqueue.py`` (tiers, lanes, jobs, keys) but imports
-them only for type checking, so the index depends on the rule and never the other way round.
+This module reads the records of ``jobs.py`` (tiers, lanes, jobs, conflicts) and ``costs.py``
+(keys), which import neither it nor ``fairqueue.py``: the index depends on the rule, and the rule
+only on the records.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from .costs import KeyState
-    from .fairqueue import Conflict, ConflictKey, PendingJob, Tier
+    from .jobs import Conflict, ConflictKey, Job, Tier
     from .types import Admission
 
 __all__ = [
@@ -38,7 +39,7 @@ _NEG_URGENT = -URGENT
 """The first component of an urgent job's place (``Lane.place``): urgent jobs go first."""
 
 
-def comes_before(a: PendingJob, b: PendingJob) -> bool:
+def comes_before(a: Job, b: Job) -> bool:
     """Whether pending ``a`` precedes pending ``b`` in their tier: by place (effective
     priority, rank, accumulated cost of the key; urgent jobs first), then arrival, then
     submission order. O(1)."""
@@ -65,7 +66,7 @@ def key_holds(key: KeyState, level: float) -> bool:
     return key.running >= key.cap and (level != _NEG_URGENT or key.paused)
 
 
-def key_blocks(job: PendingJob) -> bool:
+def key_blocks(job: Job) -> bool:
     """Whether ``job``'s key holds it back now (``key_holds`` at the job's place). O(1)."""
     key = job.key
     if key.running < key.cap:
@@ -73,7 +74,7 @@ def key_blocks(job: PendingJob) -> bool:
     return key.paused or job.lane.place(job)[0] != _NEG_URGENT
 
 
-def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: PendingJob) -> bool:
+def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: Job) -> bool:
     """Whether a running job (here or elsewhere) holds ``job``'s conflict. O(1)."""
     ckey = job.ckey
     if ckey is None:
@@ -84,7 +85,7 @@ def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: PendingJob) ->
 
 def select(
     tiers: list[Tier], free_slots: int, aging: bool = False, urgent_passes: bool = True
-) -> PendingJob | None:
+) -> Job | None:
     """The first admissible pending job in the order
     ``(-effective priority, rank[key], acc[key], arrival, seq)``, urgent jobs first by age.
 
@@ -115,7 +116,7 @@ def select(
     for tier in tiers:
         if tier.pending == 0 or tier.running >= tier.cap:
             continue
-        best: PendingJob | None = None
+        best: Job | None = None
         for lane in tier.lanes:
             queue = lane.queue
             if queue.size == 0 or lane.running >= lane.cap:
@@ -128,8 +129,8 @@ def select(
     return None
 
 
-def _select_aged(tiers: list[Tier], urgent_passes: bool) -> PendingJob | None:
-    best: PendingJob | None = None
+def _select_aged(tiers: list[Tier], urgent_passes: bool) -> Job | None:
+    best: Job | None = None
     best_place: tuple[float, int, float, float, int] | None = None
     for tier in tiers:
         if tier.pending == 0:
@@ -157,7 +158,7 @@ def _select_aged(tiers: list[Tier], urgent_passes: bool) -> PendingJob | None:
 
 
 def blocked_by(
-    job: PendingJob,
+    job: Job,
     free_slots: int,
     conflicts: Mapping[ConflictKey, Conflict],
     urgent_passes: bool = True,
@@ -185,7 +186,7 @@ def blocked_by(
 
 
 def goes_before(
-    job: PendingJob,
+    job: Job,
     cost: float,
     admitted: Iterable[Admission],
     keys: Mapping[str, KeyState],

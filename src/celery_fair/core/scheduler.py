@@ -1,38 +1,25 @@
-"""The scheduler façade: events in (submit, cancel, complete), decisions out."""
+"""The scheduler façade: events in (submit, cancel, complete), decisions out.
+
+``Scheduler`` is what callers hold. Its state and the moves its operations share are
+``state.State``'s; what a shared store says of the rest of the fleet is ``shared.Shared``'s,
+which it inherits; the answers to questions are ``inspect.py``'s, and what comes first is
+``policy.py``'s.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Hashable, Iterable, Mapping
-from itertools import count
+from collections.abc import Hashable, Iterable
 
-from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJob, UnknownJobType
+from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJobType
 from . import inspect
-from .aging import Agenda, PauseLog
 from .allocation import Allocation
-from .clock import Clock
-from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
-from .fairqueue import (
-    ELSEWHERE,
-    Conflict,
-    Lane,
-    PendingJob,
-    SideLane,
-    Tier,
-    discard,
-    recheck_loans,
-    reposition,
-    rise,
-    take,
-    take_back_loans,
-    unblock,
-)
 from .inspect import Why
-from .keys import KeyRules, rerank
+from .jobs import ELSEWHERE, Job
 from .policy import conflict_held, goes_before, key_blocks, select
+from .shared import Shared
+from .state import _INF, _NUMBER, _type_of
 from .types import (
     Admission,
-    Aging,
     CancelOutcome,
     ExpectedStart,
     JobState,
@@ -41,7 +28,6 @@ from .types import (
     KeyPolicies,
     PriorityOutcome,
     Release,
-    SchedulerConfig,
     Snapshot,
     check_priority,
 )
@@ -49,7 +35,7 @@ from .types import (
 __all__ = ["Scheduler"]
 
 
-class Scheduler:
+class Scheduler(Shared):
     """Fair dispatch of jobs over a fixed number of slots, with no I/O.
 
     Args:
@@ -62,116 +48,13 @@ class Scheduler:
         >>> s = Scheduler(SchedulerConfig(capacity=1), SimClock(), [JobType("clone", priority=8)])
         >>> s.submit("a1", "clone", "linux", fairness_key="alice")
         >>> s.submit("b1", "clone", "git", fairness_key="bob")
-        >>> [a.ref for a in s.schedule()]
+        >>> [a.uid for a in s.schedule()]
         ['a1']
         >>> s.complete("a1", elapsed=5.0).estimate
         2.2
     """
 
-    def __init__(
-        self, config: SchedulerConfig, clock: Clock, types: Iterable[JobType] = ()
-    ) -> None:
-        self.config = config
-        self._clock = clock
-        now = clock.now()
-        self._capacity = config.capacity
-        # _running is the number of admitted, not yet released jobs; _pending of pending ones.
-        self._running = 0
-        self._pending = 0
-        # _starved: the last decision left a slot free that no pending job could take.
-        self._starved = False
-        self._lanes: dict[str, Lane] = {}
-        # _side: the side lanes of types whose jobs were given another priority, by
-        # (type, priority) (fairqueue.SideLane), created when first needed.
-        self._side: dict[tuple[str, int], SideLane] = {}
-        # _tiers holds one Tier per distinct priority of a registered type, highest first.
-        self._tiers: list[Tier] = []
-        self._jobs: dict[Hashable, PendingJob] = {}
-        # _conflicts holds every (group, job_id) that a job holds or that jobs wait for.
-        self._conflicts: dict[tuple[str, str], Conflict] = {}
-        # _elsewhere holds exactly the conflicts whose ``elsewhere`` flag is set.
-        self._elsewhere: dict[tuple[str, str], Conflict] = {}
-        self._seq = count()
-        self._tokens = count(1)
-        self._estimates = Estimates(config.alpha, config.lifecycle.estimate_ttl)
-        self._accounts = Accounts(config.lifecycle, now)
-        # _due: no cost or estimate expires, and no reset falls, before this time.
-        self._due = self._accounts.next_due()
-        # The time of the operation in progress, and when aging next moves a key queue up.
-        self._agenda = Agenda(now)
-        # The keys' terms by name: policies, pauses, counts elsewhere, shares (keys.py).
-        self._keys = KeyRules(self._accounts, config.keys, config.allocation_caps, self._agenda)
-        # Whether urgent jobs pass what other workers run against tier and type caps (the
-        # store weighs it for them), or must keep within it (a share set while it is away).
-        self._urgent_passes = True
-        # What other workers run by priority, as a store last said (a new tier starts so).
-        self._tiers_elsewhere: dict[int, int] = {}
-        for jtype in types:
-            self.register_type(jtype)
-
     # -- configuration -----------------------------------------------------------------
-
-    def register_type(self, jtype: JobType) -> None:
-        """Register a job type. Registering an identical type again is a no-op.
-
-        Raises:
-            ConfigurationError: A different type of the same name is already registered.
-        """
-        lane = self._lanes.get(jtype.name)
-        if lane is not None:
-            if lane.type != jtype:
-                raise ConfigurationError(
-                    f"job type {jtype.name!r} is declared twice with different options: "
-                    f"{lane.type} and {jtype}"
-                )
-            return
-        tier = self._tier(jtype.priority)
-        lane = Lane(jtype, tier, self._conflicts, self._agenda, self._aging_of(jtype))
-        if lane.aging is not None:
-            self._agenda.active = True
-        if jtype.name in self._keys.paused_types:
-            lane.paused = True
-            lane.pauses = PauseLog()
-            lane.pauses.pause(self._clock.now())
-            lane.recap()
-        tier.lanes.append(lane)
-        self._lanes[jtype.name] = lane
-
-    def _tier(self, priority: int) -> Tier:
-        """The tier of ``priority``, made (capped by the config) if no lane has it yet."""
-        tier = next((t for t in self._tiers if t.priority == priority), None)
-        if tier is None:
-            cap = self.config.tier_cap(priority)
-            tier = Tier(priority, UNLIMITED if cap is None else cap)
-            self._tiers.append(tier)
-            self._tiers.sort(key=lambda t: -t.priority)
-        return tier
-
-    def _aging_of(self, jtype: JobType) -> Aging | None:
-        return jtype.aging if jtype.aging is not None else self.config.aging
-
-    def _lane_at(self, lane: Lane, priority: int | None) -> Lane:
-        """``lane``'s type's lane for jobs of ``priority`` (``None``: the type's own): the type's
-        lane, or its side lane at that priority (made on first use). O(1), O(tiers) to make."""
-        home = lane.home if isinstance(lane, SideLane) else lane
-        if priority is None or priority == home.type.priority:
-            return home
-        side = self._side.get((home.type.name, priority))
-        if side is None:
-            tier = self._tier(priority)
-            tier.elsewhere = n = self._tiers_elsewhere.get(priority, 0)
-            tier.cap = cap_left(tier.limit, n)
-            side = SideLane(home, tier, self._conflicts, self._aging_of(home.type))
-            if side.aging is not None:
-                self._agenda.active = True
-            tier.lanes.append(side)
-            self._side[(home.type.name, priority)] = side
-        return side
-
-    def _all_lanes(self) -> Iterable[Lane]:
-        """Every lane: the types' own, then their side lanes."""
-        yield from self._lanes.values()
-        yield from self._side.values()
 
     def now(self) -> float:
         """The time by the core's clock: what a job submitted now arrives at."""
@@ -199,7 +82,7 @@ class Scheduler:
 
     def submit(
         self,
-        ref: Hashable,
+        uid: Hashable,
         type: str,
         job_id: str | None = None,
         fairness_key: str = "",
@@ -211,7 +94,7 @@ class Scheduler:
         """Add a pending job. O(log n).
 
         Args:
-            ref: The caller's unique handle for the job.
+            uid: The job's identity (``types.JobUid``), unique among the jobs held here.
             type: The name of a registered job type.
             job_id: The resource the job works on. ``None`` means none: the estimate is
                 then learned per type, and the job conflicts with nothing.
@@ -222,17 +105,17 @@ class Scheduler:
                 counted against the tier cap at that priority, and against its type's cap.
 
         Raises:
-            DuplicateJob: ``ref`` is already pending or running.
+            DuplicateJob: ``uid`` is already pending or running.
             UnknownJobType: ``type`` was never registered.
             SchedulerError: ``priority`` (or ``cost``, ``arrival``) is not valid.
         """
-        if ref in self._jobs:
-            raise DuplicateJob(f"job {ref!r} is already held by the scheduler")
+        if uid in self._jobs:
+            raise DuplicateJob(f"job {uid!r} is already held by the scheduler")
         lane = self._lanes.get(type)
         if lane is None:
             raise UnknownJobType(f"unknown job type {type!r}")
         if cost is not None and not (_type_of(cost) in _NUMBER and 0 <= cost < _INF):
-            raise SchedulerError(f"job {ref!r}: cost must be a finite number >= 0, got {cost!r}")
+            raise SchedulerError(f"job {uid!r}: cost must be a finite number >= 0, got {cost!r}")
         if priority is not None:
             check_priority(priority)
             lane = self._lane_at(lane, priority)
@@ -241,7 +124,7 @@ class Scheduler:
         if arrival is None:
             arrival = now
         elif not (_type_of(arrival) in _NUMBER and -_INF < arrival < _INF):
-            raise SchedulerError(f"job {ref!r}: arrival must be a finite number, got {arrival!r}")
+            raise SchedulerError(f"job {uid!r}: arrival must be a finite number, got {arrival!r}")
         accounts = self._accounts
         key = accounts.keys.get(fairness_key)
         if key is None:
@@ -253,37 +136,17 @@ class Scheduler:
             self._keys.demand_moved(key, 1)
         group = lane.type.conflict_group
         ckey = (group, job_id) if group and job_id is not None else None
-        job = PendingJob(ref, lane, job_id, key, arrival, next(self._seq), cost, ckey)
-        self._jobs[ref] = job
+        job = Job(uid, lane, job_id, key, arrival, next(self._seq), cost, ckey)
+        self._jobs[uid] = job
         key.pending += 1
         lane.pending += 1
         lane.tier.pending += 1
         self._pending += 1
         self._enqueue(job)
 
-    @staticmethod
-    def _unqueue(job: PendingJob) -> None:
-        """Take pending ``job`` out of wherever it waits; a conflict that lent it lends its
-        next waiter. O(1), O(log n) if it was lent."""
-        discard(job)
-        lent_from = job.lent_from
-        if lent_from is not None:
-            job.lent_from = None
-            lent_from.on_lent_gone()
-
-    def _enqueue(self, job: PendingJob) -> None:
-        """Put pending ``job`` where it waits: on its conflict if that is held (so no decision
-        ever has to step over it), else in its lane. O(log n)."""
-        ckey = job.ckey
-        conflict = None if ckey is None else self._conflicts.get(ckey)
-        if conflict is not None and conflict.holder is not None:
-            conflict.park(job)
-        else:
-            job.lane.queue.push(job)
-
-    def cancel(self, ref: Hashable) -> CancelOutcome:
+    def cancel(self, uid: Hashable) -> CancelOutcome:
         """Withdraw a pending job. O(log n) (O(1) unless it was lent by a conflict)."""
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None:
             return CancelOutcome.UNKNOWN
         if job.state is JobState.RUNNING:
@@ -291,7 +154,7 @@ class Scheduler:
         now = self._clock.now()
         self._maintain(now)
         self._unqueue(job)
-        del self._jobs[ref]
+        del self._jobs[uid]
         lane = job.lane
         lane.pending -= 1
         lane.tier.pending -= 1
@@ -305,8 +168,8 @@ class Scheduler:
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
         return CancelOutcome.CANCELLED
 
-    def reprioritize(self, ref: Hashable, priority: int | None) -> PriorityOutcome:
-        """Give pending job ``ref`` the priority ``priority`` (``None``: its type's own).
+    def reprioritize(self, uid: Hashable, priority: int | None) -> PriorityOutcome:
+        """Give pending job ``uid`` the priority ``priority`` (``None``: its type's own).
 
         It is then ordered, aged and counted against the tier cap at ``priority`` (its type's
         cap still counts it). It is taken as new: it arrives now, so its aging starts over
@@ -324,7 +187,7 @@ class Scheduler:
         check_priority(priority)
         now = self._clock.now()
         self._maintain(now)
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None:
             return PriorityOutcome.UNKNOWN
         if job.state is JobState.RUNNING:
@@ -336,27 +199,27 @@ class Scheduler:
         lane.tier.pending += 1
         # A new record: entries of the old one left behind in its queue stay dead (they would
         # come alive at its old place if the same record came back to the same queue).
-        moved = PendingJob(ref, lane, job.job_id, job.key, now, next(self._seq), job.cost, job.ckey)
-        self._jobs[ref] = moved
+        moved = Job(uid, lane, job.job_id, job.key, now, next(self._seq), job.cost, job.ckey)
+        self._jobs[uid] = moved
         self._enqueue(moved)
         return PriorityOutcome.OK
 
-    def complete(self, ref: Hashable, elapsed: float) -> Release:
+    def complete(self, uid: Hashable, elapsed: float) -> Release:
         """A running job finished after ``elapsed`` seconds: learn from it and release it.
 
         The estimate for its ``(type, job_id)`` becomes
         ``alpha * elapsed + (1 - alpha) * previous``. O(log n).
 
         Raises:
-            UnknownJob: ``ref`` is not a running job.
+            UnknownJob: ``uid`` is not a running job.
         """
         if not (_type_of(elapsed) in _NUMBER and 0 <= elapsed < _INF):
             raise SchedulerError(
-                f"job {ref!r}: elapsed must be a finite number >= 0, got {elapsed!r}"
+                f"job {uid!r}: elapsed must be a finite number >= 0, got {elapsed!r}"
             )
-        return self._release(ref, elapsed)
+        return self._release(uid, elapsed)
 
-    def release(self, ref: Hashable, *, refund: bool = False) -> Release:
+    def release(self, uid: Hashable, *, refund: bool = False) -> Release:
         """Release a running job without learning from it (e.g. revoked, or its worker lost).
 
         With ``refund``, the job never ran (admitted, then revoked or expired before it
@@ -364,114 +227,15 @@ class Scheduler:
         penalised for work that never happened.
 
         Raises:
-            UnknownJob: ``ref`` is not a running job.
+            UnknownJob: ``uid`` is not a running job.
         """
-        job = self._jobs.get(ref)
-        released = self._release(ref, None)
+        job = self._jobs.get(uid)
+        released = self._release(uid, None)
         if refund and job is not None and job.charge:
             key = job.key
             if self._accounts.keys.get(key.name) is key:
                 self._set_acc(key, max(0.0, key.acc - job.charge))
         return released
-
-    # -- what a shared store says ------------------------------------------------------
-    #
-    # A fleet of workers shares caps, conflicts and costs through a store; each worker's core
-    # orders its own pending jobs and proposes admissions, and the store confirms or refuses
-    # them (celery_fair.engine). These methods feed the store's answers back in.
-
-    def revert(self, ref: Hashable) -> None:
-        """Undo the admission of running job ``ref``, as if it had never been admitted.
-
-        The job is pending again at its old place (same arrival and submission order), its
-        slot and conflict are released, and its charge is refunded. The engine calls this
-        when the store refuses an admission; when the refusal is a conflict held elsewhere,
-        it calls ``hold_elsewhere`` first, and the job then waits on that conflict at once.
-        O((1 + q) log n), q the key queues of its key.
-
-        Raises:
-            UnknownJob: ``ref`` is not a running job.
-        """
-        job = self._jobs.get(ref)
-        if job is None or job.state is not JobState.RUNNING:
-            raise UnknownJob(f"job {ref!r} is not running")
-        lane = job.lane
-        key = job.key
-        self._start(job, -1)
-        job.state = JobState.PENDING
-        if key.blocked is not None and key.running < key.cap:
-            unblock(key)
-        if key.min_slots or key.share != UNLIMITED:
-            rerank(key)
-        conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
-        if conflict is not None and conflict.holder is job:
-            conflict.holder = None
-            if conflict.elsewhere:  # refused because another worker holds it: wait for it
-                conflict.holder = ELSEWHERE
-                self._elsewhere[conflict.key] = conflict
-                conflict.park(job)
-            else:  # back into the lane first, so that the release lends it like any waiter
-                lane.queue.push(job)
-                conflict.release()
-        elif conflict is not None and conflict.holder is not None:
-            conflict.park(job)
-        else:
-            lane.queue.push(job)
-        self._set_acc(key, key.acc - job.charge)
-
-    def set_accumulated(self, fairness_key: str, value: float) -> None:
-        """Make ``fairness_key``'s accumulated cost ``value`` (the fleet's, from a store).
-
-        Unknown keys are ignored: the core tracks only keys with pending or running jobs, or
-        idle ones not yet forgotten. O(1) when the cost grows (plus the loans it crosses);
-        O(q log n) when it shrinks, q the key queues of the key.
-        """
-        if not (_type_of(value) in _NUMBER and 0 <= value < _INF):
-            raise SchedulerError(f"accumulated cost must be a finite number >= 0, got {value!r}")
-        key = self._accounts.keys.get(fairness_key)
-        if key is not None and key.acc != value:
-            self._set_acc(key, float(value))
-
-    def set_estimate(self, type: str, job_id: str | None, value: float) -> None:
-        """Make the estimate of ``(type, job_id)`` ``value`` (the fleet's, from a store). O(1)."""
-        if type not in self._lanes:
-            raise UnknownJobType(f"unknown job type {type!r}")
-        if not (_type_of(value) in _NUMBER and 0 <= value < _INF):
-            raise SchedulerError(f"estimate must be a finite number >= 0, got {value!r}")
-        now = self._clock.now()
-        self._estimates.set((type, job_id), float(value), now)
-        self._expiring(self._estimates.ttl, now)
-
-    def set_running_elsewhere(
-        self,
-        tiers: Mapping[int, int],
-        types: Mapping[str, int],
-        keys: Mapping[str, int] | None = None,
-        *,
-        urgent_passes: bool = True,
-    ) -> None:
-        """Count, against each cap, the jobs that other workers run (by priority, by type and,
-        if given, by fairness key).
-
-        A tier may then admit ``cap - elsewhere`` jobs here. Tiers and types not named run
-        nothing elsewhere; with ``keys`` given, neither do keys not named (without it, the
-        keys' counts stay as they were). An urgent job counts only the jobs running here
-        against its tier's and type's caps, as a store then decides and holds the next free
-        slot for it (docs/design.md 5e); with ``urgent_passes=False`` it keeps within
-        ``cap - elsewhere`` like any job (a worker's share of each cap while the store is
-        unreachable). O(tiers + types + keys).
-        """
-        self._urgent_passes = urgent_passes
-        self._tiers_elsewhere = dict(tiers)
-        for tier in self._tiers:
-            tier.elsewhere = n = tiers.get(tier.priority, 0)
-            tier.cap = cap_left(tier.limit, n)
-        for name, lane in self._lanes.items():
-            lane.elsewhere = types.get(name, 0)
-            lane.recap()
-        if keys is None:
-            return
-        self._keys.set_elsewhere(keys)
 
     # -- policies: weights, caps and pauses by key, pauses by type --------------------
 
@@ -548,40 +312,6 @@ class Scheduler:
     def paused(self) -> tuple[frozenset[str], frozenset[str]]:
         """The paused fairness keys and job types."""
         return frozenset(self._keys.paused_keys), frozenset(self._keys.paused_types)
-
-    def hold_elsewhere(self, group: str, job_id: str) -> None:
-        """Another worker holds the conflict ``(group, job_id)``: its waiters here wait. O(1)."""
-        ckey = (group, job_id)
-        conflict = self._conflicts.get(ckey)
-        if conflict is None:
-            conflict = self._conflicts[ckey] = Conflict(ckey, self._conflicts)
-        conflict.elsewhere = True
-        self._elsewhere[ckey] = conflict
-        if conflict.holder is None:
-            conflict.holder = ELSEWHERE
-
-    def release_elsewhere(self, group: str, job_id: str) -> None:
-        """No other worker holds ``(group, job_id)`` any more. O(lanes waiting · log n)."""
-        conflict = self._elsewhere.pop((group, job_id), None)
-        if conflict is None:
-            return
-        conflict.elsewhere = False
-        if conflict.holder is ELSEWHERE:
-            conflict.release()
-
-    def held_elsewhere(self) -> list[tuple[str, str]]:
-        """The conflicts held elsewhere that pending jobs here wait for. O(those held elsewhere).
-
-        Conflicts held elsewhere that nobody here waits for are forgotten on the way: there
-        is nothing to wake, and the store is asked again if a job meets one later.
-        """
-        out = []
-        for ckey, conflict in list(self._elsewhere.items()):
-            if conflict.lanes:
-                out.append(ckey)
-            else:
-                self.release_elsewhere(*ckey)
-        return out
 
     # -- decisions out -----------------------------------------------------------------
 
@@ -682,30 +412,30 @@ class Scheduler:
         """The fairness keys that have pending jobs. O(keys)."""
         return [name for name, key in self._accounts.keys.items() if key.pending]
 
-    def __contains__(self, ref: object) -> bool:
-        return ref in self._jobs
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._jobs
 
     def outranks(
-        self, ref: Hashable, admitted: Iterable[Admission], tolerance: float = 0.0
+        self, uid: Hashable, admitted: Iterable[Admission], tolerance: float = 0.0
     ) -> bool:
-        """Whether pending job ``ref`` goes before admissions of ``admitted`` (admitted, not
+        """Whether pending job ``uid`` goes before admissions of ``admitted`` (admitted, not
         yet started) whose estimates add up to at least ``tolerance``. O(1) per admission.
 
-        ``ref`` goes before an admission when it is urgent and the admission is not (or is,
+        ``uid`` goes before an admission when it is urgent and the admission is not (or is,
         but arrived later), when it is of a higher effective priority, or of the same and
-        its key, even charged ``ref``'s estimate, has used no more than the admission's key had
+        its key, even charged ``uid``'s estimate, has used no more than the admission's key had
         before it was charged. A job ahead by less than that (keys taking turns, whose costs
         differ by less than a job) would move the order by less than one of its own jobs: the
         same slack as admitting a job ahead of a free slot, and not worth undoing an admission
-        for. ``tolerance`` (in the estimates' unit) is how much admitted work ``ref`` may wait
+        for. ``tolerance`` (in the estimates' unit) is how much admitted work ``uid`` may wait
         behind before undoing admissions is worth it; with 0, any one is enough.
 
-        Never when ``ref``'s key is at its cap or paused, or its type paused, nor when ``ref``
+        Never when ``uid``'s key is at its cap or paused, or its type paused, nor when ``uid``
         cannot be the next of its own: it waits behind an earlier job of its key in its lane
         (which was pending when the admissions were made, or was itself such
         a newcomer), or it waits for a conflict that none of ``admitted`` holds.
         """
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None or job.state is not JobState.PENDING:
             return False
         if job.lane.paused or key_blocks(job):
@@ -718,7 +448,7 @@ class Scheduler:
                 if holder is None or holder is ELSEWHERE:
                     return False
                 admitted = list(admitted)
-                if not any(a.ref == holder.ref for a in admitted):
+                if not any(a.uid == holder.uid for a in admitted):
                     return False
             else:
                 first = home.head(False)
@@ -746,9 +476,9 @@ class Scheduler:
         key = self._accounts.keys.get(fairness_key)
         return 0.0 if key is None else key.acc
 
-    def status(self, ref: Hashable) -> JobView | None:
+    def status(self, uid: Hashable) -> JobView | None:
         """One job's view, with its place in the queue. O(n) for a pending job."""
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None:
             return None
         self._look()
@@ -756,14 +486,14 @@ class Scheduler:
             return self._view(job, None, None)
         return self._view(job, *inspect.place_of(job, self._jobs.values()))
 
-    def expected_wait(self, ref: Hashable, slots: int | None = None) -> float | None:
-        """``expected_start(ref, slots).seconds``: seconds until pending job ``ref`` is
+    def expected_wait(self, uid: Hashable, slots: int | None = None) -> float | None:
+        """``expected_start(uid, slots).seconds``: seconds until pending job ``uid`` is
         expected to start, ``None`` if it is not pending or the model cannot say. O(n)."""
-        start = self.expected_start(ref, slots)
+        start = self.expected_start(uid, slots)
         return None if start is None else start.seconds
 
-    def expected_start(self, ref: Hashable, slots: int | None = None) -> ExpectedStart | None:
-        """When pending job ``ref`` is expected to start (``None`` if it is not pending): the
+    def expected_start(self, uid: Hashable, slots: int | None = None) -> ExpectedStart | None:
+        """When pending job ``uid`` is expected to start (``None`` if it is not pending): the
         work ahead of it (what the running jobs have left of their estimates, plus the
         estimates of the pending jobs that come before it) shared by ``slots`` (default: the
         capacity), and no less than the work of its own key's jobs ahead of it at its key's
@@ -779,10 +509,10 @@ class Scheduler:
         A model, not a promise: a newcomer that goes first, a conflict or a cap that keeps a
         slot from the jobs ahead, and estimates that miss move it (docs/operations.md gives
         the error measured). O(n)."""
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None or job.state is not JobState.PENDING:
             return None
-        view = self.status(ref)
+        view = self.status(uid)
         assert view is not None
         return inspect.expected_start(
             job,
@@ -794,15 +524,16 @@ class Scheduler:
             self._clock.now(),
         )
 
-    def why(self, ref: Hashable) -> Why | None:
-        """What holds pending job ``ref`` back now, as values (``inspect.Why``: each blocker
+    def why(self, uid: Hashable) -> Why | None:
+        """What holds pending job ``uid`` back now, as values (``inspect.Why``: each blocker
         with its numbers, in ``BLOCK_ORDER``, and how many jobs come before it); ``None`` for a
-        job that is not pending here. ``explain`` words it. O(n) (it counts the jobs before it).
+        job that is not pending here. ``celery_fair.words`` writes it in English. O(n) (it
+        counts the jobs before it).
         """
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         if job is None or job.state is not JobState.PENDING:
             return None
-        view = self.status(ref)
+        view = self.status(uid)
         assert view is not None
         return inspect.why(
             job, view, self._conflicts, self._clock.now(), self._running, self._capacity
@@ -824,166 +555,3 @@ class Scheduler:
             self._conflicts,
             self._urgent_passes,
         )
-
-    # -- internals ---------------------------------------------------------------------
-
-    def _admit(self, job: PendingJob, now: float) -> Admission:
-        effective, urgent = job.lane.effective(job)
-        take(job)
-        job.state = JobState.RUNNING
-        lane = job.lane
-        tier = lane.tier
-        key = job.key
-        self._start(job, 1)
-        if key.rank != 2 and (key.min_slots or key.share != UNLIMITED):
-            key.rank = key.rank_now()  # later, if so: entries catch up lazily, loans below
-        ckey = job.ckey
-        if ckey is not None:
-            conflict = self._conflicts.get(ckey)
-            if conflict is None:
-                conflict = self._conflicts[ckey] = Conflict(ckey, self._conflicts)
-            conflict.holder = job
-        lent_from = job.lent_from
-        if lent_from is not None:
-            job.lent_from = None
-            lent_from.on_lent_gone()
-        jtype = lane.type
-        estimate = job.cost
-        if estimate is None:
-            estimate = self._estimates.get((jtype.name, job.job_id), jtype.default_cost, now)
-        job.estimate = estimate
-        weight = key.weight
-        job.charge = charge = estimate if weight == 1.0 else estimate / weight
-        key.acc += charge
-        if key.lent:
-            if key.running >= key.cap:
-                take_back_loans(key)
-            elif key.lent[0][0] <= (key.rank, key.acc):
-                recheck_loans(key)
-        job.token = token = next(self._tokens)
-        job.admitted_at = now
-        job.effective = (effective, urgent)
-        return Admission(
-            job.ref,
-            jtype.name,
-            job.job_id,
-            key.name,
-            tier.priority,
-            estimate,
-            token,
-            job.arrival,
-            now,
-            effective,
-            urgent,
-        )
-
-    def _start(self, job: PendingJob, n: int) -> None:
-        """Move ``job`` from pending to running (``n = 1``) or back (``n = -1``) in every count."""
-        lane = job.lane
-        tier = lane.tier
-        key = job.key
-        lane.pending -= n
-        lane.running += n
-        tier.pending -= n
-        tier.running += n
-        self._pending -= n
-        self._running += n
-        key.pending -= n
-        key.running += n
-
-    def _release(self, ref: Hashable, elapsed: float | None) -> Release:
-        job = self._jobs.get(ref)
-        if job is None or job.state is not JobState.RUNNING:
-            raise UnknownJob(f"job {ref!r} is not running")
-        now = self._clock.now()
-        self._maintain(now)
-        del self._jobs[ref]
-        lane = job.lane
-        lane.running -= 1
-        lane.tier.running -= 1
-        self._running -= 1
-        key = job.key
-        key.running -= 1
-        if key.blocked is not None and key.running < key.cap:
-            unblock(key)
-        if self._keys.sharing:
-            self._keys.demand_moved(key, -1)
-        if key.min_slots or key.share != UNLIMITED:
-            rerank(key)
-        jtype = lane.type
-        ekey = (jtype.name, job.job_id)
-        if elapsed is None:
-            estimate = self._estimates.peek(ekey, jtype.default_cost)
-        else:
-            estimate = self._estimates.observe(ekey, elapsed, jtype.default_cost, now)
-            self._expiring(self._estimates.ttl, now)
-        ckey = job.ckey
-        if ckey is not None:
-            conflict = self._conflicts.get(ckey)
-            if conflict is not None and conflict.holder is job:
-                conflict.release()
-        if key.pending == 0 and key.running == 0:
-            self._accounts.deactivate(key, now)
-            self._expiring(self._accounts.lifecycle.cost_ttl, now)
-        return Release(ref, jtype.name, job.job_id, key.name, elapsed, estimate)
-
-    def _set_acc(self, key: KeyState, value: float) -> None:
-        """Set a key's accumulated cost, keeping every order that uses it right."""
-        old = key.acc
-        key.acc = value
-        if value > old:
-            if key.lent and key.lent[0][0] <= (key.rank, value):
-                recheck_loans(key)
-        elif value < old:
-            reposition(key)
-            self._accounts.lowered(key)
-
-    def _age(self, now: float) -> None:
-        """Make ``now`` the time of the operation, and move up the key queues whose heads
-        aging has raised by then. O(1) while none is due."""
-        agenda = self._agenda
-        agenda.now = now
-        if agenda.active:
-            for kq in agenda.due(now):
-                rise(kq)  # type: ignore[arg-type]
-
-    def _maintain(self, now: float) -> None:
-        """``_age``, then apply the cost lifecycle due at ``now``. O(1) while nothing is due."""
-        self._age(now)
-        if now < self._due:
-            return
-        if self._accounts.expire(now):
-            self._reorder()
-        self._estimates.expire(now)
-        self._due = min(self._accounts.next_due(), self._estimates.next_due())
-
-    def _expiring(self, ttl: float | None, now: float) -> None:
-        """Something was stamped ``now`` and expires ``ttl`` later: keep ``_due`` no later."""
-        if ttl is not None and now + ttl < self._due:
-            self._due = now + ttl
-
-    def _reorder(self) -> None:
-        """Accumulated costs went down: rebuild every order that used them. O(keys + loans)."""
-        for lane in self._all_lanes():
-            lane.queue.refresh()
-        for key in self._accounts.keys.values():
-            key.lent.clear()
-        for conflict in self._conflicts.values():
-            for cl in conflict.lanes.values():
-                cl.parked.refresh()
-                cl.bound_id = 0
-        for conflict in list(self._conflicts.values()):
-            if conflict.holder is None:
-                for cl in list(conflict.lanes.values()):
-                    cl.revalidate()
-
-    def _view(self, job: PendingJob, place: int | None, place_in_key: int | None) -> JobView:
-        free = self._capacity - self._running
-        return inspect.view(job, place, place_in_key, free, self._conflicts, self._urgent_passes)
-
-
-# Exact types: bool is an int subclass but not a number of seconds. Comparisons with _INF
-# also refuse NaN and infinities.
-_NUMBER = (int, float)
-_INF = math.inf
-_type_of = type  # submit() has a parameter named ``type``

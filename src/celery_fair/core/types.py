@@ -25,6 +25,7 @@ __all__ = [
     "JobRef",
     "JobState",
     "JobType",
+    "JobUid",
     "JobView",
     "KeyPolicies",
     "KeyPolicy",
@@ -52,8 +53,13 @@ def key_label(key: str) -> str:
     return key if key else "(background)"
 
 
-JobRef = Hashable
-"""The caller's handle for one job (the worker uses the Celery task id)."""
+JobUid = Hashable
+"""A job's identity (docs/concepts.md: its task id, retry and replacement, as ``1f0c/retry-2``;
+the gate and the store know it by that string). The core takes any hashable the caller keeps
+unique among the jobs it holds."""
+
+JobRef = JobUid
+"""The old name of ``JobUid``, kept for one release."""
 
 
 def _is_int(value: object) -> bool:
@@ -562,7 +568,7 @@ class Admission(NamedTuple):
         urgent: It had aged to the urgent threshold, so its key's cap did not hold it.
     """
 
-    ref: JobRef
+    uid: JobUid
     type: str
     job_id: str | None
     fairness_key: str
@@ -574,6 +580,11 @@ class Admission(NamedTuple):
     effective_priority: int | None = None
     urgent: bool = False
 
+    @property
+    def ref(self) -> JobUid:
+        """The old name of ``uid``, kept for one release."""
+        return self.uid
+
 
 class Release(NamedTuple):
     """The result of completing or releasing a running job (a ``NamedTuple``, as ``Admission``).
@@ -583,12 +594,17 @@ class Release(NamedTuple):
         estimate: The estimate for ``(type, job_id)`` after this release.
     """
 
-    ref: JobRef
+    uid: JobUid
     type: str
     job_id: str | None
     fairness_key: str
     elapsed: float | None
     estimate: float
+
+    @property
+    def ref(self) -> JobUid:
+        """The old name of ``uid``, kept for one release."""
+        return self.uid
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,7 +622,7 @@ class JobView:
         urgent: It has aged to the urgent threshold (see ``Aging``).
     """
 
-    ref: JobRef
+    uid: JobUid
     type: str
     job_id: str | None
     fairness_key: str
@@ -618,6 +634,11 @@ class JobView:
     blocked_by: tuple[BlockReason, ...]
     effective_priority: int = 0
     urgent: bool = False
+
+    @property
+    def ref(self) -> JobUid:
+        """The old name of ``uid``, kept for one release."""
+        return self.uid
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,9 @@ and the store call to make now (if any); ``apply(call, result)`` feeds back that
 the exception it raised. Who makes the call (inline, or on a thread) is the glue's business:
 ``Call.execute(store)`` touches nothing but the store. Each kind of call is a type of its own
 (``calls.py``: admit, beat, register), which knows how it is made and how its reply, or its
-failure, is taken in. ``driver.py`` is the one loop over the two (decide, make the call,
-apply), which ``run_inline``, the slot scheduler's thread and the worker's store link share.
+failure, is taken in (``replies.py``: how a reply becomes a decision). ``driver.py`` is the
+one loop over the two (decide, make the call, apply), which ``run_inline``, the slot
+scheduler's thread and the worker's store link share.
 
 Modes
 -----
@@ -45,14 +46,16 @@ a long GC, a VM pause), the store releases the job and may admit a conflicting o
 A job already running cannot be called back (its side effects are fenced by its token), but a
 job admitted and not yet started can: ``vet`` gives it back unless the lease has surely held
 since its admission, that is, unless every successful store call since then was sent less than
-``lease_held_for(lease)`` after the one before it, the last one included.
+``lease_held_for(lease)`` after the one before it, the last one included. ``reserved.py`` holds
+that rule and ``reconsider``'s, for the jobs admitted and not yet started.
 """
 
 from .calls import AdmitCall, BeatCall, Call, Decision, RegisterCall
 from .driver import LATER, Driver
-from .engine import Engine, Vetted
+from .engine import Engine
 from .modes import Mode
 from .outage import OUTAGE_POLICIES
+from .reserved import Vetted
 
 __all__ = [
     "LATER",

@@ -27,7 +27,7 @@ from ..store.base import Ask, Done, Registered, Reply, Running, Store, View, con
 
 if TYPE_CHECKING:
     from ..store.redis import RedisStore, Request
-    from .engine import Engine, _Job
+    from .engine import Engine, _Tracked
 
 __all__ = ["NOTHING", "AdmitCall", "BeatCall", "Call", "Decision", "RegisterCall"]
 
@@ -59,8 +59,8 @@ class Call:
     def failed(self, engine: Engine) -> None:
         """The call raised: take back what the engine marked as sent with it."""
 
-    def proposes(self, ref: Hashable) -> bool:
-        """Whether this call asks the store to admit ``ref``."""
+    def proposes(self, uid: Hashable) -> bool:
+        """Whether this call asks the store to admit ``uid``."""
         return False
 
     def reports_ends(self) -> bool:
@@ -79,7 +79,7 @@ class AdmitCall(Call):
     done: list[Done] = field(default_factory=list)
     asks: list[Ask] = field(default_factory=list)
     admissions: list[Admission] = field(default_factory=list)  # tentative, one per ask
-    finished: list[_Job] = field(default_factory=list)  # the engine's records, one per done
+    finished: list[_Tracked] = field(default_factory=list)  # the engine's records, one per done
 
     def execute(self, store: Store) -> Reply:
         return store.admit(self.worker, self.asks, self.done, self._watched())
@@ -93,8 +93,8 @@ class AdmitCall(Call):
     def failed(self, engine: Engine) -> None:
         engine._unsent(self)
 
-    def proposes(self, ref: Hashable) -> bool:
-        return any(a.ref == ref for a in self.admissions)
+    def proposes(self, uid: Hashable) -> bool:
+        return any(a.uid == uid for a in self.admissions)
 
     def reports_ends(self) -> bool:
         return bool(self.done)
@@ -127,7 +127,7 @@ class RegisterCall(Call):
     kind: ClassVar[str] = "register"
     running: list[Running] = field(default_factory=list)
     keep: list[str] | None = None  # with the running jobs, all this worker has
-    flipped: list[_Job] = field(default_factory=list)  # marked as known to the store by it
+    flipped: list[_Tracked] = field(default_factory=list)  # marked as known to the store by it
 
     def execute(self, store: Store) -> Registered:
         return store.register(self.worker, self.running, self.keep)
@@ -147,7 +147,7 @@ class Decision(NamedTuple):
     """What the glue must do now."""
 
     start: list[Admission]  # jobs to hand to the pool, in order
-    drop: list[Hashable]  # copies of jobs that already finished for good: acknowledge, never run
+    drop: list[Hashable]  # uids of copies of jobs that already finished for good: ack, never run
     call: Call | None  # the store call to make now, then feed back with ``Engine.apply``
 
 

@@ -6,7 +6,7 @@ import logging
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..core import (
     Admission,
@@ -22,47 +22,35 @@ from ..errors import ConfigurationError, DuplicateJob, UnknownJob
 from ..observe import Counters, Observer
 from ..runtime_policies import RuntimePolicies, apply_to
 from ..store.base import (
-    REFUSAL_REASONS,
     Ask,
     Done,
     Registered,
     Reply,
     Running,
     Store,
-    Verdict,
     View,
     conflict_field,
     estimate_field,
 )
 from ..store.wire import lease_held_for
+from . import replies
+from . import reserved as reserved_jobs
 from .calls import NOTHING, AdmitCall, BeatCall, Call, Decision, RegisterCall
 from .driver import Driver
 from .fleet import FleetMirror
 from .modes import Event, Mode, State, Sync
 from .outage import OUTAGE_POLICIES, Outage
+from .reserved import Vetted
 
 __all__ = ["OUTAGE_POLICIES", "Engine", "Mode", "Vetted"]
 
 logger = logging.getLogger(__name__)
 
-#: The store's refusals that block a job, by the name observers know them by.
-#: The caps that workers share, which an urgent job refused for claims (``Ask.claim``).
-_SHARED_CAPS = (Verdict.TIER_CAP, Verdict.TYPE_CAP)
-
-#: Modes in which admitted jobs that have not started may be given back (``reconsider``).
-_RECONSIDER = (Mode.ALONE, Mode.SHARED)
-
-
-class Vetted(NamedTuple):
-    """Which reserved jobs may start now (``Engine.vet``)."""
-
-    ready: list[Hashable]  # may start now, in the order given
-    given_back: list[Hashable]  # pending again: no longer reserved
-
 
 @dataclass(slots=True)
-class _Job:
-    """The engine's record of one job it was given (pending, stalled or running)."""
+class _Tracked:
+    """The engine's record of one job it tracks from ``submit`` until it is finished or cancelled
+    (pending, stalled or running): what it asks the store for it, and what the store answered."""
 
     ask: Ask
     group: str
@@ -78,7 +66,7 @@ class _Job:
     term: int = 0  # the engine's lease term when the store admitted (or registered) it
 
 
-def _charged(job: _Job) -> float:
+def _charged(job: _Tracked) -> float:
     """What ``job``'s key was charged at its admission: its estimate over the key's weight."""
     weight = job.ask.weight
     return job.estimate if weight == 1.0 else job.estimate / weight
@@ -140,11 +128,11 @@ class Engine:
         # an urgent job, refused for a full tier or type it claims the cap's next free slot,
         # so a worker's held backlog of that type cannot take every slot that frees first.
         self.foreground = False
-        # _jobs: every job given to submit() and not yet finished or cancelled, by ref.
-        self._jobs: dict[Hashable, _Job] = {}
+        # _jobs: every job given to submit() and not yet finished or cancelled, by uid.
+        self._jobs: dict[Hashable, _Tracked] = {}
         # _done: finished jobs the store has not been told about yet (it still counts them as
         # running under this worker), oldest first, each with its record.
-        self._done: list[tuple[Done, _Job]] = []
+        self._done: list[tuple[Done, _Tracked]] = []
         # _stalled: jobs whose uid runs elsewhere, or urgent jobs refused for a full shared cap
         # (the store holds its next free slot for them), withdrawn from the core until this
         # time, when they are asked for again.
@@ -175,7 +163,7 @@ class Engine:
 
     def submit(
         self,
-        ref: Hashable,
+        uid: Hashable,
         type: str,
         job_id: str | None,
         fairness_key: str,
@@ -184,56 +172,56 @@ class Engine:
         cost: float | None = None,
         priority: int | None = None,
     ) -> None:
-        """A job to schedule. ``ref`` is its uid in the store (``str(ref)``); ``priority`` is
-        its own if not its type's (``Scheduler.submit``).
+        """A job to schedule. ``uid`` is its identity (the store knows it as ``str(uid)``);
+        ``priority`` is its own if not its type's (``Scheduler.submit``).
 
         A job cancelled while its admission was in flight may be submitted again (its message
         came back): the new submission takes over that admission.
 
         Raises:
-            DuplicateJob: ``ref`` is already pending, stalled or running here.
+            DuplicateJob: ``uid`` is already pending, stalled or running here.
         """
-        known = self._jobs.get(ref)
+        known = self._jobs.get(uid)
         if known is not None and known.cancelled:
             known.cancelled = False
             return
-        if ref in self._stalled:
-            raise DuplicateJob(f"job {ref!r} is already held by the engine")
+        if uid in self._stalled:
+            raise DuplicateJob(f"job {uid!r} is already held by the engine")
         core = self.core
-        core.submit(ref, type, job_id, fairness_key, arrival=arrival, cost=cost, priority=priority)
+        core.submit(uid, type, job_id, fairness_key, arrival=arrival, cost=cost, priority=priority)
         if self.store is None:
             return
         jtype = core.types[type]
-        ask = self._ask(ref, jtype, job_id, fairness_key, cost, priority)
-        job = self._jobs[ref] = _Job(ask, jtype.conflict_group, job_id, arrival, cost, priority)
+        ask = self._ask(uid, jtype, job_id, fairness_key, cost, priority)
+        job = self._jobs[uid] = _Tracked(ask, jtype.conflict_group, job_id, arrival, cost, priority)
         if self.state.mode is Mode.LOCAL:
             self._degraded.hold(core, job.group, job_id)
 
-    def cancel(self, ref: Hashable) -> bool:
+    def cancel(self, uid: Hashable) -> bool:
         """Withdraw a job that has not started; ``False`` if it runs (or is about to)."""
-        job = self._jobs.get(ref)
-        if self._stalled.pop(ref, None) is not None:
-            del self._jobs[ref]
+        job = self._jobs.get(uid)
+        if self._stalled.pop(uid, None) is not None:
+            del self._jobs[uid]
             return True
-        outcome = self.core.cancel(ref)
+        outcome = self.core.cancel(uid)
         if outcome is CancelOutcome.RUNNING:
-            if job is not None and self._is_in_flight(ref):
+            if job is not None and self._is_in_flight(uid):
                 job.cancelled = True  # released as soon as the store answers
                 return True
             return False
-        self._jobs.pop(ref, None)
+        self._jobs.pop(uid, None)
         return outcome is CancelOutcome.CANCELLED
 
-    def reprioritize(self, ref: Hashable, priority: int | None) -> PriorityOutcome:
+    def reprioritize(self, uid: Hashable, priority: int | None) -> PriorityOutcome:
         """Give a job that has not started the priority ``priority`` (``None``: its type's):
         ``Scheduler.reprioritize``, which also restarts its wait. A job withdrawn from the core
         until it is asked for again (its uid runs elsewhere, or it claims a full cap) takes
         the new priority when it is. ``RUNNING`` for a job admitted, its admission in flight
         included. O(log n)."""
         check_priority(priority)
-        job = self._jobs.get(ref)
+        job = self._jobs.get(uid)
         core = self.core
-        outcome = PriorityOutcome.OK if ref in self._stalled else core.reprioritize(ref, priority)
+        outcome = PriorityOutcome.OK if uid in self._stalled else core.reprioritize(uid, priority)
         if outcome is PriorityOutcome.OK and job is not None:
             job.arrival = core.now()  # as the core took it: a new arrival
             job.priority = priority
@@ -246,7 +234,7 @@ class Engine:
 
     def finish(
         self,
-        ref: Hashable,
+        uid: Hashable,
         elapsed: float | None,
         *,
         final: bool = False,
@@ -261,103 +249,38 @@ class Engine:
         core = self.core
         try:
             if elapsed is None:
-                release = core.release(ref, refund=unstarted)
+                release = core.release(uid, refund=unstarted)
             else:
-                release = core.complete(ref, elapsed)
+                release = core.complete(uid, elapsed)
         except UnknownJob:
             return
         self.observer.finished(release.type, core.types[release.type].priority, elapsed)
-        job = self._jobs.pop(ref, None)
+        job = self._jobs.pop(uid, None)
         if job is not None:
             self._report(job, elapsed, final, unstarted)
 
-    def _report(self, job: _Job, elapsed: float | None, final: bool, unstarted: bool) -> None:
+    def _report(self, job: _Tracked, elapsed: float | None, final: bool, unstarted: bool) -> None:
         """Tell the store with the next call that ``job`` ended (if it counts it as running)."""
         if job.in_store:
             self._done.append((Done(job.ask.uid, job.token, elapsed, final, unstarted), job))
 
     def reconsider(self, reserved: list[Hashable]) -> list[Hashable]:
-        """Admitted jobs that have not started (``reserved``): would the core admit the same
-        jobs first now, after what arrived since? The longest run of its picks that are all
-        reserved jobs stays admitted; every reserved job from the first pick that is not one
-        (a newcomer that ranks before it) on is given back: it is pending again at its old
-        place, the store refunds its charge with the next call, and that call admits in the
-        new order. Returns the jobs given back (``[]`` when the core would pick the same).
-
-        Only when no store call is in flight and the store is in use normally (or absent);
-        otherwise ``[]``, and the caller asks again later. O(reserved) core operations.
-        """
-        if not reserved or self._inflight is not None or self.state.mode not in _RECONSIDER:
-            return []
-        core = self.core
-        for ref in reserved:
-            core.revert(ref)
-        picks = core.schedule()
-        mine = set(reserved)
-        kept = 0
-        while kept < len(picks) and picks[kept].ref in mine:
-            kept += 1
-        for admission in picks[kept:]:
-            core.revert(admission.ref)
-        if kept == len(reserved):
-            return []
-        stay = {a.ref for a in picks[:kept]}
-        given = [ref for ref in reserved if ref not in stay]
-        for ref in given:
-            job = self._jobs.get(ref)
-            if job is not None:
-                self._give_back(ref, job, revert=False)
-        self.observer.given_back(len(given))
-        return given
+        """Give back the admitted jobs that have not started (``reserved``) that newcomers
+        now rank before; the jobs given back (``reserved.reconsider`` says how)."""
+        return reserved_jobs.reconsider(self, reserved)
 
     def vet(self, reserved: list[Hashable]) -> Vetted:
-        """Which admitted jobs that have not started (``reserved``) may start now.
+        """Which admitted jobs that have not started (``reserved``) may start now, and which
+        were given back for a lease that may have lapsed (``reserved.vet`` says how)."""
+        return reserved_jobs.vet(self, reserved)
 
-        One the store admitted may start only while this worker's lease has surely held since
-        its admission (see Leases in the module docstring). Otherwise the store may have
-        released it and admitted a conflicting job on another worker: it is given back
-        instead, pending again at its old place, and the next call reports it unstarted (its
-        charge refunded; a stale token there changes nothing) and asks for it again. While a
-        store call is in flight or the store is unreachable, such a job stays reserved and
-        waits (it is vetted again once the store answers). Jobs admitted locally during an
-        outage, and every job when there is no store, may start. O(reserved).
-        """
-        if self.store is None:
-            return Vetted(list(reserved), [])
-        sound = self.clock.now() - self._contact < self._held_for
-        ready: list[Hashable] = []
-        stale: list[Hashable] = []
-        for ref in reserved:
-            job = self._jobs.get(ref)
-            if job is None or not job.in_store or (sound and job.term == self._term):
-                ready.append(ref)
-            else:
-                stale.append(ref)
-        if not stale or self._inflight is not None or self.state.mode is not Mode.SHARED:
-            return Vetted(ready, [])
-        for ref in stale:
-            self._give_back(ref, self._jobs[ref])
-        self._gave_back_stale(stale)
-        return Vetted(ready, stale)
-
-    def _give_back(self, ref: Hashable, job: _Job, *, revert: bool = True) -> None:
+    def _give_back(self, uid: Hashable, job: _Tracked, *, revert: bool = True) -> None:
         """``job`` was admitted and does not start: pending again (``revert``: in the core,
         at its old place), and its end, unstarted, reported with the next call."""
         if revert:
-            self.core.revert(ref)
+            self.core.revert(uid)
         self._report(job, None, final=False, unstarted=True)
         job.token = 0
-
-    def _gave_back_stale(self, given: list[Hashable]) -> None:
-        self.observer.given_back(len(given))
-        logger.warning(
-            "celery-fair: this worker's lease may have lapsed since it was admitted %d job(s) "
-            "that have not started (it was paused, or could not reach the store, for %.1f s "
-            "or more); giving them back to be admitted again: %s",
-            len(given),
-            self._held_for,
-            ", ".join(map(str, given[:5])),
-        )
 
     # -- decisions out ---------------------------------------------------------------------
 
@@ -398,7 +321,7 @@ class Engine:
             self._done.clear()
             call.admissions = admissions
             jobs = self._jobs
-            call.asks = [self._ask_now(jobs[a.ref], a) for a in admissions]
+            call.asks = [self._ask_now(jobs[a.uid], a) for a in admissions]
             if poll:
                 call.watch = self.core.held_elsewhere()
                 self._poll_due = now + self.poll_interval
@@ -512,13 +435,13 @@ class Engine:
         call.sent = self.clock.now()
         return call
 
-    def _is_in_flight(self, ref: Hashable) -> bool:
+    def _is_in_flight(self, uid: Hashable) -> bool:
         call = self._inflight
-        return call is not None and call.proposes(ref)
+        return call is not None and call.proposes(uid)
 
     def _ask(
         self,
-        ref: Hashable,
+        uid: Hashable,
         jtype: JobType,
         job_id: str | None,
         fairness_key: str,
@@ -528,7 +451,7 @@ class Engine:
         key_cap, weight = self.core.key_terms(fairness_key)
         own = jtype.priority if priority is None else priority
         return Ask(
-            str(ref),
+            str(uid),
             jtype.name,
             own,
             self.core.config.tier_cap(own),
@@ -542,7 +465,7 @@ class Engine:
             weight,
         )
 
-    def _ask_now(self, job: _Job, admission: Admission) -> Ask:
+    def _ask_now(self, job: _Tracked, admission: Admission) -> Ask:
         """``job``'s ask with its key's cap and weight as the core has them now (runtime
         policies may have changed them since it was submitted). An urgent job passes its
         key's cap (docs/design.md 5e), so the store must not count the key against it, and
@@ -566,141 +489,13 @@ class Engine:
         return max(1.0, 4 * self.poll_interval)
 
     def _apply_admit(self, call: AdmitCall, reply: Reply) -> Decision:
-        core = self.core
-        jobs = self._jobs
-        self._see_epoch(reply.epoch)
-        for done, job, fin in zip(call.done, call.finished, reply.finished, strict=True):
-            self._count_mine(job, -1)
-            if fin.applied and done.elapsed is not None and fin.estimate is not None:
-                core.set_estimate(job.ask.type, job.job_id, fin.estimate)  # the fleet's
-        start: list[Admission] = []
-        drop: list[Hashable] = []
-        costs: dict[str, float] = {}
-        now = self.clock.now()
-        # A reply read a lease or more after its call was sent (this worker was paused in
-        # between): the store may have released what it admitted since, so none of it starts.
-        late = now - call.sent >= self._held_for
-        given: list[Hashable] = []
-        for admission, grant in zip(call.admissions, reply.grants, strict=True):
-            ref = admission.ref
-            job = jobs[ref]
-            costs[job.ask.fairness_key] = grant.accumulated
-            verdict = grant.verdict
-            if verdict is Verdict.ADMITTED:
-                job.token = grant.token
-                job.estimate = grant.estimate if grant.estimate is not None else 0.0
-                self._count_mine(job, 1)
-                self._max_token = max(self._max_token, grant.token)
-                job.term = self._term
-                if job.cancelled:
-                    self.finish(ref, None)
-                    continue
-                if late:
-                    self._give_back(ref, job)
-                    given.append(ref)
-                    continue
-                # Built whole: NamedTuple._replace costs several times as much.
-                a = admission
-                start.append(
-                    Admission(
-                        a.ref, a.type, a.job_id, a.fairness_key, a.priority,
-                        job.estimate, grant.token, a.arrival, a.admitted_at,
-                        a.effective_priority, a.urgent,
-                    )
-                )  # fmt: skip
-                continue
-            if verdict in REFUSAL_REASONS:
-                reason = REFUSAL_REASONS[verdict]
-                self.observer.blocked(job.ask.type, job.ask.priority, reason)
-            if verdict is Verdict.CONFLICT and job.job_id is not None:
-                core.hold_elsewhere(job.group, job.job_id)  # first: the revert parks it there
-            core.revert(ref)
-            if verdict is Verdict.RECOVERING:
-                self._pause_until = now + self.poll_interval
-            elif verdict is Verdict.PAUSED:
-                self._policy_version = -1  # read them whole again
-                self.state.on(Event.PAUSED)
-            elif (admission.urgent or self.foreground) and verdict in _SHARED_CAPS:
-                # The store holds the cap's next free slot for it: ask again at the next
-                # poll, and meanwhile leave the core to jobs that other caps let run.
-                core.cancel(ref)
-                self._stalled[ref] = now + self.poll_interval
-            elif verdict is Verdict.RUNNING:
-                core.cancel(ref)
-                self._stalled[ref] = now + self.poll_interval
-                if not job.stalled:
-                    job.stalled = True
-                    self.observer.stalled()
-                    logger.info(
-                        "celery-fair: job %s runs on another worker; holding this copy until "
-                        "it ends or its worker's lease expires.",
-                        ref,
-                    )
-            elif verdict is Verdict.DONE:
-                core.cancel(ref)
-                del jobs[ref]
-                drop.append(ref)
-                self.observer.dropped()
-            if job.cancelled and ref in jobs:
-                core.cancel(ref)
-                self._stalled.pop(ref, None)
-                del jobs[ref]
-        if given:
-            self._gave_back_stale(given)
-        for key, value in costs.items():
-            core.set_accumulated(key, value)
-        fleet = self._fleet
-        fleet.fleet_keys.update(reply.keys)
-        fleet.see(core, reply.tiers, reply.types, reply.workers, foreground=self.foreground)
-        held = [reply.held[conflict_field(*c)] for c in call.watch]
-        fleet.see_conflicts(core, call.watch, held)
-        return Decision(start, drop, None)
+        return replies.apply_admit(self, call, reply)
 
     def _apply_beat(self, call: BeatCall, view: View) -> None:
-        self._beat_due = self.clock.now() + self.beat_interval
-        self._see_epoch(view.epoch)
-        if view.policies != self._policy_version:
-            self._see_policies(view.policies, view.policy_doc or "")
-        for key, value in view.accumulated.items():
-            self.core.set_accumulated(key, value)
-        # The beat asked about every key with jobs pending here: the others matter to no
-        # decision here until they have some, and an admission's reply reports them again.
-        counted = self.core.counted_keys()
-        fleet = self._fleet
-        fleet.fleet_keys = {k: view.keys.get(k, 0) for k in call.keys if k in counted}
-        fleet.see(self.core, view.tiers, view.types, view.workers, foreground=self.foreground)
-        held = [view.held[conflict_field(*c)] for c in call.watch]
-        fleet.see_conflicts(self.core, call.watch, held)
-        expected = fleet.mine()
-        if view.mine < expected:
-            # The store lost some of our jobs (our lease expired during a pause, or it came
-            # back empty): they do run, so they must count again.
-            if self.state.on(Event.LOST):
-                self.observer.lease_lost()
-        elif view.mine > expected:
-            # The store counts jobs of ours that ended (their release was lost: a failover to
-            # a replica that had not seen it). Only a full list tells it which.
-            self.state.on(Event.EXTRA)
+        replies.apply_beat(self, call, view)
 
     def _apply_register(self, call: RegisterCall, result: Registered) -> None:
-        if result.registered:
-            self.observer.registered(result.registered)
-        if result.released:
-            self.observer.reconciled(result.released)
-        self.state.on(Event.REGISTERED)
-        for job in call.flipped:  # admitted locally, in the store from now on
-            job.term = self._term
-        if result.registered:
-            logger.info(
-                "celery-fair: registered %d running job(s) the store did not know.",
-                result.registered,
-            )
-        if result.released:
-            logger.warning(
-                "celery-fair: released %d job(s) the store counted as running on this "
-                "worker, which does not run them (a release lost in a failover?).",
-                result.released,
-            )
+        replies.apply_register(self, call, result)
 
     @property
     def policy_version(self) -> int:
@@ -757,7 +552,7 @@ class Engine:
                     call.flipped.append(job)
         return call
 
-    def _count_mine(self, job: _Job, n: int) -> None:
+    def _count_mine(self, job: _Tracked, n: int) -> None:
         """``job`` starts (1) or stops (-1) counting as running here in the store's eyes."""
         job.in_store = n > 0
         self._fleet.count(job.ask, n)
@@ -785,13 +580,13 @@ class Engine:
         return fleet.others_run or fleet.keys_elsewhere or bool(core.held_elsewhere())
 
     def _retry_stalled(self, now: float) -> None:
-        for ref, due in list(self._stalled.items()):
+        for uid, due in list(self._stalled.items()):
             if due <= now:
-                del self._stalled[ref]
-                job = self._jobs[ref]
+                del self._stalled[uid]
+                job = self._jobs[uid]
                 ask = job.ask
                 self.core.submit(
-                    ref, ask.type, job.job_id, ask.fairness_key,
+                    uid, ask.type, job.job_id, ask.fairness_key,
                     arrival=job.arrival, cost=job.cost, priority=job.priority,
                 )  # fmt: skip
 
@@ -801,11 +596,11 @@ class Engine:
         """``call`` failed: its admissions are pending again, its ends ride on the next call."""
         core = self.core
         for admission in call.admissions:
-            core.revert(admission.ref)
-            job = self._jobs.get(admission.ref)
+            core.revert(admission.uid)
+            job = self._jobs.get(admission.uid)
             if job is not None and job.cancelled:
-                core.cancel(admission.ref)
-                del self._jobs[admission.ref]
+                core.cancel(admission.uid)
+                del self._jobs[admission.uid]
         self._done[:0] = list(zip(call.done, call.finished, strict=True))
 
     def _unregistered(self, call: RegisterCall) -> None:
@@ -852,7 +647,7 @@ class Engine:
         out = []
         for admission in self._schedule():
             token = self._degraded.token(self._max_token)
-            job = self._jobs[admission.ref]
+            job = self._jobs[admission.uid]
             job.token = token
             job.estimate = admission.estimate
             out.append(admission._replace(token=token))
@@ -867,9 +662,9 @@ class Engine:
         now = self.clock.now()
         self._poll_due = now
         stalled = self._stalled
-        for ref, due in stalled.items():
+        for uid, due in stalled.items():
             if due > now:
-                stalled[ref] = now
+                stalled[uid] = now
 
     @property
     def idle(self) -> bool:

@@ -323,9 +323,9 @@ class Gate:
 
     def _act_on(self, decision: Decision) -> None:
         for admission in decision.start:
-            self._admitted(str(admission.ref), admission)
-        for ref in decision.drop:
-            self._drop_copy(str(ref))
+            self._admitted(str(admission.uid), admission)
+        for uid in decision.drop:
+            self._drop_copy(str(uid))
 
     def _admitted(self, uid: str, admission: Admission) -> None:
         """The engine admitted held job ``uid``: start it, or reserve it if no process is

@@ -111,7 +111,7 @@ def spill_victims(
     while that version holds (it would only come back, round and round)."""
     candidates = [v for v in pending if BlockReason.PAUSED not in v.blocked_by]
     if not candidates:
-        candidates = [v for v in pending if paused_mark(v.ref) != version]
+        candidates = [v for v in pending if paused_mark(v.uid) != version]
     if not candidates:
         return []
     return candidates[-max(1, len(candidates) // 10) :][::-1]
@@ -215,7 +215,7 @@ class Housekeeping:
         version = self._engine.policy_version
         spilled = 0
         for view in spill_victims(pending, self._paused_mark, version):
-            held = self._held.get(view.ref)
+            held = self._held.get(view.uid)
             paused = BlockReason.PAUSED in view.blocked_by
             extra = {PAUSED_SPILL: version} if paused else None
             if held is not None and self._give_back(held, "held work blocks the queue", extra):

@@ -1,0 +1,340 @@
+"""The scheduler's state, and the moves every event is made of.
+
+``State`` owns the structures (tiers, lanes, jobs, conflicts, keys, estimates, the agenda) and
+keeps the sentences stated beside them true; its methods are the steps the public operations
+share: admitting a job and releasing it, moving it between pending and running in every count,
+charging or refunding its key, running the agenda and the cost lifecycle up to now. It decides
+nothing (``policy.py`` does) and answers no question (``inspect.py`` does). Its subclass
+``shared.Shared`` takes what a shared store says, and ``scheduler.Scheduler``, the façade,
+inherits both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable
+from itertools import count
+
+from ..errors import ConfigurationError, UnknownJob
+from . import inspect
+from .aging import Agenda, PauseLog
+from .clock import Clock
+from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
+from .fairqueue import (
+    KeyedQueue,
+    discard,
+    park_on,
+    recheck_loans,
+    release,
+    reposition,
+    rise,
+    take,
+    take_back_loans,
+    unblock,
+)
+from .jobs import Conflict, Job, Lane, SideLane, Tier
+from .keys import KeyRules, rerank
+from .types import (
+    Admission,
+    Aging,
+    JobState,
+    JobType,
+    JobView,
+    Release,
+    SchedulerConfig,
+)
+
+__all__ = ["State"]
+
+
+class State:
+    """The scheduler's structures and the steps its operations share (see the module); made
+    with ``Scheduler``'s arguments."""
+
+    def __init__(
+        self, config: SchedulerConfig, clock: Clock, types: Iterable[JobType] = ()
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        now = clock.now()
+        self._capacity = config.capacity
+        # _running is the number of admitted, not yet released jobs; _pending of pending ones.
+        self._running = 0
+        self._pending = 0
+        # _starved: the last decision left a slot free that no pending job could take.
+        self._starved = False
+        self._lanes: dict[str, Lane] = {}
+        # _side: the side lanes of types whose jobs were given another priority, by
+        # (type, priority) (fairqueue.SideLane), created when first needed.
+        self._side: dict[tuple[str, int], SideLane] = {}
+        # _tiers holds one Tier per distinct priority of a registered type, highest first.
+        self._tiers: list[Tier] = []
+        self._jobs: dict[Hashable, Job] = {}
+        # _conflicts holds every (group, job_id) that a job holds or that jobs wait for.
+        self._conflicts: dict[tuple[str, str], Conflict] = {}
+        # _elsewhere holds exactly the conflicts whose ``elsewhere`` flag is set.
+        self._elsewhere: dict[tuple[str, str], Conflict] = {}
+        self._seq = count()
+        self._tokens = count(1)
+        self._estimates = Estimates(config.alpha, config.lifecycle.estimate_ttl)
+        self._accounts = Accounts(config.lifecycle, now)
+        # _due: no cost or estimate expires, and no reset falls, before this time.
+        self._due = self._accounts.next_due()
+        # The time of the operation in progress, and when aging next moves a key queue up.
+        self._agenda = Agenda(now)
+        # The keys' terms by name: policies, pauses, counts elsewhere, shares (keys.py).
+        self._keys = KeyRules(self._accounts, config.keys, config.allocation_caps, self._agenda)
+        # Whether urgent jobs pass what other workers run against tier and type caps (the
+        # store weighs it for them), or must keep within it (a share set while it is away).
+        self._urgent_passes = True
+        # What other workers run by priority, as a store last said (a new tier starts so).
+        self._tiers_elsewhere: dict[int, int] = {}
+        for jtype in types:
+            self.register_type(jtype)
+
+    def register_type(self, jtype: JobType) -> None:
+        """Register a job type. Registering an identical type again is a no-op.
+
+        Raises:
+            ConfigurationError: A different type of the same name is already registered.
+        """
+        lane = self._lanes.get(jtype.name)
+        if lane is not None:
+            if lane.type != jtype:
+                raise ConfigurationError(
+                    f"job type {jtype.name!r} is declared twice with different options: "
+                    f"{lane.type} and {jtype}"
+                )
+            return
+        tier = self._tier(jtype.priority)
+        lane = Lane(jtype, tier, self._agenda, self._queue, self._aging_of(jtype))
+        if lane.aging is not None:
+            self._agenda.active = True
+        if jtype.name in self._keys.paused_types:
+            lane.paused = True
+            lane.pauses = PauseLog()
+            lane.pauses.pause(self._clock.now())
+            lane.recap()
+        tier.lanes.append(lane)
+        self._lanes[jtype.name] = lane
+
+    def _tier(self, priority: int) -> Tier:
+        """The tier of ``priority``, made (capped by the config) if no lane has it yet."""
+        tier = next((t for t in self._tiers if t.priority == priority), None)
+        if tier is None:
+            cap = self.config.tier_cap(priority)
+            tier = Tier(priority, UNLIMITED if cap is None else cap)
+            self._tiers.append(tier)
+            self._tiers.sort(key=lambda t: -t.priority)
+        return tier
+
+    def _queue(self, lane: Lane) -> KeyedQueue:
+        """A new queue of pending jobs for ``lane``, seeing this scheduler's conflicts."""
+        return KeyedQueue(lane, self._conflicts)
+
+    def _aging_of(self, jtype: JobType) -> Aging | None:
+        return jtype.aging if jtype.aging is not None else self.config.aging
+
+    def _lane_at(self, lane: Lane, priority: int | None) -> Lane:
+        """``lane``'s type's lane for jobs of ``priority`` (``None``: the type's own): the type's
+        lane, or its side lane at that priority (made on first use). O(1), O(tiers) to make."""
+        home = lane.home if isinstance(lane, SideLane) else lane
+        if priority is None or priority == home.type.priority:
+            return home
+        side = self._side.get((home.type.name, priority))
+        if side is None:
+            tier = self._tier(priority)
+            tier.elsewhere = n = self._tiers_elsewhere.get(priority, 0)
+            tier.cap = cap_left(tier.limit, n)
+            side = SideLane(home, tier, self._queue, self._aging_of(home.type))
+            if side.aging is not None:
+                self._agenda.active = True
+            tier.lanes.append(side)
+            self._side[(home.type.name, priority)] = side
+        return side
+
+    def _all_lanes(self) -> Iterable[Lane]:
+        """Every lane: the types' own, then their side lanes."""
+        yield from self._lanes.values()
+        yield from self._side.values()
+
+    @staticmethod
+    def _unqueue(job: Job) -> None:
+        """Take pending ``job`` out of wherever it waits; a conflict that lent it lends its
+        next waiter. O(1), O(log n) if it was lent."""
+        discard(job)
+        lent_from = job.lent_from
+        if lent_from is not None:
+            job.lent_from = None
+            lent_from.on_lent_gone()
+
+    def _enqueue(self, job: Job) -> None:
+        """Put pending ``job`` where it waits: on its conflict if that is held (so no decision
+        ever has to step over it), else in its lane. O(log n)."""
+        ckey = job.ckey
+        conflict = None if ckey is None else self._conflicts.get(ckey)
+        if conflict is not None and conflict.holder is not None:
+            park_on(conflict, job)
+        else:
+            job.lane.queue.push(job)
+
+    def _admit(self, job: Job, now: float) -> Admission:
+        effective, urgent = job.lane.effective(job)
+        take(job)
+        job.state = JobState.RUNNING
+        lane = job.lane
+        tier = lane.tier
+        key = job.key
+        self._start(job, 1)
+        if key.rank != 2 and (key.min_slots or key.share != UNLIMITED):
+            key.rank = key.rank_now()  # later, if so: entries catch up lazily, loans below
+        ckey = job.ckey
+        if ckey is not None:
+            conflict = self._conflicts.get(ckey)
+            if conflict is None:
+                conflict = self._conflicts[ckey] = Conflict(ckey, self._conflicts)
+            conflict.holder = job
+        lent_from = job.lent_from
+        if lent_from is not None:
+            job.lent_from = None
+            lent_from.on_lent_gone()
+        jtype = lane.type
+        estimate = job.cost
+        if estimate is None:
+            estimate = self._estimates.get((jtype.name, job.job_id), jtype.default_cost, now)
+        job.estimate = estimate
+        weight = key.weight
+        job.charge = charge = estimate if weight == 1.0 else estimate / weight
+        key.acc += charge
+        if key.lent:
+            if key.running >= key.cap:
+                take_back_loans(key)
+            elif key.lent[0][0] <= (key.rank, key.acc):
+                recheck_loans(key)
+        job.token = token = next(self._tokens)
+        job.admitted_at = now
+        job.effective = (effective, urgent)
+        return Admission(
+            job.uid,
+            jtype.name,
+            job.job_id,
+            key.name,
+            tier.priority,
+            estimate,
+            token,
+            job.arrival,
+            now,
+            effective,
+            urgent,
+        )
+
+    def _start(self, job: Job, n: int) -> None:
+        """Move ``job`` from pending to running (``n = 1``) or back (``n = -1``) in every count."""
+        lane = job.lane
+        tier = lane.tier
+        key = job.key
+        lane.pending -= n
+        lane.running += n
+        tier.pending -= n
+        tier.running += n
+        self._pending -= n
+        self._running += n
+        key.pending -= n
+        key.running += n
+
+    def _release(self, uid: Hashable, elapsed: float | None) -> Release:
+        job = self._jobs.get(uid)
+        if job is None or job.state is not JobState.RUNNING:
+            raise UnknownJob(f"job {uid!r} is not running")
+        now = self._clock.now()
+        self._maintain(now)
+        del self._jobs[uid]
+        lane = job.lane
+        lane.running -= 1
+        lane.tier.running -= 1
+        self._running -= 1
+        key = job.key
+        key.running -= 1
+        if key.blocked is not None and key.running < key.cap:
+            unblock(key)
+        if self._keys.sharing:
+            self._keys.demand_moved(key, -1)
+        if key.min_slots or key.share != UNLIMITED:
+            rerank(key)
+        jtype = lane.type
+        ekey = (jtype.name, job.job_id)
+        if elapsed is None:
+            estimate = self._estimates.peek(ekey, jtype.default_cost)
+        else:
+            estimate = self._estimates.observe(ekey, elapsed, jtype.default_cost, now)
+            self._expiring(self._estimates.ttl, now)
+        ckey = job.ckey
+        if ckey is not None:
+            conflict = self._conflicts.get(ckey)
+            if conflict is not None and conflict.holder is job:
+                release(conflict)
+        if key.pending == 0 and key.running == 0:
+            self._accounts.deactivate(key, now)
+            self._expiring(self._accounts.lifecycle.cost_ttl, now)
+        return Release(uid, jtype.name, job.job_id, key.name, elapsed, estimate)
+
+    def _set_acc(self, key: KeyState, value: float) -> None:
+        """Set a key's accumulated cost, keeping every order that uses it right."""
+        old = key.acc
+        key.acc = value
+        if value > old:
+            if key.lent and key.lent[0][0] <= (key.rank, value):
+                recheck_loans(key)
+        elif value < old:
+            reposition(key)
+            self._accounts.lowered(key)
+
+    def _age(self, now: float) -> None:
+        """Make ``now`` the time of the operation, and move up the key queues whose heads
+        aging has raised by then. O(1) while none is due."""
+        agenda = self._agenda
+        agenda.now = now
+        if agenda.active:
+            for kq in agenda.due(now):
+                rise(kq)  # type: ignore[arg-type]
+
+    def _maintain(self, now: float) -> None:
+        """``_age``, then apply the cost lifecycle due at ``now``. O(1) while nothing is due."""
+        self._age(now)
+        if now < self._due:
+            return
+        if self._accounts.expire(now):
+            self._reorder()
+        self._estimates.expire(now)
+        self._due = min(self._accounts.next_due(), self._estimates.next_due())
+
+    def _expiring(self, ttl: float | None, now: float) -> None:
+        """Something was stamped ``now`` and expires ``ttl`` later: keep ``_due`` no later."""
+        if ttl is not None and now + ttl < self._due:
+            self._due = now + ttl
+
+    def _reorder(self) -> None:
+        """Accumulated costs went down: rebuild every order that used them. O(keys + loans)."""
+        for lane in self._all_lanes():
+            lane.queue.refresh()
+        for key in self._accounts.keys.values():
+            key.lent.clear()
+        for conflict in self._conflicts.values():
+            for cl in conflict.lanes.values():
+                cl.parked.refresh()
+                cl.bound_id = 0
+        for conflict in list(self._conflicts.values()):
+            if conflict.holder is None:
+                for cl in list(conflict.lanes.values()):
+                    cl.revalidate()
+
+    def _view(self, job: Job, place: int | None, place_in_key: int | None) -> JobView:
+        free = self._capacity - self._running
+        return inspect.view(job, place, place_in_key, free, self._conflicts, self._urgent_passes)
+
+
+# Exact types: bool is an int subclass but not a number of seconds. Comparisons with _INF
+# also refuse NaN and infinities.
+_NUMBER = (int, float)
+_INF = math.inf
+_type_of = type  # submit() has a parameter named ``type``
