@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -31,6 +32,8 @@ import tracemalloc
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from celery_fair.core import CostLifecycle, JobType, Scheduler, SchedulerConfig, SimClock
 
@@ -86,7 +89,7 @@ def build(case: Case) -> tuple[Scheduler, Workload, deque[int]]:
     for _ in range(case.pending):
         ref, job_id, key = work.next_job()
         scheduler.submit(ref, "clone", job_id, key, cost=1.0)
-    running = deque(a.uid for a in scheduler.schedule())  # type: ignore[misc]
+    running = deque(_uid(a) for a in scheduler.schedule())  # type: ignore[misc]
     while scheduler.pending < case.pending:  # top up what filling the slots took
         ref, job_id, key = work.next_job(hot=False)
         scheduler.submit(ref, "clone", job_id, key, cost=1.0)
@@ -122,7 +125,7 @@ def measure(case: Case, cycles: int, collect: bool = True) -> tuple[float, float
         admission = admit()
         in_pairs += clock() - t0
         assert admission is not None, "every cycle must admit a job"
-        running.append(admission.uid)  # type: ignore[arg-type]
+        running.append(_uid(admission))  # type: ignore[arg-type]
         hot = admission.job_id.startswith("hot")  # type: ignore[union-attr]
         ref, job_id, key = next_job(hot=hot)
         submit(ref, "clone", job_id, key, cost=1.0)
@@ -153,6 +156,11 @@ def bytes_per_pending_job(n: int = 100_000) -> float:
     return grown / n
 
 
+def _uid(admission: Any) -> Any:
+    """An admission's job (``ref`` before the core named it ``uid``, for ``--against``)."""
+    return admission.uid if hasattr(admission, "uid") else admission.ref
+
+
 def cases(quick: bool) -> list[Case]:
     if quick:
         return [
@@ -174,13 +182,17 @@ def cases(quick: bool) -> list[Case]:
     return out
 
 
-def run_isolated(index: int, quick: bool, cycles: int, gc_mode: str) -> tuple[float, float]:
-    """Measure case ``index`` in a fresh interpreter."""
+def run_isolated(
+    index: int, quick: bool, cycles: int, gc_mode: str, code: str | None = None
+) -> tuple[float, float]:
+    """Measure case ``index`` in a fresh interpreter (``code``: with ``celery_fair`` from the
+    ``src`` folder of another checkout)."""
     command = [sys.executable, __file__, "--one", str(index), "--cycles", str(cycles)]
     command += ["--gc", gc_mode]
     if quick:
         command.append("--quick")
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    env = {**os.environ, "PYTHONPATH": code} if code else None
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     pair, cycle = json.loads(out)
     return pair, cycle
 
@@ -203,25 +215,41 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=3, help="rounds (median kept)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one case
+    parser.add_argument(
+        "--cases", default="", help="only the cases whose label contains this, e.g. 'blocked'"
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        help="the src folder of another checkout: each case runs with it too, in the same rounds",
+    )
     args = parser.parse_args()
     todo = cases(args.quick)
     cycles = 500 if args.quick else args.cycles
     if args.one is not None:
         print(json.dumps(measure(todo[args.one], cycles, collect=args.gc == "on")))
         return
-    samples: dict[str, list[tuple[float, float]]] = {c.label: [] for c in todo}
-    for _ in range(args.repeat):  # interleaved: every case once per round
-        for i, case in enumerate(todo):
-            samples[case.label].append(run_isolated(i, args.quick, cycles, args.gc))
+    chosen = [(i, c) for i, c in enumerate(todo) if args.cases in c.label]
+    against = str(Path(args.against).resolve()) if args.against else None
+    versions: list[str | None] = [None, against] if against else [None]
+    samples: dict[tuple[str, str | None], list[tuple[float, float]]] = {
+        (c.label, v): [] for _, c in chosen for v in versions
+    }
+    for r in range(args.repeat):  # interleaved: every case once per round, versions alternating
+        for i, case in chosen:
+            for v in versions if r % 2 == 0 else versions[::-1]:
+                samples[case.label, v].append(run_isolated(i, args.quick, cycles, args.gc, v))
     print(f"garbage collector {args.gc}, {cycles:,} cycles per run, median of {args.repeat}")
-    print(f"{'case':48} {'pairs/s':>9} {'us/pair':>8} {'cycles/s':>9} {'us/cycle':>9}")
-    for case in todo:
-        pair = statistics.median(p for p, _ in samples[case.label])
-        cycle = statistics.median(c for _, c in samples[case.label])
-        print(
-            f"{case.label:48} {1 / pair:>9,.0f} {pair * 1e6:>8.2f} {1 / cycle:>9,.0f} "
-            f"{cycle * 1e6:>9.2f}"
-        )
+    print(f"{'case':55} {'pairs/s':>9} {'us/pair':>8} {'cycles/s':>9} {'us/cycle':>9}")
+    for _, case in chosen:
+        for v in versions:
+            pair = statistics.median(p for p, _ in samples[case.label, v])
+            cycle = statistics.median(c for _, c in samples[case.label, v])
+            label = case.label if v is None else f"{case.label} @base"
+            print(
+                f"{label:55} {1 / pair:>9,.0f} {pair * 1e6:>8.2f} {1 / cycle:>9,.0f} "
+                f"{cycle * 1e6:>9.2f}"
+            )
     n = 10_000 if args.quick else 100_000
     print(f"\nmemory per pending job (N={n:,}, 36-char task ids): {bytes_per_pending_job(n):.0f} B")
 
