@@ -44,7 +44,10 @@ __all__ = ["MemoryStore"]
 
 
 @dataclass(slots=True)
-class _Job:
+class _Admitted:
+    """A job the store admitted (or a worker registered again), held under its worker's lease
+    until it finishes: the memory store's record of it, as ``{prefix}:jobs`` is Redis's."""
+
     worker: str
     token: int
     type: str
@@ -83,7 +86,7 @@ class MemoryStore:
         self.tiers: dict[int, int] = {}
         self.types: dict[str, int] = {}
         self.conflicts: dict[str, str] = {}
-        self.jobs: dict[str, _Job] = {}
+        self.jobs: dict[str, _Admitted] = {}
         self.workers: dict[str, float] = {}  # worker -> lease expiry
         self.acc: dict[str, float] = {}
         self.active: dict[str, int] = {}
@@ -156,7 +159,7 @@ class MemoryStore:
             self.types[a.type] = self.types.get(a.type, 0) + 1
             if a.conflict:
                 self.conflicts[a.conflict] = a.uid
-            self.jobs[a.uid] = _Job(
+            self.jobs[a.uid] = _Admitted(
                 worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
                 a.default_cost, charge, self.clock.now(),
             )  # fmt: skip
@@ -365,7 +368,7 @@ class MemoryStore:
                 self.conflicts[j.conflict] = j.uid
             self._key_active(j.fairness_key, self.acc.get(j.fairness_key, 0.0))
             self._token = max(self._token, j.token)
-            self.jobs[j.uid] = _Job(
+            self.jobs[j.uid] = _Admitted(
                 worker, j.token, j.type, j.priority, j.conflict, j.estimate_key, j.fairness_key,
                 j.default_cost, j.estimate, now,
             )  # fmt: skip
@@ -466,7 +469,7 @@ class MemoryStore:
                 return acc
         return None
 
-    def _drop(self, uid: str, job: _Job, now: float) -> None:
+    def _drop(self, uid: str, job: _Admitted, now: float) -> None:
         del self.jobs[uid]
         _decrement(self.tiers, job.priority)
         _decrement(self.types, job.type)
