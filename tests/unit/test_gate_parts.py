@@ -169,22 +169,26 @@ class QoS:
 
 
 def test_windows_bound_what_is_held_with_shards_on_redis_only_while_nothing_blocks() -> None:
-    qos, capacity = QoS(), [3]
-    redis = Windows(lambda: qos, lambda: capacity[0], max_held=100, shards=8, driver="redis")
+    qos, capacity, idle = QoS(), [3], [False]
+    redis = Windows(
+        lambda: qos, lambda: capacity[0], lambda: idle[0], max_held=100, shards=8, driver="redis"
+    )
     assert redis.turns is not None
     assert redis.shard_window == 4
-    assert redis.limit(blocked_idle=False) == 3 + 8
-    assert redis.limit(blocked_idle=True) == 100  # a slot idles: take more in to find work
+    assert redis.limit() == 3 + 8
+    idle[0] = True
+    assert redis.limit() == 100  # a slot idles: take more in to find work
+    idle[0] = False
     capacity[0] = 200
-    assert redis.limit(blocked_idle=False) == 100  # never beyond fair_max_held
+    assert redis.limit() == 100  # never beyond fair_max_held
     amqp = Windows(lambda: qos, lambda: 3, max_held=100, shards=8, driver="amqp")
     assert amqp.turns is None
-    assert amqp.limit(blocked_idle=False) == 100
+    assert amqp.limit() == 100
     one = Windows(lambda: qos, lambda: 3, max_held=100, shards=1, driver="redis")
     assert one.turns is None
-    assert one.limit(blocked_idle=False) == 100
+    assert one.limit() == 100
     capacity[0] = 3
-    redis.follow(held=50, fair_inside=True, blocked_idle=False)
+    redis.follow(held=50, fair_inside=True)
     assert qos.value == 3 + 8 + 1  # the channel's window: the limit plus one look
 
 

@@ -114,6 +114,7 @@ class Gate:
         self.windows = Windows(
             lambda: self.consumer.qos,
             lambda: self.scheduler.capacity,
+            lambda: views.idle_blocked(self._parts),
             max_held=settings.max_held,
             shards=settings.shards,
             driver=driver,
@@ -470,7 +471,7 @@ class Gate:
             self.engine.cancel(uid)
 
     def _adjust_qos(self) -> None:
-        self.windows.follow(len(self.held), self._fair_inside(), views.idle_blocked(self._parts))
+        self.windows.follow(len(self.held), self._fair_inside())
 
     def _fair_inside(self) -> bool:
         return bool(self.held or self.runs.fair)

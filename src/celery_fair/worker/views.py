@@ -122,7 +122,7 @@ def pool_info(
         **{f"fair-held-tier-{p}": n[0] for p, n in by_tier},
         **{f"fair-running-tier-{p}": n[1] for p, n in by_tier},
         "fair-held-peak": held.peak,
-        "fair-held-limit": windows.limit(idle_blocked(parts)),
+        "fair-held-limit": windows.limit(),
         **({"fair-shard-windows": windows.shards.prefetch.info()} if windows.shards else {}),
         "fair-key-allocation": dict(
             top_allocations(scheduler.allocation().slots, parts.metrics_top_keys)

@@ -108,14 +108,17 @@ class Windows:
         self,
         qos: Callable[[], Any],
         capacity: Callable[[], int],
+        idle: Callable[[], bool] = lambda: False,
         *,
         max_held: int,
         shards: int,
         driver: str,
     ) -> None:
         """``qos``: the consumer's QoS now; ``capacity``: what the worker can start now (its
-        slots and reserve: the core's capacity)."""
+        slots and reserve: the core's capacity); ``idle``: whether a pool process idles that
+        no held job can take now (``blocked_idle``), asked only where it matters."""
         self._capacity = capacity
+        self._idle = idle
         self.prefetch = PrefetchWindow(qos, max_held)
         self.max_held = max_held
         self.shard_count = shards
@@ -131,7 +134,7 @@ class Windows:
         can start (its slots and reserve) plus one look (consumer_prefetch.py)."""
         return self._capacity() + 1
 
-    def limit(self, blocked_idle: bool) -> int:
+    def limit(self) -> int:
         """How many messages the gate should hold. O(1).
 
         The bound is for shards on Redis, whose transport pops the queues in strict turns: a
@@ -141,13 +144,13 @@ class Windows:
         (consumer_prefetch.py), and the channel's may reach ``fair_max_held``. While a process
         idles that no held job can take, the gate may take in up to ``fair_max_held`` to find
         one that can run."""
-        if self.shard_count <= 1 or self.driver != "redis" or blocked_idle:
+        if self.shard_count <= 1 or self.driver != "redis" or self._idle():
             return self.max_held
         return min(self.max_held, self._capacity() + self.shard_count)
 
-    def follow(self, held: int, fair_inside: bool, blocked_idle: bool) -> None:
+    def follow(self, held: int, fair_inside: bool) -> None:
         """Keep the channel's window ahead of ``held`` messages (``PrefetchWindow.follow``)."""
-        self.prefetch.follow(held, fair_inside, self.limit(blocked_idle))
+        self.prefetch.follow(held, fair_inside, self.limit())
 
     def reset(self) -> None:
         """The connection is new, or gone: its QoS starts from Celery's own value, and its
