@@ -285,9 +285,12 @@ class Gate:
         )
         held = Held(req, self._monotonic.now(), parsed, arrival, priority=priority)
         shards = self.settings.shards
-        shard = shard_of(parsed.fairness_key, shards) if shards > 1 else None
+        with_events = sends_events(req)
+        shard = None  # its key's shard, for the shard turns and the task events
+        if shards > 1 and (with_events or self.windows.turns is not None):
+            shard = shard_of(parsed.fairness_key, shards)
         self.held.add(uid, held, shard)
-        if sends_events(req):
+        if with_events:
             place = self.scheduler.pending_of(parsed.fairness_key)
             held.events = events.on_receipt(parsed, shard, place, len(self.held))
             events.attach(req, held.events)

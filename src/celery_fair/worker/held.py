@@ -18,7 +18,7 @@ It takes no lock of its own: the gate calls it under its lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +49,10 @@ class Held:
         return str(self.req.id)
 
 
-class HeldJobs:
-    """The held messages by uid, oldest receipt first, and their indexes (module docstring).
+class HeldJobs(dict[str, Held]):
+    """The held messages by uid, oldest receipt first (a dict, read as one: the gate reads
+    it on every request), and their indexes (module docstring). Change it only through
+    ``add`` and ``take``, which keep the indexes.
 
     >>> jobs = HeldJobs()
     >>> jobs.remember("t2", 9)
@@ -59,8 +61,8 @@ class HeldJobs:
     """
 
     def __init__(self, turns: ShardTurns | None = None) -> None:
-        # _jobs: uid -> Held, in order of receipt (a redelivered copy keeps its first place).
-        self._jobs: dict[str, Held] = {}
+        # self: uid -> Held, in order of receipt (a redelivered copy keeps its first place).
+        super().__init__()
         # _aliases[task_id] == uid for every held or running job whose uid != task_id.
         self._aliases: dict[str, str] = {}
         # _priorities: task id -> priority for jobs not here, oldest first, at most REMEMBERED.
@@ -69,49 +71,32 @@ class HeldJobs:
         self.turns = turns
         self.peak = 0  # the most held at once since the worker started
 
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def __contains__(self, uid: object) -> bool:
-        return uid in self._jobs
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._jobs)
-
-    def get(self, uid: object) -> Held | None:
-        return self._jobs.get(uid) if isinstance(uid, str) else None
-
-    def values(self) -> Any:
-        return self._jobs.values()
-
-    def items(self) -> Any:
-        return self._jobs.items()
-
     def oldest(self) -> Held | None:
         """The job held longest (by receipt), or ``None``. O(1)."""
-        return next(iter(self._jobs.values()), None)
+        return next(iter(self.values()), None)
 
     def add(self, uid: str, held: Held, shard: int | None = None) -> None:
         """Hold ``held`` as ``uid``; ``shard``: its fairness key's, counted while there are
         shard turns. O(1)."""
-        self._jobs[uid] = held
-        if uid != held.task_id:
-            self._aliases[held.task_id] = uid
+        self[uid] = held
+        task_id = held.req.id
+        if uid != task_id:
+            self._aliases[task_id] = uid
         if shard is not None and self.turns is not None:
             held.shard = shard
             self.turns.add(shard)
-        if len(self._jobs) > self.peak:
-            self.peak = len(self._jobs)
+        if len(self) > self.peak:
+            self.peak = len(self)
 
     def take(self, uid: str, *, starts: bool = False) -> Held | None:
         """Stop holding ``uid`` (and counting it in its shard); ``starts``: it goes to the
         pool, so its alias stays (job control still finds it running). O(1)."""
-        held = self._jobs.pop(uid, None)
+        held = self.pop(uid, None)
         if held is not None:
             if held.shard >= 0 and self.turns is not None:
                 self.turns.remove(held.shard)
             if not starts:
-                self.unalias(held.task_id, uid)
+                self.unalias(held.req.id, uid)
         return held
 
     def unalias(self, task_id: str, uid: str) -> None:
@@ -142,7 +127,7 @@ class HeldJobs:
         """How many held jobs each priority tier has (a job's own priority, else its type's).
         O(held)."""
         tiers: dict[int, int] = {}
-        for held in self._jobs.values():
+        for held in self.values():
             priority = held.priority
             if priority is None:
                 priority = type_priority(held.headers.job_type)
@@ -156,7 +141,7 @@ class HeldJobs:
         held arrival (wall time). O(held)."""
         counts: dict[tuple[str, int], int] = {}
         oldest: dict[str, float] = {}
-        for held in self._jobs.values():
+        for held in self.values():
             name = held.headers.job_type
             tier = (name, type_priority(name))
             counts[tier] = counts.get(tier, 0) + 1

@@ -215,7 +215,7 @@ class Housekeeping:
         version = self._engine.policy_version
         spilled = 0
         for view in spill_victims(pending, self._paused_mark, version):
-            held = self._held.get(view.uid)
+            held = self._held.get(str(view.uid))
             paused = BlockReason.PAUSED in view.blocked_by
             extra = {PAUSED_SPILL: version} if paused else None
             if held is not None and self._give_back(held, "held work blocks the queue", extra):
@@ -231,5 +231,5 @@ class Housekeeping:
 
     def _paused_mark(self, uid: object) -> int | None:
         """The policies' version a held message was returned under while paused, if any."""
-        held = self._held.get(uid)
+        held = self._held.get(str(uid))
         return None if held is None else held.headers.paused_spill
