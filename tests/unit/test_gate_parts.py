@@ -14,6 +14,7 @@ from celery_fair.core.types import JobState, JobView
 from celery_fair.engine import Engine
 from celery_fair.errors import SchedulerError
 from celery_fair.observe import CONTROL_ANSWERS, Observer
+from celery_fair.protocol import ControlAnswer as Answer
 from celery_fair.settings import FairSettings
 from celery_fair.store.memory import MemoryStore
 from celery_fair.worker.headers import FairHeaders
@@ -25,7 +26,7 @@ from celery_fair.worker.housekeeping import (
     spill_victims,
     stale,
 )
-from celery_fair.worker.job_control import Answer, JobControl
+from celery_fair.worker.job_control import JobControl
 from celery_fair.worker.reserve import Reserve, plan_reserve
 from celery_fair.worker.runs import Runs
 from celery_fair.worker.shard_turns import ShardTurns
@@ -141,7 +142,7 @@ def test_held_work_blocks_the_queue_only_when_full_with_a_slot_free_and_nothing_
 
 def test_old_holds_and_default_hold_times() -> None:
     jobs = [held("t1", 1.0), held("t2", 5.0), held("t3", 9.0)]
-    assert [h.task_id for h in stale(jobs, deadline=5.0)] == ["t1", "t2"]
+    assert [h.req.id for h in stale(jobs, deadline=5.0)] == ["t1", "t2"]
     assert stale(jobs, deadline=0.5) == []
     assert default_max_hold("redis", {"visibility_timeout": 100}) == 50.0
     assert default_max_hold("redis", None) == 1800.0  # Kombu's default: an hour

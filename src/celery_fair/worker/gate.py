@@ -46,6 +46,7 @@ from ..core.clock import Clock
 from ..engine import Call, Decision, Engine
 from ..metrics import GateLook
 from ..observe import Counters, Observer
+from ..protocol import ControlAnswer
 from ..routing import shard_of
 from . import events, views
 from .consumer_prefetch import ShardWindows
@@ -53,7 +54,7 @@ from .headers import TOKEN, FairHeaders, request_uid
 from .held import Held, HeldJobs
 from .housekeeping import Housekeeping, blocks_the_queue, default_max_hold
 from .internals import ack_quietly, sends_events, writes_pending
-from .job_control import Answer, JobControl
+from .job_control import JobControl
 from .pacing import StorePacing
 from .reading import HeaderReader
 from .reserve import Reserve, slots_of
@@ -543,12 +544,12 @@ class Gate:
 
     # -- job control and views -----------------------------------------------------------
 
-    def cancel(self, task_id: str) -> Answer | None:
+    def cancel(self, task_id: str) -> ControlAnswer | None:
         """Cancel job ``task_id`` if this worker has it (``JobControl.cancel``). O(1)."""
         with self._lock:
             return self.control.cancel(task_id)
 
-    def reprioritize(self, task_id: str, priority: int | None) -> Answer | None:
+    def reprioritize(self, task_id: str, priority: int | None) -> ControlAnswer | None:
         """Give job ``task_id`` the priority ``priority`` if it has not started
         (``JobControl.reprioritize``). O(log held)."""
         with self._lock:

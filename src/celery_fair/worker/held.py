@@ -44,10 +44,6 @@ class Held:
     shard: int = -1  # the shard of its fairness key, counted by ShardTurns (-1: not counted)
     priority: int | None = None  # its own priority, if not its type's
 
-    @property
-    def task_id(self) -> str:
-        return str(self.req.id)
-
 
 class HeldJobs(dict[str, Held]):
     """The held messages by uid, oldest receipt first (a dict, read as one: the gate reads

@@ -202,7 +202,7 @@ class Housekeeping:
 
     def refresh(self, now: float) -> None:
         """Return the messages held longer than ``max_hold`` at ``now`` (monotonic)."""
-        for held in stale(list(self._held.values()), now - self.max_hold):
+        for held in stale(self._held.values(), now - self.max_hold):
             if self._give_back(held, "held longer than the broker waits for an ack", None):
                 self._observer.refreshed()
 

@@ -21,13 +21,9 @@ from .held import HeldJobs
 from .reserve import Reserve
 from .runs import Runs
 
-__all__ = ["Answer", "JobControl"]
+__all__ = ["JobControl"]
 
 logger = get_logger(__name__)
-
-
-#: A gate's answers for a job it has (``None``: not here): the protocol's.
-Answer = ControlAnswer
 
 
 class JobControl:
@@ -53,7 +49,7 @@ class JobControl:
         self._forget = forget
         self._dispatch = dispatch
 
-    def cancel(self, task_id: str) -> Answer | None:
+    def cancel(self, task_id: str) -> ControlAnswer | None:
         """Cancel job ``task_id`` if this worker has it. O(1).
 
         Call it once ``task_id`` is in Celery's revoked set (the ``fair_cancel`` command puts
@@ -67,10 +63,10 @@ class JobControl:
         self._observer.controlled("cancel", answer.value if answer else "elsewhere")
         return answer
 
-    def _cancel(self, task_id: str) -> Answer | None:
+    def _cancel(self, task_id: str) -> ControlAnswer | None:
         uid = self._held.uid_of(task_id)
         if uid in self._runs.fair:
-            return Answer.ALREADY_RUNNING
+            return ControlAnswer.ALREADY_RUNNING
         held = self._held.get(uid)
         if held is None or not held.req.revoked():  # not here, or not in the revoked set
             return None
@@ -78,9 +74,9 @@ class JobControl:
         self._observer.revoked_held()
         logger.info("Held task %s[%s] was cancelled; dropped from the gate.", held.req.name, uid)
         self._dispatch()  # a reserved job's slot may be free now
-        return Answer.CANCELLED
+        return ControlAnswer.CANCELLED
 
-    def reprioritize(self, task_id: str, priority: int | None) -> Answer | None:
+    def reprioritize(self, task_id: str, priority: int | None) -> ControlAnswer | None:
         """Give job ``task_id`` the priority ``priority`` (``None``: its type's) if it has not
         started. O(log held).
 
@@ -98,20 +94,20 @@ class JobControl:
         self._observer.controlled("reprioritize", answer.value if answer else "elsewhere")
         return answer
 
-    def _reprioritize(self, task_id: str, priority: int | None) -> Answer | None:
+    def _reprioritize(self, task_id: str, priority: int | None) -> ControlAnswer | None:
         uid = self._held.uid_of(task_id)
         if uid in self._runs.fair or uid in self._reserve:
-            return Answer.ALREADY_RUNNING
+            return ControlAnswer.ALREADY_RUNNING
         held = self._held.get(uid)
         if held is None:
             self._held.remember(task_id, priority)
             return None
         outcome = self._engine.reprioritize(uid, priority)
         if outcome is PriorityOutcome.RUNNING:
-            return Answer.ALREADY_RUNNING
+            return ControlAnswer.ALREADY_RUNNING
         if outcome is not PriorityOutcome.OK:
             return None
         held.priority = priority
         logger.info("Held task %s[%s] now has priority %s.", held.req.name, uid, priority)
         self._dispatch()  # it may go first now
-        return Answer.OK
+        return ControlAnswer.OK

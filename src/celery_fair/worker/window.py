@@ -153,6 +153,6 @@ class Windows:
         self.prefetch.follow(held, fair_inside, self.limit())
 
     def reset(self) -> None:
-        """The connection is new, or gone: its QoS starts from Celery's own value, and its
-        consumers (and their windows) are new."""
+        """The connection is new, or gone: its QoS starts from Celery's own value (the shard
+        consumers' windows come with the connection, through ``Gate.attach``)."""
         self.prefetch.reset()
