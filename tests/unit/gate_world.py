@@ -257,7 +257,6 @@ class World:
             sizer=sizer,
             wall=self.clock,
             monotonic=self.clock,
-            worker_id="w1",
         )
         self.pool.gate = self.gate
         self.gate.attach(self.consumer, self.pool)

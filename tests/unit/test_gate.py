@@ -131,3 +131,48 @@ def test_the_sweep_returns_a_message_held_past_the_ack_timeout_fraction() -> Non
     assert w.gate.pool_info()["fair-refreshed"] == 1
     assert w.pool.ids() == ["t1"]
     assert not running.acknowledged
+
+
+# -- copies (copies.py) ----------------------------------------------------------------------
+
+
+def test_a_message_delivered_again_while_held_is_kept_once_at_its_first_place() -> None:
+    w = World(slots=1)
+    running = w.deliver("t1", key="a")
+    first = w.deliver("t2", key="b")
+    w.deliver("t3", key="c")
+    # The broker delivers t2 again (its ack timeout ran out while it was held):
+    again = w.deliver("t2", key="b")
+    assert first.acknowledged
+    assert not again.acknowledged
+    assert list(w.gate.held) == ["t2", "t3"]  # at the place the first had
+    assert w.gate.counters.counts["duplicates"] == 1
+    w.pool.finish(running)
+    assert w.pool.handed[-1] is again  # the kept delivery runs, once
+    assert w.pool.ids() == ["t1", "t2"]
+
+
+def test_a_message_delivered_again_while_its_job_runs_is_dropped() -> None:
+    w = World(slots=2)
+    running = w.deliver("t1", key="a")
+    again = w.deliver("t1", key="a")
+    assert again.acknowledged
+    assert not w.gate.held
+    assert w.pool.ids() == ["t1"]  # not handed a second time
+    assert w.gate.counters.counts["duplicates"] == 1
+    w.pool.finish(running)
+    assert w.gate.pool_info()["fair-running"] == 0
+
+
+def test_a_copy_of_a_job_that_ran_to_the_end_is_dropped_saying_where_it_ran(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = World(slots=1)
+    first = w.deliver("t1", key="a")
+    w.run(first, 1.0)  # acknowledged: ended for good
+    late = w.deliver("t1", key="a")  # a late copy (published twice, say)
+    assert late.acknowledged
+    assert not w.gate.held
+    assert w.pool.ids() == ["t1"]  # the store answered DONE: it did not run again
+    assert w.gate.counters.counts["duplicates"] == 1
+    assert "already ran to the end on this worker" in caplog.text

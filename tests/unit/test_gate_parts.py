@@ -96,6 +96,19 @@ def test_held_jobs_remember_the_latest_priorities_up_to_their_bound() -> None:
     assert jobs.take_remembered(f"t{REMEMBERED}") == (True, 1)
 
 
+def test_a_received_job_waits_from_its_publish_unless_given_a_priority_on_its_way() -> None:
+    jobs = HeldJobs()
+    published: Any = SimpleNamespace(**{**vars(headers()), "submitted": 100.0, "priority": 4})
+    plain = jobs.receive(SimpleNamespace(id="t1"), published, received=7.0, now=130.0)
+    assert (plain.arrival, plain.priority, plain.received) == (100.0, 4, 7.0)
+    unstamped: Any = SimpleNamespace(**{**vars(headers()), "priority": None})
+    assert jobs.receive(SimpleNamespace(id="t2"), unstamped, 7.0, now=130.0).arrival == 130.0
+    jobs.remember("t3", 9)  # reprioritised while it was in the broker
+    given = jobs.receive(SimpleNamespace(id="t3"), published, 7.0, now=130.0)
+    assert (given.arrival, given.priority) == (130.0, 9)  # a new priority restarts its wait
+    assert not jobs  # receiving is not holding
+
+
 def test_held_jobs_count_tiers_and_each_keys_oldest_arrival() -> None:
     jobs = HeldJobs()
     jobs.add("a1", held("a1", 5.0, key="a"))

@@ -12,7 +12,8 @@ from celery.exceptions import TimeLimitExceeded
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
-from celery_fair.worker.runs import FinishedHere, Runs, wrap_callbacks
+from celery_fair.worker.copies import FinishedHere
+from celery_fair.worker.runs import Runs, wrap_callbacks
 
 
 class Pool:

@@ -414,7 +414,7 @@ def gate_for_worker(
         poll_interval=settings.store_poll_interval,
         observer=fanout,
     )
-    return Gate(
+    gate = Gate(
         consumer,
         settings,
         types,
@@ -428,5 +428,14 @@ def gate_for_worker(
         sizer=sizer,
         wall=wall,
         monotonic=MonotonicClock(),
-        worker_id=worker_id,
     )
+    logger.info(
+        "celery-fair gate ready: %d job type(s), max_held=%d, max_hold=%.0fs, state=%s, "
+        "settings=%r",
+        len(types),
+        settings.max_held,
+        gate.max_hold,
+        f"shared as {worker_id}" if store is not None else "this worker alone",
+        settings.describe(),
+    )
+    return gate

@@ -34,6 +34,7 @@ from typing import Any
 
 from celery.worker.strategy import default as _default_strategy
 
+from ..observe import Observer
 from ..routing import shard_count, shard_of
 from .headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED, header_text
 
@@ -174,6 +175,19 @@ def on_receipt(parsed: Any, shard: int | None, place_in_key: int, held: int) -> 
     if parsed.submitted is not None:
         fields["submitted"] = parsed.submitted
     return fields
+
+
+def report_admission(
+    observer: Observer, fields: dict[str, Any] | None, admission: Any, wait: float, now: float
+) -> None:
+    """Count an admission after ``wait`` seconds held (and a promotion by aging or urgency),
+    and add what it says to the job's event ``fields``, if it sends events (``on_admission``)."""
+    observer.admitted(admission.type, admission.priority, wait)
+    effective = admission.effective_priority
+    if effective is not None and (effective != admission.priority or admission.urgent):
+        observer.promoted(admission.type, effective - admission.priority, admission.urgent)
+    if fields is not None:
+        on_admission(fields, admission, wait, now)
 
 
 def on_admission(fields: dict[str, Any], admission: Any, wait: float, now: float) -> None:

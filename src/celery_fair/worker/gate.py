@@ -6,25 +6,10 @@ the slots. A fair job is *held*: submitted to the scheduling core and kept, unac
 until the core admits it; then it goes to the worker's own ``process_task``, exactly as Celery
 would have sent it, so acks (early or late), time limits, events and revokes stay Celery's.
 
-The gate is a coordinator over parts that each hold one concern and take no lock of their own:
-
-- ``reading.py``: a request's fairness headers, repaired or refused, logged and counted;
-- ``held.py``: the held messages, their task-id aliases, the priorities remembered for jobs
-  not here yet, and their count per shard;
-- ``reserve.py``: admitted jobs waiting for a free pool process, and how deep that reserve is;
-- ``runs.py``: the requests handed to the pool and not finished;
-- ``window.py``: the prefetch windows (docs/operations.md#prefetch-qos) and shard turns;
-- ``housekeeping.py``: which held messages the sweep drops, refreshes before the broker's ack
-  timeout, or spills when held work blocks the queue;
-- ``returns.py``: messages given back to the broker, or dead-lettered;
-- ``views.py``: job status, ``inspect stats``, the metrics' look, and job control's answers.
-
-It is given its scheduler, engine (and through it the store) and clocks (bootstep.py's
-``gate_for_worker`` builds them for a real worker), so a unit test drives it with a simulated
-clock and the memory store (tests/unit/test_gate.py). Decisions go through the ``Engine``:
-alone (no store) the core decides at once; with the Redis store every admission is confirmed
-by one script call, sent on the event loop by the store link (pacing.py) when there is one,
-else made inline.
+It is a coordinator over parts that each hold one concern, take no lock and read no clock of
+their own (docs/design.md section 7b lists them). It is given its scheduler, engine (and
+through it the store) and clocks (``bootstep.gate_for_worker`` builds them for a real worker),
+so a unit test drives it with a simulated clock and the memory store (tests/unit/test_gate.py).
 
 Threading: with an event loop (Redis, RabbitMQ) everything runs on the loop thread and pool
 callbacks from other threads are marshalled onto it with ``hub.call_soon``; without one
@@ -38,7 +23,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery.utils.log import get_logger
-from celery.worker import state as worker_state
 
 from ..connect import untrack
 from ..core import Admission, JobType, ReserveDepth, Scheduler
@@ -50,16 +34,17 @@ from ..protocol import ControlAnswer
 from ..routing import shard_of
 from . import events, views
 from .consumer_prefetch import ShardWindows
+from .copies import Copies, FinishedHere
 from .headers import TOKEN, FairHeaders, request_uid
-from .held import Held, HeldJobs
-from .housekeeping import Housekeeping, blocks_the_queue, default_max_hold
-from .internals import ack_quietly, sends_events, writes_pending
+from .held import HeldJobs
+from .housekeeping import Housekeeping, default_max_hold
+from .internals import sends_events, writes_pending
 from .job_control import JobControl
 from .pacing import StorePacing
 from .reading import HeaderReader
 from .reserve import Reserve, slots_of
-from .returns import give_back, send_to_dead_letters
-from .runs import FinishedHere, Handoff, Run, Runs
+from .returns import Returns
+from .runs import Handoff, Run, Runs
 from .window import Windows
 
 __all__ = ["Gate"]
@@ -86,19 +71,12 @@ class Gate:
         sizer: ReserveDepth | None = None,
         wall: Clock,
         monotonic: Clock,
-        worker_id: str = "worker",
     ) -> None:
-        """A gate over the parts it is given (``bootstep.gate_for_worker`` builds them).
-
-        ``scheduler`` has ``lookahead`` places beyond the pool's slots and reads ``wall``;
-        ``engine`` decides over it and the store (``engine.store``: ``None`` alone);
-        ``counters`` are what ``inspect stats`` shows, and ``observer`` is what the engine
-        reports to (the counters among its listeners). ``driver`` is the broker transport's
-        (``"redis"``, ``"amqp"``, ...). ``sizer``: the reserve's depth follows the jobs' wall
-        times. ``wall`` reads epoch seconds, as producers stamp ``fair_submitted``;
-        ``monotonic`` reads the intervals and deadlines (holds, spills, waits, runs; the same
-        base as the pool's accept times, ``time.monotonic`` in a real worker).
-        """
+        """``scheduler`` has ``lookahead`` places beyond the pool's slots; ``engine`` decides
+        over it and ``engine.store``; ``counters`` are what ``inspect stats`` shows, among
+        ``observer``'s listeners; ``driver``: the broker transport's. ``wall`` reads epoch
+        seconds, as producers stamp ``fair_submitted``; ``monotonic`` the intervals and
+        deadlines, on the base of the pool's accept times."""
         self.consumer = consumer
         self.app = consumer.app
         self.pool = consumer.pool
@@ -123,9 +101,18 @@ class Gate:
         self.held = HeldJobs(self.windows.turns)
         self.reserve = Reserve(lookahead, sizer)
         self.runs = Runs(monotonic.now)
+        untrack_ids = (lambda ids: untrack(self.app, ids)) if settings.tracking else None
         # finished_here: the fair jobs this worker ended for good lately, to say where a late
         # copy's job ran when the store drops the copy.
-        self.finished_here = FinishedHere(settings.dedupe_seconds, clock=monotonic.now)
+        finished_here = FinishedHere(settings.dedupe_seconds, clock=monotonic.now)
+        self.copies = Copies(observer, finished_here, untrack_ids)
+        self.returns = Returns(
+            self.app,
+            observer,
+            dead_letter_queue=settings.dead_letter_queue,
+            forget=self._forget,
+            untrack=untrack_ids,
+        )
         self._lock = threading.RLock()
         transport_options = getattr(self.app.conf, "broker_transport_options", None)
         self.housekeeping = Housekeeping(
@@ -136,7 +123,7 @@ class Gate:
             max_hold=settings.max_hold_seconds or default_max_hold(driver, transport_options),
             max_held=settings.max_held,
             spill_interval=settings.spill_interval,
-            give_back=self._give_back,
+            give_back=self.returns.give_back,
             forget=self._forget,
         )
         self.control = JobControl(
@@ -179,19 +166,7 @@ class Gate:
         )
         # _pool_slots: the pool's size (autoscale moves it), read again by every sweep.
         self._pool_slots = slots_of(self.pool, settings)
-        # intake_running: an intake moves this worker's queues' fair messages; metrics_port:
-        # where this worker serves its metrics (both given by attach).
-        self.intake_running = False
-        self.metrics_port: int | None = None
-        logger.info(
-            "celery-fair gate ready: %d job type(s), max_held=%d, max_hold=%.0fs, state=%s, "
-            "settings=%r",
-            len(self.types),
-            settings.max_held,
-            self.housekeeping.max_hold,
-            f"shared as {worker_id}" if engine.store is not None else "this worker alone",
-            settings.describe(),
-        )
+        self.metrics_port: int | None = None  # where this worker serves metrics (attach)
 
     def attach(
         self,
@@ -210,7 +185,7 @@ class Gate:
             self.consumer = self.handoff.consumer = consumer
             self.pool = pool
             self.windows.shards = shard_windows
-            self.intake_running = intake_running
+            self.returns.intake_running = intake_running
             self.metrics_port = metrics_port
 
     # -- what the bootstep and the tools read ---------------------------------------------
@@ -240,7 +215,7 @@ class Gate:
                 self.handoff.hand(self.runs.add(req, None))
                 return
             if parsed.rejected:
-                self._dead_letter(req, "; ".join(map(str, parsed.problems)))
+                self.returns.dead_letter(req, "; ".join(map(str, parsed.problems)))
                 return
             self._hold(req, parsed)
             scheduler = self.scheduler
@@ -253,46 +228,24 @@ class Gate:
         uid = request_uid(req.id, req.request_dict)
         earlier = self.held.get(uid)
         if earlier is not None:
-            # The broker redelivered a message we hold (an ack timeout ran out): keep one, the
-            # newer delivery, at the place the first one had.
-            self.observer.duplicate()
-            logger.warning(
-                "Task %s[%s] was delivered again while held; keeping one copy.", req.name, uid
-            )
-            ack_quietly(earlier.req)
-            earlier.req = req
+            self.copies.while_held(earlier, req, uid)
             return
         if uid in self.runs.fair:
-            self.observer.duplicate()
-            logger.warning(
-                "Task %s[%s] was delivered again while running; dropping the copy.",
-                req.name,
-                uid,
-            )
-            ack_quietly(req)
+            self.copies.while_running(req, uid)
             return
-        arrival = parsed.submitted if parsed.submitted is not None else self._wall.now()
-        priority = parsed.priority
-        given, remembered = self.held.take_remembered(req.id)
-        if given:  # given while it was on its way; a new priority restarts its wait
-            priority, arrival = remembered, self._wall.now()
+        held = self.held.receive(req, parsed, self._monotonic.now(), self._wall.now())
+        key = parsed.fairness_key
         self.engine.submit(
-            uid,
-            parsed.job_type,
-            parsed.job_id,
-            parsed.fairness_key,
-            arrival=arrival,
-            priority=priority,
+            uid, parsed.job_type, parsed.job_id, key, arrival=held.arrival, priority=held.priority
         )
-        held = Held(req, self._monotonic.now(), parsed, arrival, priority=priority)
         shards = self.settings.shards
         with_events = sends_events(req)
         shard = None  # its key's shard, for the shard turns and the task events
         if shards > 1 and (with_events or self.windows.turns is not None):
-            shard = shard_of(parsed.fairness_key, shards)
+            shard = shard_of(key, shards)
         self.held.add(uid, held, shard)
         if with_events:
-            place = self.scheduler.pending_of(parsed.fairness_key)
+            place = self.scheduler.pending_of(key)
             held.events = events.on_receipt(parsed, shard, place, len(self.held))
             events.attach(req, held.events)
         # Worth a store call only if the reserve would hold the newcomer up longer than it is
@@ -329,8 +282,10 @@ class Gate:
     def _act_on(self, decision: Decision) -> None:
         for admission in decision.start:
             self._admitted(str(admission.uid), admission)
-        for uid in decision.drop:
-            self._drop_copy(str(uid))
+        for uid in decision.drop:  # the store says it already ran to the end: a copy
+            held = self.held.take(str(uid))
+            if held is not None:
+                self.copies.already_ran(held, str(uid))
 
     def _admitted(self, uid: str, admission: Admission) -> None:
         """The engine admitted held job ``uid``: start it, or reserve it if no process is
@@ -340,37 +295,11 @@ class Gate:
             self.engine.finish(uid, None, unstarted=True)
             return
         wait = self._monotonic.now() - held.received
-        self.observer.admitted(admission.type, admission.priority, wait)
-        effective = admission.effective_priority
-        if effective is not None and (effective != admission.priority or admission.urgent):
-            self.observer.promoted(admission.type, effective - admission.priority, admission.urgent)
-        if held.events is not None:
-            events.on_admission(held.events, admission, wait, self._wall.now())
+        events.report_admission(self.observer, held.events, admission, wait, self._wall.now())
         if len(self.runs) < self._pool_slots:
             self._start(uid, admission)
         else:
             self.reserve.add(uid, admission)
-
-    def _drop_copy(self, uid: str) -> None:
-        """The store says held job ``uid`` already ran to the end: this message is a copy."""
-        held = self.held.take(uid)
-        if held is None:
-            return
-        self.observer.duplicate()
-        logger.warning(
-            "Task %s[%s] already ran to the end on %s; dropping this copy.",
-            held.req.name,
-            uid,
-            "this worker" if uid in self.finished_here else "another worker",
-        )
-        ack_quietly(held.req)
-        worker_state.task_ready(held.req)
-        if self.settings.tracking:
-            # The store drops a copy only once its job finished for good, and that end forgot
-            # the job's entry; an entry now is this copy's own (its task id was published
-            # again), and nothing else will end it. A copy dropped while its job still runs
-            # (``_hold``) leaves the entry alone: it stands for the running job.
-            untrack(self.app, [held.req.id])
 
     def _start(self, uid: str, admission: Admission) -> None:
         """Hand an admitted job to the pool."""
@@ -425,7 +354,7 @@ class Gate:
                 final = bool(getattr(run.req, "acknowledged", False))
                 self.engine.finish(uid, elapsed, final=final, unstarted=unstarted)
                 if final:
-                    self.finished_here.add(uid)
+                    self.copies.finished_here.add(uid)
                 if elapsed is not None:
                     # The dispatch below applies the reserve's new depth to the core's capacity.
                     self.reserve.observe(elapsed, self._pool_slots)
@@ -440,14 +369,9 @@ class Gate:
         """Periodic: drop revoked and expired holds, refresh old holds, follow the pool size,
         and spill if held work blocks the queue (housekeeping.py)."""
         with self._lock:
-            scheduler, house = self.scheduler, self.housekeeping
-            blocking = blocks_the_queue(  # as the last decision left things
-                held=len(self.held),
-                max_held=self.settings.max_held,
-                running=scheduler.running,
-                capacity=scheduler.capacity,
-                deciding=self.pacing.due or self.engine.busy,
-            )
+            house = self.housekeeping
+            # As the last decision left things:
+            blocking = house.blocking(deciding=self.pacing.due or self.engine.busy)
             self._pool_slots = slots_of(self.pool, self.settings)
             house.drop_revoked()
             for run in self.runs.revoked_in_line():  # revoked while waiting for a pool slot
@@ -519,28 +443,6 @@ class Gate:
             for uid in list(self.reserve):  # never started: their messages come back
                 self._drop_held(uid)
             self.engine.flush()
-
-    # -- giving messages back ------------------------------------------------------------
-
-    def _give_back(self, held: Held, reason: str, extra: dict[str, Any] | None = None) -> bool:
-        """Return a held message to its queue (returns.py), all headers kept and ``extra``
-        added, and stop holding it. While an intake moves what is published to its queue into
-        the shards, it goes to its key's shard (else back where it came)."""
-        req = held.req
-        into = (held.headers.fairness_key or None) if self.intake_running else None
-        republished = held.headers.republished
-        if not give_back(
-            self.app, req, held.arrival, republished, reason=reason, shard_key=into, extra=extra
-        ):
-            return False
-        self._forget(request_uid(req.id, req.request_dict))
-        return True
-
-    def _dead_letter(self, req: Any, why: str) -> None:
-        if send_to_dead_letters(self.app, req, why, self.settings.dead_letter_queue):
-            self.observer.dead_lettered()
-            if self.settings.tracking:  # its submission ended here
-                untrack(self.app, [req.id])
 
     # -- job control and views -----------------------------------------------------------
 

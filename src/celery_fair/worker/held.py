@@ -84,6 +84,17 @@ class HeldJobs(dict[str, Held]):
         if len(self) > self.peak:
             self.peak = len(self)
 
+    def receive(self, req: Any, parsed: FairHeaders, received: float, now: float) -> Held:
+        """A new held job for ``req`` (not yet added): it waits from its publish (else from
+        ``now``, wall time) at its headers' priority, unless job control gave it a priority
+        while it was on its way, which restarts its wait. ``received``: monotonic. O(1)."""
+        arrival = parsed.submitted if parsed.submitted is not None else now
+        priority = parsed.priority
+        given, remembered = self.take_remembered(req.id)
+        if given:
+            priority, arrival = remembered, now
+        return Held(req, received, parsed, arrival, priority=priority)
+
     def take(self, uid: str, *, starts: bool = False) -> Held | None:
         """Stop holding ``uid`` (and counting it in its shard); ``starts``: it goes to the
         pool, so its alias stays (job control still finds it running). O(1)."""

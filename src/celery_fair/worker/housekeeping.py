@@ -184,6 +184,18 @@ class Housekeeping:
         self._spills = Pace(spill_interval)
         self._revoked = RevokedWatch()
 
+    def blocking(self, *, deciding: bool) -> bool:
+        """Held work blocks the queue now (``blocks_the_queue``); ``deciding``: a decision is
+        due or the store is deciding."""
+        scheduler = self._scheduler
+        return blocks_the_queue(
+            held=len(self._held),
+            max_held=self._max_held,
+            running=scheduler.running,
+            capacity=scheduler.capacity,
+            deciding=deciding,
+        )
+
     def drop_revoked(self) -> None:
         """Stop holding what Celery revoked or found expired (``req.revoked()`` does Celery's
         bookkeeping: ack, events, state). O(held) when the revoked set changed or a held

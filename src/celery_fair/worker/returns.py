@@ -7,19 +7,74 @@ at least once (docs/operations.md#beyond-fair_max_held-spilling).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from celery.utils.log import get_logger
 from celery.worker import state as worker_state
 from kombu.entity import Queue
 
+from ..observe import Observer
 from ..routing import Shards
-from .headers import ERROR, REPUBLISHED, SUBMITTED
+from .headers import ERROR, REPUBLISHED, SUBMITTED, request_uid
+from .held import Held
 from .internals import message_of
 
-__all__ = ["dead_letter", "give_back", "publish_copy", "return_to_queue", "send_to_dead_letters"]
+__all__ = [
+    "Returns",
+    "dead_letter",
+    "give_back",
+    "publish_copy",
+    "return_to_queue",
+    "send_to_dead_letters",
+]
 
 logger = get_logger(__name__)
+
+
+class Returns:
+    """The gate's way out for messages it will not run here: back to the queue, or to the
+    dead letters. ``forget`` stops holding a uid; ``untrack`` forgets task ids' tracked
+    submissions (``None`` when submissions are not tracked)."""
+
+    def __init__(
+        self,
+        app: Any,
+        observer: Observer,
+        *,
+        dead_letter_queue: str,
+        forget: Callable[[str], None],
+        untrack: Callable[[list[str]], None] | None,
+    ) -> None:
+        self.app = app
+        self.observer = observer
+        self.dead_letter_queue = dead_letter_queue
+        self._forget = forget
+        self._untrack = untrack
+        # intake_running: an intake moves what is published to this worker's queues into the
+        # shards (set by the gate's attach).
+        self.intake_running = False
+
+    def give_back(self, held: Held, reason: str, extra: dict[str, Any] | None = None) -> bool:
+        """Return a held message to its queue, all headers kept and ``extra`` added, and stop
+        holding it; ``False`` if it could not be published (still held). While an intake
+        runs, it goes to its key's shard (else back where it came)."""
+        req = held.req
+        into = (held.headers.fairness_key or None) if self.intake_running else None
+        republished = held.headers.republished
+        if not give_back(
+            self.app, req, held.arrival, republished, reason=reason, shard_key=into, extra=extra
+        ):
+            return False
+        self._forget(request_uid(req.id, req.request_dict))
+        return True
+
+    def dead_letter(self, req: Any, why: str) -> None:
+        """Dead-letter a request that was never held (its headers are refused)."""
+        if send_to_dead_letters(self.app, req, why, self.dead_letter_queue):
+            self.observer.dead_lettered()
+            if self._untrack is not None:  # its submission ended here
+                self._untrack([req.id])
 
 
 def give_back(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ from celery.utils.log import get_logger
 
 from .internals import already_revoked, hit_time_limit, request_of
 
-__all__ = ["FinishedHere", "Handoff", "Run", "Runs"]
+__all__ = ["Handoff", "Run", "Runs"]
 
 logger = get_logger(__name__)
 
@@ -38,46 +37,6 @@ class Run:
     def elapsed(self, now: float) -> float:
         """Seconds from the pool process's acceptance (or the hand-off) to ``now`` (monotonic)."""
         return max(0.0, now - (self.accepted or self.dispatched))
-
-
-class FinishedHere:
-    """The uids of the fair jobs this worker ran to the end for good (message acknowledged)
-    within the last ``horizon`` seconds (``fair_dedupe_seconds``, how long the shared store
-    answers ``DONE`` to a late copy), at most ``limit`` of them, the newest kept.
-
-    Only to say, when the store answers ``DONE``, whether the copy's job ran here or on
-    another worker (worker ids are unique per process start, so "here" is exact). Beyond
-    ``limit`` finishes in one horizon (333 a second with the defaults) the oldest are
-    forgotten, and a copy of one of them is said to have run on another worker.
-    ``add`` is O(1) amortised; ``in`` O(1).
-    """
-
-    __slots__ = ("_at", "clock", "horizon", "limit")
-
-    def __init__(
-        self, horizon: float, limit: int = 20_000, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.horizon = horizon
-        self.limit = limit
-        self.clock = clock
-        # _at: uid -> when it finished here (clock), oldest first; every entry is younger
-        # than ``horizon`` as of the last ``add``, and there are at most ``limit``.
-        self._at: OrderedDict[str, float] = OrderedDict()
-
-    def add(self, uid: str) -> None:
-        now = self.clock()
-        at = self._at
-        at[uid] = now
-        at.move_to_end(uid)
-        while at and (len(at) > self.limit or next(iter(at.values())) <= now - self.horizon):
-            at.popitem(last=False)
-
-    def __contains__(self, uid: object) -> bool:
-        when = self._at.get(uid)  # type: ignore[call-overload]
-        return when is not None and when > self.clock() - self.horizon
-
-    def __len__(self) -> int:
-        return len(self._at)
 
 
 class Runs:
