@@ -24,12 +24,20 @@ Variants, in the same rounds (their order alternates from round to round):
   every job to the queue itself with ``send_task(..., headers=fair_headers(...))``, and the
   workers' intake moves them into their shards.
 
+``--light N``: instead of B's two jobs, N light clients publish one job each, right after the
+burst, on B's connection; ``--light-keys`` names their keys: ``any`` (``light-0`` to
+``light-<N-1>``, which nobody chose for their hash), ``colliding`` (the first N ``light-<i>``
+that ``protocol.shard_of`` puts in A's shard) or ``apart`` (the first N it puts elsewhere). The
+wait is then the slowest light client's (to its job's start), beside the median client's.
+
 ``--against DIR``: each fair variant also runs with ``celery_fair`` imported by the workers from
 ``DIR`` (the ``src`` folder of another checkout, e.g. ``git worktree add /tmp/base 6da9c74``),
 in the same rounds; its rows say ``VARIANT@base``. The producer is this checkout's either way.
 
-The table gives, per cell, the median and the maximum over the runs of B's wait and of A's
-jobs started in between, and A's completion time over plain Celery's in the same round.
+The table gives, per cell, the median and the maximum over the runs of B's wait (with
+``--light``, the slowest light client's; ``mid light``: the median light client's, median over
+the runs) and of A's jobs started in between, and A's completion time over plain Celery's in
+the same round.
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ from typing import Any
 import redis
 from kombu import Producer
 
+from celery_fair.protocol import shard_of
+
 HERE = Path(__file__).resolve().parent
 BROKERS = {
     "redis": "redis://127.0.0.1:6379/4",
@@ -64,6 +74,30 @@ class Result:
     b_wait: float | None  # seconds from B's publish to its last job's start; None: > patience
     a_between: int  # A's jobs that started in that time (or before we gave up)
     a_complete: float | None  # seconds from A's first publish to A's last end
+    light_median: float | None = None  # with --light: the median light client's wait
+
+
+def light_keys(count: int, how: str, shards: int = 8) -> list[str]:
+    """The keys of ``count`` light clients (``--light-keys``), ``light-<i>`` for rising i.
+
+    >>> all(shard_of(k, 8) == shard_of("A", 8) for k in light_keys(3, "colliding"))
+    True
+    >>> light_keys(2, "any")
+    ['light-0', 'light-1']
+    """
+    heavy = shard_of("A", shards)
+    keep = {
+        "any": lambda key: True,
+        "colliding": lambda key: shard_of(key, shards) == heavy,
+        "apart": lambda key: shard_of(key, shards) != heavy,
+    }[how]
+    keys: list[str] = []
+    i = 0
+    while len(keys) < count:
+        if keep(f"light-{i}"):
+            keys.append(f"light-{i}")
+        i += 1
+    return keys
 
 
 def app_for(broker: str, queue: str, key: str, shards: int) -> Any:
@@ -107,6 +141,7 @@ def run_once(
     complete: bool,
     patience: float,
     against: str | None = None,
+    light: list[str] | None = None,
 ) -> Result:
     variant, at, _ = variant.partition("@")
     path = f"{against}{os.pathsep}{HERE}" if at and against else str(HERE)
@@ -129,33 +164,46 @@ def run_once(
         b_connection.ensure_connection()
         b_producer = Producer(b_connection)
 
-        def publish(client: str) -> None:
-            producer = b_producer if client == "B" else None
+        def publish(client: str, record_as: str) -> None:
+            # record_as: the name its start and end are recorded under (burst_app.py)
+            producer = None if client == "A" else b_producer
+            task_id = f"{client}/{uuid.uuid4().hex}"
             if unaware:
                 from celery_fair import fair_headers
 
                 module.app.send_task(
                     "burst.job",
-                    [client, SECONDS],
+                    [record_as, SECONDS],
                     headers=fair_headers("burst", client),
                     producer=producer,
+                    task_id=task_id,
                 )
             else:
-                module.job.apply_async([client, SECONDS], fairness_key=client, producer=producer)
+                module.job.apply_async(
+                    [record_as, SECONDS], fairness_key=client, producer=producer, task_id=task_id
+                )
 
         a_published = time.time()
         for _ in range(size):
-            publish("A")
+            publish("A", "A")
         b_published = time.time()
-        for _ in range(2):
-            publish("B")
+        newcomers = light or ["B", "B"]
+        for client in newcomers:
+            publish(client, "B")
         limit = time.time() + patience
-        while record.zcard(f"{key}:start:B") < 2:
+        while record.zcard(f"{key}:start:B") < len(newcomers):
             if time.time() > limit:  # B waits behind the burst: say how long we waited
                 return Result(None, int(record.zcard(f"{key}:start:A")), None)
             time.sleep(0.01)
         b_starts = record.zrange(f"{key}:start:B", 0, -1, withscores=True)
         b_started = max(score for _, score in b_starts)
+        light_median = None
+        if light:
+            first: dict[str, float] = {}
+            for member, score in b_starts:
+                client = member.decode().partition("/")[0]
+                first[client] = min(score, first.get(client, score))
+            light_median = statistics.median(first.values()) - b_published
         a_between = int(record.zcount(f"{key}:start:A", f"({b_published}", f"({b_started}"))
         a_complete = None
         limit = time.time() + 900
@@ -166,7 +214,7 @@ def run_once(
                 time.sleep(0.05)
             last = record.zrange(f"{key}:end:A", -1, -1, withscores=True)[0][1]
             a_complete = last - a_published
-        return Result(b_started - b_published, a_between, a_complete)
+        return Result(b_started - b_published, a_between, a_complete, light_median)
     finally:
         if b_connection is not None:
             b_connection.release()
@@ -215,6 +263,18 @@ def main() -> None:
         help="seconds to wait for B before recording it as waiting longer than that",
     )
     parser.add_argument(
+        "--light",
+        type=int,
+        default=0,
+        help="N light clients of one job each instead of B's two (0: B)",
+    )
+    parser.add_argument(
+        "--light-keys",
+        default="any",
+        choices=("any", "colliding", "apart"),
+        help="the light clients' keys against A's shard (module docstring)",
+    )
+    parser.add_argument(
         "--against",
         default=None,
         help="the src folder of another checkout: each fair variant runs with it too",
@@ -222,6 +282,9 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["BURST_SETTINGS"] = args.settings
     variants = args.variants.split(",")
+    light = light_keys(args.light, args.light_keys) if args.light else None
+    if light:
+        print(f"light clients ({args.light_keys}): {', '.join(light)}")
     against = str(Path(args.against).resolve()) if args.against else None
     if against:
         variants += [f"{v}@base" for v in variants if v != "plain"]
@@ -229,7 +292,7 @@ def main() -> None:
     print(
         f"{'broker':6} {'workers':7} {'burst':>6} {'variant':13} {'B wait p50':>10} "
         f"{'B wait max':>10} {'A between p50':>13} {'max':>5} {'A done p50':>10} "
-        f"{'A done/plain':>12}"
+        f"{'A done/plain':>12} {'mid light':>9}"
     )
     for broker in args.brokers.split(","):
         for topology in args.topologies.split(","):
@@ -240,7 +303,14 @@ def main() -> None:
                     for variant in variants if i % 2 == 0 else variants[::-1]:
                         got[variant].append(
                             run_once(
-                                broker, variant, topology, size, complete, args.patience, against
+                                broker,
+                                variant,
+                                topology,
+                                size,
+                                complete,
+                                args.patience,
+                                against,
+                                light,
                             )
                         )
                 for variant in variants:
@@ -256,6 +326,7 @@ def report(
     plain: list[Result] | None,
 ) -> None:
     waits = [r.b_wait for r in results]
+    mids = [r.light_median for r in results]
     between = [r.a_between for r in results]
     ratio = "-"
     done = [r.a_complete for r in results]
@@ -268,7 +339,7 @@ def report(
     print(
         f"{broker:6} {topology:7} {size:>6} {variant:13} {_ms(_median(waits)):>10} "
         f"{_ms(worst):>10} {statistics.median(between):>13.0f} {max(between):>5} {took:>10} "
-        f"{ratio:>12}",
+        f"{ratio:>12} {_ms(_median(mids)) if any(mids) else '-':>9}",
         flush=True,
     )
 
