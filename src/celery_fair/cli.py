@@ -11,6 +11,7 @@ from typing import Any
 
 from ._version import __version__
 from .core import key_label
+from .core.lanes import DEFAULT_LANES
 from .errors import FairError, StoreUnavailable, TraceError
 from .routing import DEFAULT_SHARDS
 from .sim import (
@@ -81,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     shards.add_argument("url", help="the broker: redis://..., amqp://...")
     shards.add_argument("queues", nargs="+", metavar="QUEUE", help="queues (not shards)")
     shards.add_argument("--shards", type=int, default=DEFAULT_SHARDS, help="fair_shards")
+    shards.add_argument(
+        "--lanes",
+        type=int,
+        default=DEFAULT_LANES,
+        help="fair_lanes (lanes with messages waiting are listed)",
+    )
     shards.add_argument(
         "--key-prefix", default="", help="the Redis transport's global_keyprefix, if any"
     )
@@ -203,14 +210,17 @@ def _shards(args: argparse.Namespace) -> int:
     from .queues import format_depths, queue_depths
     from .settings import redact_url
 
-    if args.shards < 1 or args.sample < 0:
-        print("celery-fair shards: error: --shards must be >= 1, --sample >= 0", file=sys.stderr)
+    if args.shards < 1 or args.sample < 0 or args.lanes < 0:
+        print(
+            "celery-fair shards: error: --shards must be >= 1, --sample and --lanes >= 0",
+            file=sys.stderr,
+        )
         return 2
     options = {"global_keyprefix": args.key_prefix} if args.key_prefix else {}
     try:
         with Connection(args.url, transport_options=options, connect_timeout=5) as conn:
             conn.ensure_connection(max_retries=1)
-            depths = queue_depths(conn, args.queues, args.shards, args.sample)
+            depths = queue_depths(conn, args.queues, args.shards, args.sample, args.lanes)
     except Exception as exc:  # unreachable, refused, a bad URL: say so, never a traceback
         print(f"celery-fair shards: {redact_url(args.url)}: {exc}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ __all__ = [
     "declared_types",
     "open_store",
     "settings_of",
+    "shared_store",
     "store_url",
     "tracked_store",
     "untrack",
@@ -129,6 +130,17 @@ def app_store(app: Any) -> tuple[Any, Any]:
             )
         known = _stores[app] = (settings, store)
     return known
+
+
+def shared_store(app: Any) -> Any | None:
+    """The app's shared store (as ``app_store``), or ``None`` if it has none, or one that
+    cannot be used (logged)."""
+    try:
+        return app_store(app)[1]
+    except ConfigurationError as exc:
+        if store_url(settings_of(app), app) is not None:
+            logger.warning("celery-fair: the shared store cannot be used: %s", exc)
+        return None
 
 
 def tracked_store(app: Any) -> Any:

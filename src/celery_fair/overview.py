@@ -120,11 +120,9 @@ def gates(app: Any, timeout: float) -> list[dict[str, Any]]:
 
 def _queues(app: Any, shards: int) -> list[dict[str, Any]]:
     from .queues import queue_depths
-    from .routing import shard_index
+    from .routing import is_part
 
-    names = sorted(
-        {app.conf.task_default_queue, *(q for q in app.amqp.queues if shard_index(q) is None)}
-    )
+    names = sorted({app.conf.task_default_queue, *(q for q in app.amqp.queues if not is_part(q))})
     try:
         with app.connection_for_read() as conn:
             depths = queue_depths(conn, names, shards, sample=0)

@@ -38,6 +38,8 @@ __all__ = [
     "check_text",
     "header_text",
     "is_text",
+    "lane_index",
+    "lane_name",
     "shard_count",
     "shard_index",
     "shard_name",
@@ -108,6 +110,7 @@ DEFAULT_SHARDS = 8
 #: The name of ``shard_of``'s rule, which the intake's Lua script checks before it runs.
 SHARD_HASH = "sha1-32"
 _MARK = ".fair."
+_LANE_MARK = ".fair.lane."
 
 
 def shard_of(fairness_key: str, shards: int) -> int:
@@ -131,8 +134,27 @@ def shard_index(name: str) -> int | None:
     return int(tail) if mark and tail.isdigit() else None
 
 
+def lane_name(base: str, index: int) -> str:
+    """``q.fair.lane.3``: the name of lane ``index`` of queue ``base``, a queue of its own for
+    a heavy fairness key (core/lanes.py). No shard's name: ``shard_index`` says ``None``."""
+    return f"{base}{_LANE_MARK}{index}"
+
+
+def lane_index(name: str) -> int | None:
+    """The lane number in a lane's name, or ``None`` if ``name`` is not a lane's."""
+    _, mark, tail = name.rpartition(_LANE_MARK)
+    return int(tail) if mark and tail.isdigit() else None
+
+
 def base_name(name: str) -> str:
-    """The queue a shard belongs to (``q.fair.3`` -> ``q``); any other name unchanged."""
+    """The queue a shard or lane belongs to (``q.fair.3`` and ``q.fair.lane.3`` -> ``q``);
+    any other name unchanged.
+
+    >>> base_name("q.fair.3"), base_name("q.fair.lane.3"), base_name("q.fair")
+    ('q', 'q', 'q.fair')
+    """
+    if lane_index(name) is not None:
+        return name.rpartition(_LANE_MARK)[0]
     return name.rpartition(_MARK)[0] if shard_index(name) is not None else name
 
 

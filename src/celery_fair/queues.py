@@ -1,5 +1,5 @@
-"""What the broker holds in a queue and its shards: how many messages wait in each, who
-consumes it (RabbitMQ), and which fairness keys fill it (Redis). ``celery-fair shards``.
+"""What the broker holds in a queue, its shards and its lanes: how many messages wait in each,
+who consumes it (RabbitMQ), and which fairness keys fill it (Redis). ``celery-fair shards``.
 
 It changes nothing: on Redis it reads list lengths and the oldest messages of each list; on
 RabbitMQ it declares each queue passively (a queue cannot be read there without taking its
@@ -14,23 +14,29 @@ from collections.abc import Iterable
 from typing import Any
 
 from .core import key_label
-from .routing import shard_name
+from .protocol import lane_name, shard_name
 from .worker.headers import FAIRNESS_KEY
 
 __all__ = ["queue_depths"]
 
 
 def queue_depths(
-    connection: Any, queues: Iterable[str], shards: int, sample: int = 200
+    connection: Any, queues: Iterable[str], shards: int, sample: int = 200, lanes: int = 0
 ) -> list[dict[str, Any]]:
-    """For each queue and each of its ``shards`` shards: ``waiting`` messages, ``consumers``
-    (RabbitMQ; ``None`` on Redis, which does not know), and ``keys``: the fairness keys of the
-    oldest ``sample`` messages with how many each (Redis; ``None`` on RabbitMQ)."""
+    """For each queue, each of its ``shards`` shards and each of its first ``lanes`` lanes
+    that has messages waiting: ``waiting`` messages, ``consumers`` (RabbitMQ; ``None`` on
+    Redis, which does not know), and ``keys``: the fairness keys of the oldest ``sample``
+    messages with how many each (Redis; ``None`` on RabbitMQ)."""
     read = _redis_reader(connection, sample) if _is_redis(connection) else _amqp_reader(connection)
     out = []
     for queue in queues:
         names = [queue, *(shard_name(queue, i) for i in range(shards))]
-        out.append({"queue": queue, "lists": [{"name": n, **read(n)} for n in names]})
+        lists = [{"name": n, **read(n)} for n in names]
+        for j in range(lanes):
+            lane = {"name": lane_name(queue, j), **read(lane_name(queue, j))}
+            if lane["waiting"]:
+                lists.append(lane)
+        out.append({"queue": queue, "lists": lists})
     return out
 
 

@@ -21,18 +21,25 @@ find them, and Celery's delayed delivery binds them.
 
 from __future__ import annotations
 
+import threading
+import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from celery.utils.log import get_logger
 from kombu.entity import Queue
 
+from .connect import settings_of, shared_store
+from .core.lanes import HeavyKeys, LaneMap
 from .protocol import (
     DEFAULT_SHARDS,
     FAIRNESS_KEY,
     SHARD_HASH,
     base_name,
     check_text,
+    lane_index,
+    lane_name,
     shard_count,
     shard_index,
     shard_name,
@@ -42,11 +49,13 @@ from .protocol import (
 __all__ = [
     "DEFAULT_SHARDS",
     "SHARD_HASH",
+    "Lanes",
     "Shards",
     "base_name",
     "consume_shards",
     "fair_router",
     "follow_consumer_changes",
+    "is_part",
     "resolve_base",
     "shard_count",
     "shard_index",
@@ -55,12 +64,16 @@ __all__ = [
 ]
 
 
-def shard_queue(base: Any, index: int) -> Queue:
-    """Shard ``index`` of ``base``, declared like it (exchange, arguments, durability)."""
+logger = get_logger(__name__)
+
+
+def shard_queue(base: Any, index: int, name: Callable[[str, int], str] = shard_name) -> Queue:
+    """Shard ``index`` of ``base`` (or lane ``index``, with ``name=lane_name``), declared like
+    it (exchange, arguments, durability)."""
     spec = base.as_dict()
     spec.update(
-        name=shard_name(base.name, index),
-        routing_key=shard_name(base.routing_key or base.name, index),
+        name=name(base.name, index),
+        routing_key=name(base.routing_key or base.name, index),
         alias=None,
         # Celery's Queues mutate queue_arguments in place: never share them with the base.
         queue_arguments=dict(base.queue_arguments or {}) or None,
@@ -77,6 +90,8 @@ class Shards:
     def __init__(self, app: Any) -> None:
         self.app = app
         self._known: dict[tuple[str, int], list[Queue]] = {}
+        self._lanes: dict[tuple[str, int], Queue] = {}
+        self.consumed_lanes = 0  # lanes per queue this worker consumes (consume_shards)
 
     @classmethod
     def of(cls, app: Any) -> Shards:
@@ -107,10 +122,32 @@ class Shards:
                 known.append(queues[name])
         return known
 
+    def parts(self, base: Queue) -> list[Queue]:
+        """What a fair worker consumes besides ``base``: its shards, and its first
+        ``consumed_lanes`` lanes."""
+        return [*self.queues(base), *(self.lane(base, j) for j in range(self.consumed_lanes))]
+
+    def lane(self, base: Queue, index: int) -> Queue:
+        """Lane ``index`` of ``base``, registered in ``app.amqp.queues`` (once)."""
+        known = self._lanes.get((base.name, index))
+        if known is None:
+            queues = self.app.amqp.queues
+            name = lane_name(base.name, index)
+            if name not in queues:
+                queues.add(shard_queue(base, index, lane_name))
+            known = self._lanes[base.name, index] = queues[name]
+        return known
+
     def queue_for(self, base: Queue | str, fairness_key: str) -> Queue:
-        """Where a fair job of ``fairness_key`` bound for ``base`` (or one of its shards) goes."""
+        """Where a fair job of ``fairness_key`` bound for ``base`` (or one of its shards or
+        lanes) goes: its key's lane if it has one now (``Lanes``), else its key's shard.
+        Counts the publish (a key that turns heavy asks for a lane)."""
         name = base_name(base if isinstance(base, str) else base.name)
-        return self.queues(self.app.amqp.queues[name])[shard_of(fairness_key, self.count)]
+        queue = self.app.amqp.queues[name]
+        lane = Lanes.of(self.app).lane_for(fairness_key)
+        if lane is not None:
+            return self.lane(queue, lane)
+        return self.queues(queue)[shard_of(fairness_key, self.count)]
 
     def route(self, options: dict[str, Any], fairness_key: str | None, base: Any) -> None:
         """Point ``options`` (of a publish) at the shard of ``fairness_key`` for ``base``;
@@ -128,17 +165,24 @@ class Shards:
             options["exchange"], options["routing_key"] = exchange.name, shard.routing_key
 
 
-def consume_shards(app: Any) -> list[str]:
-    """Make a fair worker consume the shards of every queue it consumes: ``-Q q`` (or the
-    default queue) means ``q`` and its shards. Returns the queues given shards."""
+def is_part(name: str) -> bool:
+    """``name`` is a shard's or a lane's, not a queue's own."""
+    return shard_index(name) is not None or lane_index(name) is not None
+
+
+def consume_shards(app: Any, lanes: int = 0) -> list[str]:
+    """Make a fair worker consume the shards of every queue it consumes, and its first
+    ``lanes`` lanes: ``-Q q`` (or the default queue) means ``q``, its shards and those lanes.
+    Returns the queues given shards."""
     shards = Shards.of(app)
     if not shards.enabled:
         return []
+    shards.consumed_lanes = lanes
     queues = app.amqp.queues
-    bases = [q for q in list(queues.consume_from.values()) if shard_index(q.name) is None]
+    bases = [q for q in list(queues.consume_from.values()) if not is_part(q.name)]
     for base in bases:
-        for shard in shards.queues(base):
-            queues.select_add(shard)
+        for part in shards.parts(base):
+            queues.select_add(part)
     return [base.name for base in bases]
 
 
@@ -152,21 +196,142 @@ def follow_consumer_changes(consumer: Any) -> None:
 
     def add_task_queue(queue: str, *args: Any, **kwargs: Any) -> None:
         add(queue, *args, **kwargs)
-        if shard_index(queue) is None:
-            for shard in shards.queues(consumer.app.amqp.queues[queue]):
-                add(shard.name)
+        if not is_part(queue):
+            for part in shards.parts(consumer.app.amqp.queues[queue]):
+                add(part.name)
 
     def cancel_task_queue(queue: str) -> None:
         cancel(queue)
-        if shard_index(queue) is None:
+        if not is_part(queue):
             for i in range(shards.count):
                 cancel(shard_name(queue, i))
+            for j in range(shards.consumed_lanes):
+                cancel(lane_name(queue, j))
 
     consumer.add_task_queue = add_task_queue
     consumer.cancel_task_queue = cancel_task_queue
 
 
 _PER_APP: weakref.WeakKeyDictionary[Any, Shards] = weakref.WeakKeyDictionary()
+
+
+class Lanes:
+    """One app's lanes, as its producers in this process see them (core/lanes.py): which
+    keys go to a lane of their own now. Use ``Lanes.of(app)``, one per app.
+
+    Each publish counts (``HeavyKeys``); the publish that makes a key heavy asks the shared
+    store for its lane (one round trip, once per heavy episode). About once a second a publish
+    also renews the lanes of the keys still heavy here and reads the fleet's map if it changed
+    (one round trip each). Otherwise a publish costs a dict lookup. No store (``fair_lanes``
+    0, one shard, or no shared store): no lanes, every key to its shard. A store that fails
+    is logged, never raised into ``apply_async``: the keys go where the last map said.
+    """
+
+    REFRESH = 1.0  # seconds between two reads of the fleet's map
+
+    def __init__(self, app: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        self.app = app
+        self._clock = clock
+        settings = settings_of(app)
+        self.enabled = settings.lanes > 0 and shard_count(app.conf) > 1
+        self.heavy = HeavyKeys(settings.lane_threshold)
+        self.map = LaneMap(-1, {})  # version -1: not read yet
+        self._next_read = float("-inf")
+        self._store: Any = None
+        self._opened = False
+        self._lock = threading.Lock()
+        self._failing = False  # a store call failed, and none succeeded since (logged once)
+
+    @classmethod
+    def of(cls, app: Any) -> Lanes:
+        lanes = _LANES.get(app)
+        if lanes is None:
+            lanes = _LANES[app] = cls(app)
+        return lanes
+
+    def lane_for(self, fairness_key: str) -> int | None:
+        """Count a publish of ``fairness_key``: the lane it goes to, or ``None`` (its shard)."""
+        if not self.enabled:
+            return None
+        now = self._clock()
+        if now >= self._next_read:
+            self._refresh(now)
+        turned = self.heavy.publish(fairness_key, now)
+        lane = self.map.lane_of(fairness_key)
+        if lane is None and turned and self.enabled:
+            lane = self.ask(fairness_key)
+        return lane
+
+    def current(self) -> LaneMap:
+        """The fleet's map as this process knows it (read again if a second old), for a
+        mover that counts keys itself (the Redis intake); empty without lanes."""
+        if self.enabled:
+            now = self._clock()
+            if now >= self._next_read:
+                self._refresh(now)
+        return self.map
+
+    def _open(self) -> Any:
+        if not self._opened:
+            self._opened = True
+            self._store = shared_store(self.app)
+            if self._store is None:
+                self.enabled = False
+        return self._store
+
+    def _refresh(self, now: float) -> None:
+        if not self._lock.acquire(blocking=False):  # another thread reads it now
+            return
+        try:
+            self._next_read = now + self.REFRESH
+            store = self._open()
+            if store is None:
+                return
+            mine = [key for key in self.heavy.heavy(now) if self.map.lane_of(key) is not None]
+            if mine:
+                store.renew_lanes(mine)
+            new = store.lanes(self.map.version)
+            if new is not None:
+                self.map = new
+            self._recovered()
+        except Exception as exc:
+            self._failed("read the lanes", exc)
+        finally:
+            self._lock.release()
+
+    def ask(self, fairness_key: str) -> int | None:
+        """``fairness_key`` turned heavy: ask the store for its lane (``None``: none given,
+        or the store did not answer, logged)."""
+        store = self._open()
+        if store is None:
+            return None
+        try:
+            lane: int | None = store.ask_lane(fairness_key)
+        except Exception as exc:
+            self._failed("ask for a lane", exc)
+            return None
+        self._recovered()
+        if lane is not None:
+            self.map = LaneMap(self.map.version, {**self.map.lanes, fairness_key: lane})
+        return lane
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        if not self._failing:
+            self._failing = True
+            logger.warning(
+                "celery-fair: could not %s in the shared store (%r); keys go where the last "
+                "map said until it answers.",
+                what,
+                exc,
+            )
+
+    def _recovered(self) -> None:
+        if self._failing:
+            self._failing = False
+            logger.warning("celery-fair: the shared store answers again; lanes are read anew.")
+
+
+_LANES: weakref.WeakKeyDictionary[Any, Lanes] = weakref.WeakKeyDictionary()
 
 
 def resolve_base(app: Any, name: str, args: Any, kwargs: Any, options: dict[str, Any]) -> Queue:

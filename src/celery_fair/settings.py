@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig, tier_cap
+from .core.lanes import DEFAULT_LANE_SECONDS, DEFAULT_LANES, DEFAULT_THRESHOLD
 from .core.types import declared_priorities
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
@@ -77,6 +78,13 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # Fair shard queues (routing.py): a fair job with a fairness key goes to one of its
         # queue's N shards, by its key; a fair worker consumes them all. 1 = no shards.
         "fair_shards": DEFAULT_SHARDS,
+        # Lanes (core/lanes.py, docs/operations.md#lanes): a key that one producer publishes
+        # more than fair_lane_threshold jobs of within a second gets a queue of its own, one
+        # of each queue's fair_lanes lanes, assigned by the shared store; a key whose lease
+        # (fair_lane_seconds) lapsed leaves its lane once the lane is empty. 0 = no lanes.
+        "fair_lanes": DEFAULT_LANES,
+        "fair_lane_threshold": DEFAULT_THRESHOLD,
+        "fair_lane_seconds": DEFAULT_LANE_SECONDS,
         # The intake (intake/): seconds between two looks at a queue for fair messages that
         # producers published to it, while there is nothing to move; None = no intake.
         "fair_intake_interval": 0.05,
@@ -148,6 +156,9 @@ class FairSettings:
     on_bad_message: str = "repair"
     dead_letter_queue: str = "celery_fair.dead_letter"
     shards: int = DEFAULT_SHARDS
+    lanes: int = DEFAULT_LANES
+    lane_threshold: int = DEFAULT_THRESHOLD
+    lane_seconds: float = DEFAULT_LANE_SECONDS
     intake_interval: float | None = 0.05
     store_url: str | None = None
     store_prefix: str = "celery_fair"
@@ -233,6 +244,9 @@ class FairSettings:
             ),
             dead_letter_queue=_text("fair_dead_letter_queue", v["fair_dead_letter_queue"]),
             shards=shard_count({"fair_shards": v["fair_shards"]}),
+            lanes=_int("fair_lanes", v["fair_lanes"], minimum=0),
+            lane_threshold=_int("fair_lane_threshold", v["fair_lane_threshold"], minimum=1),
+            lane_seconds=_seconds("fair_lane_seconds", v["fair_lane_seconds"]),
             intake_interval=_optional_seconds("fair_intake_interval", v["fair_intake_interval"]),
             store_url=_store_url(v["fair_store_url"]),
             store_prefix=_prefix(v["fair_store_prefix"]),
@@ -303,6 +317,7 @@ class FairSettings:
             "store_prefix": self.store_prefix,
             "lease_seconds": self.lease_seconds,
             "store_outage": self.store_outage,
+            "lanes": self.lanes,
             "track_submits": self.tracking,
             "metrics": "off"
             if self.metrics_port is None

@@ -26,6 +26,8 @@ import redis
 from celery import Celery
 from fairapp import RECORD_URL, Recorder, make_app
 
+from celery_fair.core.lanes import DEFAULT_LANES
+from celery_fair.protocol import lane_name
 from celery_fair.routing import Shards, shard_name
 from spans import max_overlap  # noqa: F401  (the integration tests import it from here)
 
@@ -132,6 +134,8 @@ class Run:
             count = Shards.of(self.app).count
             queues = [self.queue, *self.extra_queues]
             shards = [shard_name(q, i) for q in queues for i in range(count)]
+            lanes = self.conf.get("fair_lanes", DEFAULT_LANES)
+            shards += [lane_name(q, j) for q in queues for j in range(lanes)]
             with self.app.connection_for_write() as conn:
                 channel = conn.default_channel
                 for queue in (*queues, *shards, self.dead_letter):

@@ -18,6 +18,8 @@ import redis
 from harness import FAST_RESTORE, intervals, wait_until
 
 from celery_fair import fair_headers
+from celery_fair.core.lanes import HeavyKeys, LaneMap
+from celery_fair.protocol import lane_name
 from celery_fair.routing import DEFAULT_SHARDS, shard_name, shard_of
 from celery_fair.worker.intake import BATCH, RedisIntake
 from celery_fair.worker.intake.amqp import AmqpIntake
@@ -111,6 +113,61 @@ def test_what_is_not_a_keyed_fair_job_stays_in_order_and_priorities_are_kept(red
     assert [tag for _, tag, _ in drain(run, run.queue)] == [t for w, t in sent if w == "stay"]
     shard = drain(run, shard_name(run.queue, shard_of("k", SHARDS)))
     assert [(tag, pri) for _, tag, pri in shard] == [(t, 9) for w, t in sent if w == "move"]
+
+
+class FakeLanes:
+    """``routing.Lanes`` as the intake uses it: the map it knows, and asking for a lane."""
+
+    def __init__(self, lanes: dict[str, int], give: int | None) -> None:
+        self.heavy = HeavyKeys(threshold=16)
+        self.map = dict(lanes)
+        self.give = give
+        self.asked: list[str] = []
+
+    def current(self) -> LaneMap:
+        return LaneMap(1, dict(self.map), 4)
+
+    def ask(self, key: str) -> int | None:
+        self.asked.append(key)
+        if self.give is not None:
+            self.map[key] = self.give
+        return self.give
+
+
+@pytest.mark.parametrize("broker", ["redis"])
+@pytest.mark.parametrize("give", [3, None])
+def test_the_redis_intake_moves_laned_keys_to_their_lanes_and_asks_before_a_burst_lands(
+    redis_run, give
+):
+    # Given, in the queue itself, a burst of 40 of B's (no lane yet), 3 of A's (lane 2) and 5
+    # of C's (light), interleaved,
+    run = redis_run()
+    sent: dict[str, list[str]] = {"A": [], "B": [], "C": []}
+    for i in range(48):
+        key = "A" if i % 16 == 0 else "C" if i % 16 in (1, 9) and len(sent["C"]) < 5 else "B"
+        run.send("fairapp.clone", f"{key}{i}", headers=fair_headers("clone", key))
+        sent[key].append(f"{key}{i}")
+    lanes = FakeLanes({"A": 2}, give)
+    # when the intake moves them,
+    with run.app.connection_for_write() as conn:
+        channel = conn.default_channel
+        intake = RedisIntake(
+            redis_broker_client(channel), redis_queue_lists(channel), SHARDS, lanes, 4
+        )
+        try:
+            assert intake.move(run.queue, batch=BATCH) == (48, 48)
+        finally:
+            intake.close()
+    # then B, heavy among them, was given a lane before any of it moved, and went there (or,
+    # with no lane to be had, to its shard), A to its lane, C to its shard, each in order.
+    assert lanes.asked == ["B"]
+    tags = lambda queue: [tag for _, tag, _ in drain(run, queue)]  # noqa: E731
+    assert tags(lane_name(run.queue, 2)) == sent["A"]
+    b_shard, c_shard = (shard_name(run.queue, shard_of(k, SHARDS)) for k in "BC")
+    assert b_shard != c_shard  # (this test's keys)
+    assert tags(lane_name(run.queue, 3) if give is not None else b_shard) == sent["B"]
+    assert tags(c_shard) == sent["C"]
+    assert drain(run, run.queue) == []
 
 
 def test_a_call_looks_at_no_more_than_its_batch_and_the_rest_waits_for_the_next(redis_run):

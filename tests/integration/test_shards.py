@@ -13,7 +13,14 @@ from celery import chain, group
 from harness import gate_stats, intervals, wait_until
 
 from celery_fair import cli, fair_headers, fair_router
+from celery_fair.core.lanes import DEFAULT_LANES
+from celery_fair.protocol import lane_name
 from celery_fair.routing import shard_name, shard_of
+
+
+def lane_of(base: str):
+    return lambda j: lane_name(base, j)
+
 
 SLOTS = 2
 SHARDS = 8
@@ -177,8 +184,12 @@ def test_a_worker_consumes_the_shards_of_each_queue_it_is_given_and_of_queues_ad
         reply = run.app.control.inspect(destination=[node(worker)], timeout=1).active_queues()
         return {q["name"] for q in (reply or {}).get(node(worker), [])}
 
+    # (with a shared store, on Redis the broker's, its lanes too: docs/operations.md#lanes)
+    lanes = DEFAULT_LANES if run.broker == "redis" else 0
+
     def with_shards(base: str) -> set[str]:
-        return {base, *(shard_name(base, i) for i in range(SHARDS))}
+        parts = [*(shard_name(base, i) for i in range(SHARDS)), *map(lane_of(base), range(lanes))]
+        return {base, *parts}
 
     assert active_queues() == with_shards(run.queue) | with_shards(other)
     # The worker adds (and cancels) a consumer on its loop, after its reply: poll.

@@ -21,9 +21,11 @@ class LaneTableMachine(RuleBasedStateMachine):
         self.now = 0.0
 
     def _changes(self, act) -> object:
-        before = (self.table.map().lanes, self.table.version)
+        found = self.table.map()
+        before = ((found.lanes, found.size), found.version)
         result = act()
-        after = (self.table.map().lanes, self.table.version)
+        found = self.table.map()
+        after = ((found.lanes, found.size), found.version)
         assert (before[0] != after[0]) == (before[1] != after[1])
         assert after[1] >= before[1]
         return result

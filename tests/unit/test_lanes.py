@@ -113,3 +113,20 @@ def test_fewer_lanes_agreed_sends_the_keys_beyond_them_back_to_their_shards() ->
     assert table.ask("e", 1.0) == 0  # lanes 2 and 3 are no longer given
     table.resize(0, 2.0)
     assert table.ask("f", 2.0) is None
+
+
+def test_a_look_once_a_second_never_misses_a_key_that_stays_heavy() -> None:
+    # The router looks (to renew the lanes of its heavy keys) at its first publish a second
+    # after its last look, just before counting it: the moment a key's window also restarts.
+    heavy = HeavyKeys(threshold=16)
+    missed, looked, next_look = 0, 0, 0.0
+    for i in range(1000):  # 100 a second for 10 seconds
+        now = i * 0.01
+        if now >= next_look:
+            next_look = now + 1.0
+            if now >= 1.0:
+                looked += 1
+                missed += not heavy.over("A", now)
+        heavy.publish("A", now)
+    assert (looked, missed) == (9, 0)
+    assert not heavy.over("A", 10.0 + 2.0)  # quiet for two windows: no longer heavy

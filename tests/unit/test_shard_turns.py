@@ -49,3 +49,20 @@ def test_kombus_turns_go_through_the_order_and_still_rotate():
     assert order_redis_reads(channel, lambda queues: list(reversed(queues)))
     assert channel._queue_cycle.consume(3) == ["q.fair.1", "q.fair.2", "q.fair.0"]
     assert not order_redis_reads(object(), turns.order)  # not a Redis channel
+
+
+def test_a_lane_counts_in_its_own_slot_and_goes_last_once_held_a_window_of() -> None:
+    turns = ShardTurns(shards=2, window=lambda: 2, lanes=3)
+    assert turns.lane_slot("q.fair.lane.1") == 3
+    assert turns.lane_slot("q.fair.lane.3") is None  # beyond the lanes consumed
+    assert turns.lane_slot("q.fair.1") is None  # a shard: counted by its key's hash
+    assert turns.lane_slot(None) is None
+    queues = ["q.fair.lane.1", "q.fair.0", "q.fair.1", "q"]
+    turns.add(3)
+    assert turns.lanes_held() == 1
+    assert turns.order(queues) == queues
+    turns.add(3)  # the heavy key's lane held a window of: its light neighbours come first
+    assert turns.order(queues) == ["q.fair.0", "q.fair.1", "q", "q.fair.lane.1"]
+    turns.remove(3)
+    turns.remove(3)
+    assert turns.lanes_held() == 0

@@ -49,14 +49,16 @@ EMPTY_SWEEPS = 2
 
 class HeavyKeys:
     """One producer's publishes per key, counted over a window of ``horizon`` seconds that
-    starts at the key's first publish after the last window ended. O(1) per publish, amortised
-    (idle keys are pruned at most once per horizon).
+    starts at the key's first publish after the last window ended. A key stays heavy for a
+    window after the window that made it so, so that a look once per horizon never misses a
+    key that stays heavy. O(1) per publish, amortised (idle keys are pruned at most once per
+    horizon).
 
     >>> heavy = HeavyKeys(threshold=2)
     >>> [heavy.publish("a", t) for t in (0.0, 0.1, 0.2, 0.3)]
     [False, False, True, False]
-    >>> heavy.over("a", 0.5), heavy.over("a", 1.0)  # a new window starts at 1.0
-    (True, False)
+    >>> heavy.over("a", 0.5), heavy.over("a", 1.5), heavy.over("a", 2.0)
+    (True, True, False)
     """
 
     __slots__ = ("_pruned", "_seen", "horizon", "threshold")
@@ -66,27 +68,32 @@ class HeavyKeys:
             raise ValueError(f"threshold: expected an integer >= 1, got {threshold!r}")
         self.threshold = threshold
         self.horizon = horizon
-        # _seen[key] == (when its window started, publishes in it)
-        self._seen: dict[str, tuple[float, int]] = {}
+        # _seen[key] == (when its window started, publishes in it, whether the window before
+        # it, which ended as this one began, was over the threshold)
+        self._seen: dict[str, tuple[float, int, bool]] = {}
         self._pruned = float("-inf")
 
     def publish(self, key: str, now: float) -> bool:
         """Count one publish of ``key`` at ``now``; ``True`` for the one publish of a window
         that makes ``key`` heavy (``threshold + 1``), the moment to ask for its lane."""
-        start, count = self._seen.get(key, (now, 0))
+        start, count, before = self._seen.get(key, (now, 0, False))
         if now - start >= self.horizon:
+            before = count > self.threshold and now - start < 2 * self.horizon
             start, count = now, 0
         count += 1
-        self._seen[key] = (start, count)
+        self._seen[key] = (start, count, before)
         if now - self._pruned >= self.horizon:
             self._prune(now)
         return count == self.threshold + 1
 
     def over(self, key: str, now: float) -> bool:
-        """``key`` published more than ``threshold`` in its window, which still runs at
-        ``now`` (its lane is renewed)."""
-        start, count = self._seen.get(key, (now, 0))
-        return count > self.threshold and now - start < self.horizon
+        """``key`` is heavy here at ``now`` (its lane is renewed): it published more than
+        ``threshold`` within its window, which ended less than a window ago at most, or the
+        window before its current one did."""
+        start, count, before = self._seen.get(key, (now, 0, False))
+        if now - start < self.horizon and before:
+            return True
+        return count > self.threshold and now - start < 2 * self.horizon
 
     def heavy(self, now: float) -> list[str]:
         """The keys ``over`` the threshold at ``now``. O(keys seen within a horizon)."""
@@ -94,7 +101,7 @@ class HeavyKeys:
 
     def _prune(self, now: float) -> None:
         self._pruned = now
-        old = [key for key, (start, _) in self._seen.items() if now - start >= self.horizon]
+        old = [key for key, (start, *_) in self._seen.items() if now - start >= 2 * self.horizon]
         for key in old:
             del self._seen[key]
 
@@ -114,10 +121,12 @@ def agreed_size(announced: Iterable[int | None]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class LaneMap:
-    """What producers route by: the keys that have a lane now, and the table's version."""
+    """What producers route by: the keys that have a lane now, the table's version, and how
+    many lanes the fleet agrees on (0: none is given)."""
 
     version: int
     lanes: Mapping[str, int]  # fairness key -> its lane
+    size: int = 0
 
     def lane_of(self, key: str) -> int | None:
         return self.lanes.get(key)
@@ -163,7 +172,7 @@ class LaneTable:
     def map(self) -> LaneMap:
         """The keys producers route to a lane now. O(assignments)."""
         lanes = {k: a.lane for k, a in self._keys.items() if a.leaving_since is None}
-        return LaneMap(self.version, lanes)
+        return LaneMap(self.version, lanes, self.size)
 
     def lane_of(self, key: str) -> int | None:
         assignment = self._keys.get(key)
@@ -225,12 +234,10 @@ class LaneTable:
         if size == self.size:
             return
         self.size = size
-        changed = False
         for assignment in self._keys.values():
             if assignment.lane >= size and assignment.leaving_since is None:
                 assignment.leaving_since = now
-                changed = True
-        self.version += 1 if changed else 0
+        self.version += 1
 
     def _drop(self, key: str, assignment: _Assignment) -> None:
         del self._keys[key]

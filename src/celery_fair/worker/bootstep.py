@@ -23,7 +23,7 @@ from ..core.clock import MonotonicClock
 from ..engine import Engine
 from ..metrics import GateLook, WorkerMetrics, serve
 from ..observe import Counters, Fanout, Observer
-from ..routing import Shards, follow_consumer_changes, shard_index
+from ..routing import Lanes, Shards, follow_consumer_changes, is_part
 from ..settings import FairSettings
 from ..store.base import Store
 from . import control  # noqa: F401 - registers the fair_* remote-control commands
@@ -32,6 +32,7 @@ from .gate import Gate
 from .intake import Intake, IntakeThread, RedisIntake
 from .intake.amqp import AmqpIntake
 from .internals import order_redis_reads, redis_broker_client, redis_queue_lists
+from .lane_watch import LaneWatch, amqp_ready, redis_ready
 from .reserve import RESERVE_MAX, plan_reserve, slots_of
 
 # open_store and store_url are the app glue's (connect.py); named here too, as before.
@@ -123,7 +124,10 @@ def start_intake(
     if driver == "redis":
         channel = c.connection.default_channel
         client = redis_broker_client(channel)
-        intake = RedisIntake(client, redis_queue_lists(channel), shards.count)
+        lanes = Lanes.of(c.app) if shards.consumed_lanes else None
+        intake = RedisIntake(
+            client, redis_queue_lists(channel), shards.count, lanes, shards.consumed_lanes
+        )
     elif driver == "amqp":
         intake = AmqpIntake(c.app)
     else:
@@ -144,9 +148,7 @@ def _base_queues(app: Any) -> list[str]:
     ``add_consumer`` may change them on the loop's."""
     for _ in range(3):
         try:
-            return [
-                name for name in list(app.amqp.queues.consume_from) if shard_index(name) is None
-            ]
+            return [name for name in list(app.amqp.queues.consume_from) if not is_part(name)]
         except RuntimeError:  # changed while copied
             continue
     return []
@@ -380,9 +382,56 @@ class FairSweepStep(bootsteps.StartStopStep):
         self.stop(c)
 
 
+class FairLanesStep(bootsteps.StartStopStep):
+    """With a shared store and lanes (``fair_lanes``), the lane watch (lane_watch.py): this
+    worker's lanes and which of them are empty, told to the store about once a second; started
+    with the first connection, stopped at shutdown."""
+
+    label = "Fair lanes"
+    requires = (FairGateStep,)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self.watch: LaneWatch | None = None
+
+    def start(self, c: Any) -> None:
+        gate = _gate(c)
+        lanes = Shards.of(c.app).consumed_lanes
+        if gate is None or gate.engine.store is None or lanes < 1 or self.watch is not None:
+            return
+        driver = c.connection.transport.driver_type
+        close: Callable[[], None] = lambda: None  # noqa: E731
+        if driver == "redis":
+            channel = c.connection.default_channel
+            client = redis_broker_client(channel)
+            ready = redis_ready(client, redis_queue_lists(channel))
+            close = client.close
+        elif driver == "amqp":
+            conn = c.app.connection_for_read()
+            ready = amqp_ready(conn)
+            close = conn.release
+        else:
+            return
+        self.watch = LaneWatch(
+            gate.engine.store, gate.engine.worker, lanes, lambda: _base_queues(c.app), ready, close
+        )
+        self.watch.start()
+
+    def shutdown(self, c: Any) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+
+
 #: The consumer steps of a fair worker, in the order they start (each requires the one before
 #: it runs on): pool.py adds them to the app's consumer blueprint.
-STEPS = (FairMetricsStep, FairIntakeStep, FairGateStep, FairStoreLinkStep, FairSweepStep)
+STEPS = (
+    FairMetricsStep,
+    FairIntakeStep,
+    FairGateStep,
+    FairStoreLinkStep,
+    FairSweepStep,
+    FairLanesStep,
+)
 
 
 def gate_for_worker(

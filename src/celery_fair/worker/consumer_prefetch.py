@@ -33,7 +33,7 @@ from typing import Any
 
 from celery.utils.log import get_logger
 
-from ..routing import shard_index
+from ..routing import is_part
 from .internals import (
     applied_prefetch,
     channel_window_is_global,
@@ -76,7 +76,7 @@ class ShardPrefetch:
     def limit_for(self, queue: str) -> int:
         """The window to consume ``queue`` with now (0: none of its own, the channel's only),
         remembered as the one it has."""
-        if shard_index(queue) is None:
+        if not is_part(queue):  # a queue's own consumer, not a shard's or a lane's
             return 0
         limit = self._target(queue)
         self._limits[queue] = limit

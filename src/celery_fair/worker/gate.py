@@ -31,7 +31,7 @@ from ..engine import Call, Decision, Engine
 from ..metrics import GateLook
 from ..observe import Counters, Observer
 from ..protocol import ControlAnswer
-from ..routing import shard_of
+from ..routing import Shards, shard_of
 from . import events, views
 from .consumer_prefetch import ShardWindows
 from .copies import Copies, FinishedHere
@@ -97,6 +97,7 @@ class Gate:
             max_held=settings.max_held,
             shards=settings.shards,
             driver=driver,
+            lanes=Shards.of(self.app).consumed_lanes,
         )
         self.held = HeldJobs(self.windows.turns)
         self.reserve = Reserve(lookahead, sizer)
@@ -240,11 +241,15 @@ class Gate:
         )
         shards = self.settings.shards
         with_events = sends_events(req)
-        shard = None  # its key's shard, for the shard turns and the task events
-        if shards > 1 and (with_events or self.windows.turns is not None):
-            shard = shard_of(key, shards)
-        self.held.add(uid, held, shard)
+        turns = self.windows.turns
+        slot = None  # for the turns: the lane it came from, else its key's shard
+        if turns is not None:
+            slot = turns.lane_slot((getattr(req, "delivery_info", None) or {}).get("routing_key"))
+            if slot is None:
+                slot = shard_of(key, shards)
+        self.held.add(uid, held, slot)
         if with_events:
+            shard = shard_of(key, shards) if shards > 1 else None
             place = self.scheduler.pending_of(key)
             held.events = events.on_receipt(parsed, shard, place, len(self.held))
             events.attach(req, held.events)

@@ -41,7 +41,7 @@ class Held:
     headers: FairHeaders
     arrival: float  # the wall time its wait counts from (its publish, or its receipt)
     events: dict[str, Any] | None = None  # the fields its task events carry (events.py)
-    shard: int = -1  # the shard of its fairness key, counted by ShardTurns (-1: not counted)
+    shard: int = -1  # its slot in ShardTurns: its key's shard, or its lane (-1: not counted)
     priority: int | None = None  # its own priority, if not its type's
 
 

@@ -148,11 +148,14 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
     sender.fair_types = types
     sender.fair_store = store
     sender.pool_cls = fair_pool_class(inner)
-    sharded = consume_shards(sender.app)
+    # Lanes are given out by the shared store: a worker without one consumes none.
+    lanes = settings.lanes if store is not None else 0
+    sharded = consume_shards(sender.app, lanes)
     if sharded:
         logger.info(
-            "celery-fair: consuming the %d fair shards of %s too.",
+            "celery-fair: consuming the %d fair shards and %d lanes of %s too.",
             settings.shards,
+            lanes,
             ", ".join(sharded),
         )
 

@@ -13,20 +13,23 @@ start plus one, as RabbitMQ's per-consumer windows, consumer_prefetch.py) and la
 holds enough of. ``BRPOP`` pops the first non-empty list, so a shard the gate needs is read
 first, a newcomer's included, and when none of them has a message the others are read as
 before: the order never makes the worker wait. The counts are kept as the gate holds and lets
-go of messages, by the shard of their fairness key (``routing.shard_of``).
+go of messages: by the queue they came from when that is a lane (a heavy key's queue of its
+own, core/lanes.py; its messages carry the lane's name as their routing key), else by the
+shard of their fairness key (``routing.shard_of``), which is where the intake put them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..routing import shard_index
+from ..protocol import lane_index, shard_index
 
 __all__ = ["ShardTurns"]
 
 
 class ShardTurns:
-    """Held messages per shard, and the order of queues they call for. Pure.
+    """Held messages per shard and per lane, and the order of queues they call for. Pure.
+    A *slot* numbers them: shard i is slot i, lane j is slot ``shards + j``.
 
     >>> turns = ShardTurns(shards=4, window=lambda: 2)
     >>> turns.add(1); turns.add(1)
@@ -37,17 +40,39 @@ class ShardTurns:
     ['q.fair.1', 'q.fair.3']
     """
 
-    def __init__(self, shards: int, window: Callable[[], int]) -> None:
-        self.held = [0] * shards
+    def __init__(self, shards: int, window: Callable[[], int], lanes: int = 0) -> None:
+        self.shards = shards
+        self.held = [0] * (shards + lanes)
         self._window = window
-        self._index: dict[str, int | None] = {}  # queue name -> shard number, as parsed
+        self._index: dict[str, int | None] = {}  # queue name -> slot, as parsed
 
-    def add(self, shard: int) -> None:
-        self.held[shard] += 1
+    def add(self, slot: int) -> None:
+        self.held[slot] += 1
 
-    def remove(self, shard: int) -> None:
-        if self.held[shard] > 0:
-            self.held[shard] -= 1
+    def remove(self, slot: int) -> None:
+        if self.held[slot] > 0:
+            self.held[slot] -= 1
+
+    def lane_slot(self, routing_key: object) -> int | None:
+        """The slot of the lane named ``routing_key`` (a message's), if it is one of these
+        lanes."""
+        if not isinstance(routing_key, str):
+            return None
+        lane = lane_index(routing_key)
+        if lane is None or self.shards + lane >= len(self.held):
+            return None
+        return self.shards + lane
+
+    def lanes_held(self) -> int:
+        """How many lanes the gate holds messages of. O(lanes)."""
+        return sum(1 for n in self.held[self.shards :] if n)
+
+    def _slot(self, name: str) -> int | None:
+        shard = shard_index(name)
+        if shard is not None:
+            return shard
+        lane = lane_index(name)
+        return None if lane is None else self.shards + lane
 
     def order(self, queues: list[str]) -> list[str]:
         """``queues`` (the transport's turn order) with the shards held enough of moved to the
@@ -59,7 +84,7 @@ class ShardTurns:
         for name in queues:
             i = index.get(name, -1)
             if i == -1:
-                i = index[name] = shard_index(name)
+                i = index[name] = self._slot(name)
             if i is not None and i < len(held) and held[i] >= window:
                 later = [] if later is None else later
                 later.append(name)

@@ -113,6 +113,7 @@ class Windows:
         max_held: int,
         shards: int,
         driver: str,
+        lanes: int = 0,
     ) -> None:
         """``qos``: the consumer's QoS now; ``capacity``: what the worker can start now (its
         slots and reserve: the core's capacity); ``idle``: whether a pool process idles that
@@ -126,7 +127,7 @@ class Windows:
         self.shards: Any = None  # ShardWindows of this connection, or None
         self.turns: ShardTurns | None = None
         if driver == "redis" and shards > 1:
-            self.turns = ShardTurns(shards, lambda: self.shard_window)
+            self.turns = ShardTurns(shards, lambda: self.shard_window, lanes)
 
     @property
     def shard_window(self) -> int:
@@ -143,10 +144,11 @@ class Windows:
         to the burst: there each shard's consumer has a window of its own instead
         (consumer_prefetch.py), and the channel's may reach ``fair_max_held``. While a process
         idles that no held job can take, the gate may take in up to ``fair_max_held`` to find
-        one that can run."""
+        one that can run. A lane the gate holds messages of is one more look (core/lanes.py)."""
         if self.shard_count <= 1 or self.driver != "redis" or self._idle():
             return self.max_held
-        return min(self.max_held, self._capacity() + self.shard_count)
+        looks = self.shard_count + (self.turns.lanes_held() if self.turns is not None else 0)
+        return min(self.max_held, self._capacity() + looks)
 
     def follow(self, held: int, fair_inside: bool) -> None:
         """Keep the channel's window ahead of ``held`` messages (``PrefetchWindow.follow``)."""

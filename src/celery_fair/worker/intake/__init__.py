@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from celery.utils.log import get_logger
 
 from ...observe import Observer
-from ...protocol import SHARD_HASH, shard_name
+from ...protocol import SHARD_HASH, lane_name, shard_name
 
 __all__ = ["BATCH", "Intake", "IntakeThread", "RedisIntake", "plain_consumers"]
 
@@ -44,30 +44,61 @@ _SCRIPT = (resources.files(__package__) / "move.lua").read_text()
 
 
 class RedisIntake:
-    """Moves fair messages from a queue into their shards on a Redis broker.
+    """Moves fair messages from a queue into their shards, or their lanes, on a Redis broker.
 
     Args:
         client: A redis-py client of the broker's Redis (no key prefix of its own).
         lists: The Redis keys of a queue's lists, one per priority step, highest priority
             first, with Kombu's key prefix (``internals.redis_queue_lists``).
         shards: How many shards each queue has (``fair_shards``).
+        lanes: The app's lanes (``routing.Lanes``) and how many of each queue's this worker
+            consumes; a key with a lane moves to it, and a key without one that has more than
+            the lane threshold among the messages one call looks at asks for one first.
     """
 
-    def __init__(self, client: Any, lists: Callable[[str], list[str]], shards: int) -> None:
+    def __init__(
+        self,
+        client: Any,
+        lists: Callable[[str], list[str]],
+        shards: int,
+        lanes: Any = None,
+        lane_count: int = 0,
+    ) -> None:
         self.client = client
         self.lists = lists
         self.shards = shards
+        self.lanes = lanes if lane_count > 0 else None
+        self.lane_count = lane_count if lanes is not None else 0
         self._move = client.register_script(_SCRIPT)
         self.moved = 0  # messages moved by this intake
 
     def move(self, queue: str, batch: int = BATCH) -> tuple[int, int]:
-        """One script call: move what is keyed among the oldest ``batch`` messages of
-        ``queue``; returns (moved, looked at). One round trip; O(looked at) on Redis."""
+        """Move what is keyed among the oldest ``batch`` messages of ``queue``; returns
+        (moved, looked at). One script call, O(looked at) on Redis; one more, and a lane asked
+        for, when a key turns heavy among them."""
         keys = list(self.lists(queue))
         steps = len(keys)
         for i in range(self.shards):
             keys += self.lists(shard_name(queue, i))
-        moved, looked = self._move(keys=keys, args=[SHARD_HASH, self.shards, steps, batch])
+        for j in range(self.lane_count):
+            keys += self.lists(lane_name(queue, j))
+        lanes = self.lanes
+        threshold = lanes.heavy.threshold if lanes is not None else 0
+        for attempt in range(3):  # move; or ask for lanes, and move
+            if attempt == 2:
+                threshold = 0  # (lanes given but not in the map yet: to their shards)
+            laned: list[Any] = []
+            if lanes is not None:
+                for key, lane in lanes.current().lanes.items():
+                    if lane < self.lane_count:
+                        laned += [key, lane]
+            head = [SHARD_HASH, self.shards, steps, batch, self.lane_count, threshold]
+            moved, looked, *heavy = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
+            if not heavy or lanes is None:
+                break
+            given = [lanes.ask(k.decode() if isinstance(k, bytes) else k) for k in heavy]
+            if not any(lane is not None and lane < self.lane_count for lane in given):
+                threshold = 0  # no lane to be had: they go to their shards
         self.moved += int(moved)
         return int(moved), int(looked)
 

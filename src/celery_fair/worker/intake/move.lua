@@ -1,23 +1,33 @@
 -- move: take the fair messages that producers published to a queue out of it, into the shard
--- of their fairness key (celery_fair.routing), oldest first, each in its priority step.
+-- of their fairness key (celery_fair.routing), or its lane if it has one (core/lanes.py),
+-- oldest first, each in its priority step.
 -- Kombu's Redis transport keeps a queue as one list per priority step; a message is a JSON
 -- document whose "headers" hold Celery's and ours. A message with a non-empty string
 -- fairness_key header moves, unchanged, to the head of its shard's list of the same step;
 -- every other message (no key, or not readable as JSON) stays, in its order.
 -- KEYS: the queue's lists, one per step, highest priority first (S of them, with Kombu's key
---       prefix); then the shards' lists: shard i, step s at S + i * S + s (i from 0).
+--       prefix); then the shards' lists: shard i, step s at S + i * S + s (i from 0); then
+--       the lanes' lists: lane j, step s at S + N * S + j * S + s (j from 0).
 -- ARGV[1]: the shard hash's name, which must be 'sha1-32' (routing.SHARD_HASH)
 -- ARGV[2]: N, the number of shards; ARGV[3]: S, the number of steps
 -- ARGV[4]: the most messages to look at in this call (over all steps)
--- Returns {moved, looked at}. A message is moved at most once per call, and nothing is ever
--- lost: a message is pushed back or moved in the same call that popped it, and the JSON is
--- only read (a document cjson cannot read stays where it was).
+-- ARGV[5]: L, the number of lanes in KEYS; ARGV[6]: T, the lane threshold (0: none)
+-- ARGV[7]: m, the number of keys with a lane; then m pairs: a key, its lane (below L)
+-- A key without a lane that has more than T messages among those looked at in one step is
+-- heavy: the call then moves nothing and returns such keys, to be given lanes before the
+-- next call, so that no burst lands in a light key's shard.
+-- Returns {moved, looked at, heavy keys...}. A message is moved at most once per call, and
+-- nothing is ever lost: a message is pushed back or moved in the same call that popped it,
+-- and the JSON is only read (a document cjson cannot read stays where it was).
 -- Cost: O(looked at); about 1 us per message to look (a plain string search) and 15 us more
 -- to move one (cjson.decode and SHA-1).
 if ARGV[1] ~= 'sha1-32' then
   return redis.error_reply('celery-fair intake: unknown shard hash ' .. ARGV[1])
 end
 local n, steps, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local lanes, threshold, m = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local lane_of = {}
+for i = 0, m - 1 do lane_of[ARGV[8 + 2 * i]] = tonumber(ARGV[9 + 2 * i]) end
 local marker = '"fairness_key": "'
 
 local function key_of(raw)
@@ -46,12 +56,33 @@ for s = 1, steps do
       if k then any = true end
     end
     looked = looked + count
+    if any and threshold > 0 then
+      local counts, heavy = {}, {}
+      for j = 1, count do
+        local k = keys[j]
+        if k and not lane_of[k] then
+          counts[k] = (counts[k] or 0) + 1
+          if counts[k] == threshold + 1 then heavy[#heavy + 1] = k end
+        end
+      end
+      if #heavy > 0 then
+        local out = {moved, looked}
+        for _, k in ipairs(heavy) do out[#out + 1] = k end
+        return out
+      end
+    end
     if any then
       for _ = 1, count do redis.call('RPOP', list) end
       for j = count, 1, -1 do
         if keys[j] then
-          local shard = tonumber(string.sub(redis.sha1hex(keys[j]), 1, 8), 16) % n
-          redis.call('LPUSH', KEYS[steps + shard * steps + s], tail[j])
+          local lane = lane_of[keys[j]]
+          local at
+          if lane then
+            at = steps + n * steps + lane * steps + s
+          else
+            at = steps + tonumber(string.sub(redis.sha1hex(keys[j]), 1, 8), 16) % n * steps + s
+          end
+          redis.call('LPUSH', KEYS[at], tail[j])
           moved = moved + 1
         end
       end

@@ -1,0 +1,102 @@
+"""Lanes with real workers (issue 33): a key that turns heavy goes to a queue of its own, so a
+light client whose key shares the heavy key's shard waits behind no more than the heavy key's
+first few messages, on both brokers; the lanes are the store's, given only once the workers
+consume them."""
+
+from __future__ import annotations
+
+import time
+
+from harness import intervals, wait_until
+
+from celery_fair import fair_headers
+from celery_fair.core.lanes import DEFAULT_THRESHOLD
+from celery_fair.routing import shard_of
+from celery_fair.store import RedisStore
+
+STORE = "redis://127.0.0.1:6379/3"  # the store on RabbitMQ (on Redis: the broker's)
+SLOTS = 2
+SHARDS = 8
+
+
+def lane_conf(broker: str) -> dict:
+    return {"fair_store_url": STORE} if broker == "amqp" else {}
+
+
+def store_of(run) -> RedisStore:
+    url = run.conf.get("fair_store_url", run.url)
+    return RedisStore.from_url(url, prefix=run.conf["fair_store_prefix"])
+
+
+def colliding(heavy: str, count: int) -> list[str]:
+    """``count`` keys that the product's own shard function puts in ``heavy``'s shard."""
+    keys, i = [], 0
+    while len(keys) < count:
+        key = f"light-{i}"
+        if shard_of(key, SHARDS) == shard_of(heavy, SHARDS):
+            keys.append(key)
+        i += 1
+    return keys
+
+
+def test_light_clients_in_a_heavy_keys_shard_start_behind_only_its_first_messages(
+    make_run, start_worker, broker
+):
+    # Given a fair worker with a shared store, which has told the store it consumes lanes,
+    run = make_run(conf=lane_conf(broker))
+    start_worker(run, concurrency=SLOTS)
+    store = store_of(run)
+    wait_until(lambda: store.lanes(-1).size > 0, 30, "the worker to announce its lanes")
+    clone = run.app.tasks["fairapp.clone"]
+    # when client A publishes a burst of 1,500 jobs, and right after, 8 light clients whose
+    # keys hash to A's shard publish one job each (the burst mostly still in the broker),
+    for i in range(1500):
+        clone.apply_async([f"A{i}", 0.02], fairness_key="A")
+    published = time.time()
+    light = colliding("A", 8)
+    for key in light:
+        clone.apply_async([key, 0.02], fairness_key=key)
+    # then A got a lane of its own, and the light clients all started behind no more of A's
+    # jobs than the ones A published before it turned heavy, and what the worker held then
+    # (without lanes: about 1,400, the whole burst ahead of them in the shard).
+    assert store.lanes(-1).lane_of("A") is not None
+    assert not any(store.lanes(-1).lane_of(key) is not None for key in light)
+    done = run.recorder.done_counts
+    wait_until(lambda: all(done().get(key) for key in light), 60, "the light clients' jobs")
+    spans = intervals(run.recorder.events())
+    last_light = max(spans[key][0] for key in light)
+    a_between = [
+        t for t, (s, _) in spans.items() if t.startswith("A") and published < s < last_light
+    ]
+    assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), len(a_between)
+    store.close()
+
+
+def test_through_the_intake_a_heavy_key_gets_its_lane_before_its_burst_fills_a_shard(
+    make_run, start_worker, broker
+):
+    # Given a fair worker with a shared store and lanes, and producers that know nothing of
+    # celery-fair: every job goes to the queue itself, and the worker's intake moves it,
+    run = make_run(conf=lane_conf(broker))
+    start_worker(run, concurrency=SLOTS)
+    store = store_of(run)
+    wait_until(lambda: store.lanes(-1).size > 0, 30, "the worker to announce its lanes")
+    # when client A sends a burst of 1,500 and 8 light clients in A's shard one job each,
+    for i in range(1500):
+        run.send("fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A"))
+    published = time.time()
+    light = colliding("A", 8)
+    for key in light:
+        run.send("fairapp.clone", key, 0.02, headers=fair_headers("clone", key))
+    # then the intake asked for A's lane and moved A's burst there, so the light clients
+    # started behind few of A's jobs.
+    done = run.recorder.done_counts
+    wait_until(lambda: all(done().get(key) for key in light), 60, "the light clients' jobs")
+    assert store.lanes(-1).lane_of("A") is not None
+    spans = intervals(run.recorder.events())
+    last_light = max(spans[key][0] for key in light)
+    a_between = [
+        t for t, (s, _) in spans.items() if t.startswith("A") and published < s < last_light
+    ]
+    assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), len(a_between)
+    store.close()
