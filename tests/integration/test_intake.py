@@ -18,7 +18,7 @@ import redis
 from harness import FAST_RESTORE, intervals, wait_until
 
 from celery_fair import fair_headers
-from celery_fair.core.lanes import HeavyKeys, LaneMap
+from celery_fair.core.lanes import DEFAULT_LANES, HeavyKeys, LaneMap
 from celery_fair.protocol import lane_name
 from celery_fair.routing import DEFAULT_SHARDS, shard_name, shard_of
 from celery_fair.worker.intake import BATCH, RedisIntake
@@ -274,8 +274,11 @@ def starts(run):
 
 
 def moved_so_far(run) -> int:
-    """Messages in the run's shards now (only the intake puts them there in this test)."""
+    """Messages in the run's shards and lanes now (only the intake puts them there in this
+    test; with a store, a key with many messages in one move goes to its lane)."""
     shards = [shard_name(run.queue, i) for i in range(SHARDS)]
+    if run.broker == "redis":  # (the store: the broker's Redis; none on RabbitMQ here)
+        shards += [lane_name(run.queue, j) for j in range(DEFAULT_LANES)]
     if run.broker == "amqp":
         with run.app.connection_for_read() as conn:
             channel = conn.default_channel

@@ -73,18 +73,18 @@ class HeavyKeys:
         self._seen: dict[str, tuple[float, int, bool]] = {}
         self._pruned = float("-inf")
 
-    def publish(self, key: str, now: float) -> bool:
-        """Count one publish of ``key`` at ``now``; ``True`` for the one publish of a window
-        that makes ``key`` heavy (``threshold + 1``), the moment to ask for its lane."""
-        start, count, before = self._seen.get(key, (now, 0, False))
+    def publish(self, key: str, now: float, count: int = 1) -> bool:
+        """Count ``count`` publishes of ``key`` at ``now``; ``True`` for the count of a window
+        that makes ``key`` heavy (past ``threshold``), the moment to ask for its lane."""
+        start, seen, before = self._seen.get(key, (now, 0, False))
         if now - start >= self.horizon:
-            before = count > self.threshold and now - start < 2 * self.horizon
-            start, count = now, 0
-        count += 1
-        self._seen[key] = (start, count, before)
+            before = seen > self.threshold and now - start < 2 * self.horizon
+            start, seen = now, 0
+        turned = seen <= self.threshold < seen + count
+        self._seen[key] = (start, seen + count, before)
         if now - self._pruned >= self.horizon:
             self._prune(now)
-        return count == self.threshold + 1
+        return turned
 
     def over(self, key: str, now: float) -> bool:
         """``key`` is heavy here at ``now`` (its lane is renewed): it published more than

@@ -467,11 +467,11 @@ class RedisStore:
         args = [*self._head(""), LANE_READ, str(version)]
 
         def parse(raw: Any) -> LaneMap | None:
-            _, current, routed = raw
+            _, current, routed, *size = raw
             if routed is None:
                 return None
             lanes = {routed[i].decode(): int(routed[i + 1]) for i in range(0, len(routed), 2)}
-            return LaneMap(int(current), lanes)
+            return LaneMap(int(current), lanes, int(size[0]))
 
         return Request("lanes", args, parse)
 

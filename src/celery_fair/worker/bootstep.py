@@ -413,7 +413,13 @@ class FairLanesStep(bootsteps.StartStopStep):
         else:
             return
         self.watch = LaneWatch(
-            gate.engine.store, gate.engine.worker, lanes, lambda: _base_queues(c.app), ready, close
+            gate.engine.store,
+            gate.engine.worker,
+            lanes,
+            lambda: _base_queues(c.app),
+            ready,
+            close,
+            refresh=Lanes.of(c.app).current,
         )
         self.watch.start()
 

@@ -31,7 +31,7 @@ from ..engine import Call, Decision, Engine
 from ..metrics import GateLook
 from ..observe import Counters, Observer
 from ..protocol import ControlAnswer
-from ..routing import Shards, shard_of
+from ..routing import Lanes, Shards, shard_of
 from . import events, views
 from .consumer_prefetch import ShardWindows
 from .copies import Copies, FinishedHere
@@ -99,6 +99,10 @@ class Gate:
             driver=driver,
             lanes=Shards.of(self.app).consumed_lanes,
         )
+        # _lanes: the fleet's lanes as this worker knows them (its lane watch reads them once
+        # a second), for the turns: with lanes consumed, on Redis.
+        lanes = self.windows.turns is not None and Shards.of(self.app).consumed_lanes > 0
+        self._lanes = Lanes.of(self.app) if lanes else None
         self.held = HeldJobs(self.windows.turns)
         self.reserve = Reserve(lookahead, sizer)
         self.runs = Runs(monotonic.now)
@@ -244,7 +248,9 @@ class Gate:
         turns = self.windows.turns
         slot = None  # for the turns: the lane it came from, else its key's shard
         if turns is not None:
-            slot = turns.lane_slot((getattr(req, "delivery_info", None) or {}).get("routing_key"))
+            routing_key = (getattr(req, "delivery_info", None) or {}).get("routing_key")
+            lane = self._lanes.map.lane_of(key) if self._lanes is not None else None
+            slot = turns.lane_slot(routing_key, lane)
             if slot is None:
                 slot = shard_of(key, shards)
         self.held.add(uid, held, slot)

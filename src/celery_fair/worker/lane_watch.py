@@ -94,7 +94,8 @@ def amqp_ready(connection: Any) -> Callable[[list[str]], list[int]]:
 
 class LaneWatch(threading.Thread):
     """Every ``EVERY`` seconds: ``store.sweep_lanes(worker, lanes, looked, empty)`` for the
-    lanes of ``queues()`` (the queues this worker consumes now). ``stop`` ends it."""
+    lanes of ``queues()`` (the queues this worker consumes now), then ``refresh()`` (the
+    worker's copy of the fleet's map, ``routing.Lanes.current``). ``stop`` ends it."""
 
     def __init__(
         self,
@@ -105,6 +106,7 @@ class LaneWatch(threading.Thread):
         ready: Callable[[list[str]], list[int]],
         close: Callable[[], None] = lambda: None,
         every: float = EVERY,
+        refresh: Callable[[], object] = lambda: None,
     ) -> None:
         super().__init__(name="celery-fair lane watch", daemon=True)
         self.store = store
@@ -114,6 +116,7 @@ class LaneWatch(threading.Thread):
         self.ready = ready
         self._close = close
         self.every = every
+        self._refresh = refresh
         self._stopped = threading.Event()
         self._failing = False
 
@@ -132,6 +135,7 @@ class LaneWatch(threading.Thread):
             looked = range(self.lanes) if queues else range(0)  # none consumed: none seen
             empty = empty_lanes(self.lanes, queues, self.ready) if queues else set()
             self.store.sweep_lanes(self.worker, self.lanes, looked, empty)
+            self._refresh()  # the fleet's map, read here, off the event loop, for the gate
         except Exception as exc:
             if not self._failing:
                 self._failing = True

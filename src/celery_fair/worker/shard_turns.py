@@ -53,12 +53,12 @@ class ShardTurns:
         if self.held[slot] > 0:
             self.held[slot] -= 1
 
-    def lane_slot(self, routing_key: object) -> int | None:
-        """The slot of the lane named ``routing_key`` (a message's), if it is one of these
-        lanes."""
-        if not isinstance(routing_key, str):
-            return None
-        lane = lane_index(routing_key)
+    def lane_slot(self, routing_key: object, lane: int | None = None) -> int | None:
+        """The slot of the lane a message came from: the one its routing key names (published
+        there), else ``lane``, its key's lane now (the intake moved it there, keeping the
+        queue's routing key); ``None`` if neither is one of these lanes."""
+        if isinstance(routing_key, str):
+            lane = lane_index(routing_key) if lane_index(routing_key) is not None else lane
         if lane is None or self.shards + lane >= len(self.held):
             return None
         return self.shards + lane

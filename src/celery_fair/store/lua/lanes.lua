@@ -16,7 +16,7 @@
 --             seconds), SWEEP_LOOKED (n), then n lanes looked at, then those found empty
 -- Returns {epoch ('' if no worker has opened the store), ...}:
 --   OP_READ   then the version, then false if it is the caller's, else {key, lane, ...} for
---             every key on its lane (leaving ones are not)
+--             every key on its lane (leaving ones are not) and the agreed size
 --   OP_ASK    then the key's lane, or false while the fleet agrees on no lanes
 --   OP_RENEW, OP_SWEEP  nothing more
 -- Cost: OP_READ O(1) while unchanged, else O(fields: assignments + lanes + announcements);
@@ -149,13 +149,12 @@ local function sweep(b)
   local agreed = agreed_size(live, announced)
   if agreed ~= size then
     redis.call('HSET', LANES, 'size', agreed)
-    local changed = false
     for k, a in pairs(keys) do
       if a.lane >= agreed and not a.leaving then
-        a.leaving, dirty[k], changed = now, true, true
+        a.leaving, dirty[k] = now, true
       end
     end
-    if changed then bump() end
+    bump()  -- the map carries the agreed size
   end
   -- LaneTable.sweep: each lane looked at is found empty once more in a row, or not
   local empty = {}
@@ -202,7 +201,7 @@ if op == OP_READ then
       end
     end
   end
-  return {epoch, version, routed}
+  return {epoch, version, routed, tonumber(redis.call('HGET', LANES, 'size') or '0')}
 elseif op == OP_ASK then
   return {epoch, ask(ARGV[HEAD + 2])}
 elseif op == OP_RENEW then

@@ -84,6 +84,7 @@ class RedisIntake:
             keys += self.lists(lane_name(queue, j))
         lanes = self.lanes
         threshold = lanes.heavy.threshold if lanes is not None else 0
+        asked: set[str] = set()
         for attempt in range(3):  # move; or ask for lanes, and move
             if attempt == 2:
                 threshold = 0  # (lanes given but not in the map yet: to their shards)
@@ -93,12 +94,22 @@ class RedisIntake:
                     if lane < self.lane_count:
                         laned += [key, lane]
             head = [SHARD_HASH, self.shards, steps, batch, self.lane_count, threshold]
-            moved, looked, *heavy = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
+            reply = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
+            moved, looked, heavy, counted = reply
             if not heavy or lanes is None:
                 break
-            given = [lanes.ask(k.decode() if isinstance(k, bytes) else k) for k in heavy]
+            asked.update(_text(k) for k in heavy)
+            given = [lanes.ask(_text(k)) for k in heavy]
             if not any(lane is not None and lane < self.lane_count for lane in given):
                 threshold = 0  # no lane to be had: they go to their shards
+        if lanes is not None and counted:
+            # Keys moved to their shards count per second, as a producer's publishes do: one
+            # that passes the threshold over several calls asks for its lane for the next.
+            now = time.monotonic()
+            for i in range(0, len(counted), 2):
+                key = _text(counted[i])
+                if lanes.heavy.publish(key, now, int(counted[i + 1])) and key not in asked:
+                    lanes.ask(key)
         self.moved += int(moved)
         return int(moved), int(looked)
 
@@ -108,6 +119,10 @@ class RedisIntake:
     def drain(self, queues: Iterable[str], batch: int = BATCH) -> int:
         """Move until a call finds a full batch no more: returns how many moved."""
         return drain(self.move, queues, batch)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def drain(move: Callable[[str, int], tuple[int, int]], queues: Iterable[str], batch: int) -> int:

@@ -16,7 +16,9 @@
 -- A key without a lane that has more than T messages among those looked at in one step is
 -- heavy: the call then moves nothing and returns such keys, to be given lanes before the
 -- next call, so that no burst lands in a light key's shard.
--- Returns {moved, looked at, heavy keys...}. A message is moved at most once per call, and
+-- Returns {moved, looked at, {heavy keys...}, {key, count, ...}}: the last, each key without a
+-- lane moved to its shard and how many (the caller counts them per second, as a producer
+-- does). A message is moved at most once per call, and
 -- nothing is ever lost: a message is pushed back or moved in the same call that popped it,
 -- and the JSON is only read (a document cjson cannot read stays where it was).
 -- Cost: O(looked at); about 1 us per message to look (a plain string search) and 15 us more
@@ -42,6 +44,7 @@ local function key_of(raw)
 end
 
 local moved, looked = 0, 0
+local to_shards, order = {}, {}  -- key without a lane -> how many moved to its shard
 for s = 1, steps do
   if looked >= budget then break end
   local list = KEYS[s]
@@ -65,11 +68,7 @@ for s = 1, steps do
           if counts[k] == threshold + 1 then heavy[#heavy + 1] = k end
         end
       end
-      if #heavy > 0 then
-        local out = {moved, looked}
-        for _, k in ipairs(heavy) do out[#out + 1] = k end
-        return out
-      end
+      if #heavy > 0 then return {moved, looked, heavy, {}} end
     end
     if any then
       for _ = 1, count do redis.call('RPOP', list) end
@@ -81,6 +80,8 @@ for s = 1, steps do
             at = steps + n * steps + lane * steps + s
           else
             at = steps + tonumber(string.sub(redis.sha1hex(keys[j]), 1, 8), 16) % n * steps + s
+            if not to_shards[keys[j]] then order[#order + 1] = keys[j] end
+            to_shards[keys[j]] = (to_shards[keys[j]] or 0) + 1
           end
           redis.call('LPUSH', KEYS[at], tail[j])
           moved = moved + 1
@@ -93,4 +94,9 @@ for s = 1, steps do
     end
   end
 end
-return {moved, looked}
+local counted = {}
+for _, k in ipairs(order) do
+  counted[#counted + 1] = k
+  counted[#counted + 1] = to_shards[k]
+end
+return {moved, looked, {}, counted}
