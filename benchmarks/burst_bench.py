@@ -57,7 +57,7 @@ from typing import Any
 import redis
 from kombu import Producer
 
-from celery_fair.protocol import shard_of
+from celery_fair.protocol import lane_name, shard_of
 
 HERE = Path(__file__).resolve().parent
 BROKERS = {
@@ -218,23 +218,30 @@ def run_once(
     finally:
         if b_connection is not None:
             b_connection.release()
-        for proc in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        for client in ("A", "B"):
-            record.delete(f"{key}:start:{client}", f"{key}:end:{client}")
-        with module.app.connection_for_write() as conn:
-            for name in (queue, *(f"{queue}.fair.{i}" for i in range(8))):
-                conn.default_channel.queue_delete(name)
-        store = redis.Redis.from_url(BROKERS["redis"])
-        for stale in store.scan_iter(match=f"*burst-{queue}*"):
-            store.delete(stale)
-        module.app.close()
+        finish(procs, module, queue, record, key, ["A", "B"])
+
+
+def finish(procs: list[Any], module: Any, queue: str, record: Any, key: str, names: Any) -> None:
+    """Stop a run's workers (by PID), and delete what it left: the records of ``names``, its
+    queue with its shards and lanes (up to 16 each), its store's keys."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for name in names:
+        record.delete(f"{key}:start:{name}", f"{key}:end:{name}")
+    parts = [f"{queue}.fair.{i}" for i in range(16)] + [lane_name(queue, j) for j in range(16)]
+    with module.app.connection_for_write() as conn:
+        for name in (queue, *parts):
+            conn.default_channel.queue_delete(name)
+    store = redis.Redis.from_url(BROKERS["redis"])
+    for stale in store.scan_iter(match=f"*burst-{queue}*"):
+        store.delete(stale)
+    module.app.close()
 
 
 def main() -> None:

@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
 
 import redis
 
-from burst_bench import BROKERS, RECORD, app_for, start_workers
+from burst_bench import BROKERS, RECORD, app_for, finish, start_workers
 from celery_fair.protocol import shard_of
 
 SECONDS = 0.05
@@ -107,23 +105,7 @@ def run_once(broker: str, variant: str, per_key: int, window: float) -> float:
         theirs = sum(busy(record, key, k, solo_published, end) for k in tenant)
         return mine / (mine + theirs) if mine + theirs else 0.0
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        for k in [*tenant, solo]:
-            record.delete(f"{key}:start:{k}", f"{key}:end:{k}")
-        with module.app.connection_for_write() as conn:
-            for name in (queue, *(f"{queue}.fair.{i}" for i in range(16))):
-                conn.default_channel.queue_delete(name)
-        store = redis.Redis.from_url(BROKERS["redis"])
-        for stale in store.scan_iter(match=f"*burst-{queue}*"):
-            store.delete(stale)
-        module.app.close()
+        finish(procs, module, queue, record, key, [*tenant, solo])
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from celery.utils.log import get_logger
 from kombu.entity import Queue
@@ -95,10 +95,7 @@ class Shards:
 
     @classmethod
     def of(cls, app: Any) -> Shards:
-        shards = _PER_APP.get(app)
-        if shards is None:
-            shards = _PER_APP[app] = cls(app)
-        return shards
+        return _one_per_app(_PER_APP, app, cls)
 
     @property
     def count(self) -> int:
@@ -213,6 +210,14 @@ def follow_consumer_changes(consumer: Any) -> None:
 
 
 _PER_APP: weakref.WeakKeyDictionary[Any, Shards] = weakref.WeakKeyDictionary()
+T = TypeVar("T")
+
+
+def _one_per_app(known: weakref.WeakKeyDictionary[Any, T], app: Any, make: Callable[[Any], T]) -> T:
+    found = known.get(app)
+    if found is None:
+        found = known[app] = make(app)
+    return found
 
 
 class Lanes:
@@ -244,10 +249,7 @@ class Lanes:
 
     @classmethod
     def of(cls, app: Any) -> Lanes:
-        lanes = _LANES.get(app)
-        if lanes is None:
-            lanes = _LANES[app] = cls(app)
-        return lanes
+        return _one_per_app(_LANES, app, cls)
 
     def lane_for(self, fairness_key: str) -> int | None:
         """Count a publish of ``fairness_key``: the lane it goes to, or ``None`` (its shard)."""
