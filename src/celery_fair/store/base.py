@@ -15,7 +15,9 @@ import enum
 from collections.abc import Callable, Collection
 from typing import NamedTuple, Protocol
 
+from ..core.lanes import LaneMap
 from ..core.types import BlockReason
+from ..errors import ConfigurationError
 
 __all__ = [
     "REFUSAL_REASONS",
@@ -34,9 +36,11 @@ __all__ = [
     "Submission",
     "Verdict",
     "View",
+    "check_lane_seconds",
     "conflict_field",
     "conflict_of",
     "estimate_field",
+    "lane_sweep",
     "queued_member",
     "rate_after",
     "service_rate",
@@ -99,6 +103,38 @@ def queued_member(fairness_key: str, at: float, task_id: str) -> str:
     '5:alice|00001700000000.250000|t1'
     """
     return f"{len(fairness_key.encode())}:{fairness_key}|{at:021.6f}|{task_id}"
+
+
+def check_lane_seconds(seconds: float) -> float:
+    """``fair_lane_seconds`` (a lane assignment's lease), checked for a store's constructor.
+
+    Raises:
+        ConfigurationError: It is not a positive number.
+    """
+    if isinstance(seconds, bool) or not (isinstance(seconds, (int, float)) and seconds > 0):
+        raise ConfigurationError(f"fair_lane_seconds must be a positive number, got {seconds!r}")
+    return float(seconds)
+
+
+def lane_sweep(
+    size: int, looked: Collection[int], empty: Collection[int]
+) -> tuple[list[int], list[int]]:
+    """A lane sweep's lanes as both stores take them (``Store.sweep_lanes``): those looked at,
+    in order and each once, and those among them found empty (a lane not looked at tells
+    nothing), so a lane named twice counts once in either store.
+
+    >>> lane_sweep(4, [2, 0, 2], [2, 5])
+    ([0, 2], [2])
+
+    Raises:
+        ValueError: ``size`` or a lane is not an integer >= 0.
+    """
+    for what, value in (("size", size), *(("lane", lane) for lane in (*looked, *empty))):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"sweep_lanes: {what}: expected an integer >= 0, got {value!r}")
+    seen = sorted(set(looked))
+    found = set(empty)
+    return seen, [lane for lane in seen if lane in found]
 
 
 class Submission(NamedTuple):
@@ -445,6 +481,55 @@ class Store(Protocol):
 
     def holder(self, conflict: str) -> Holder | None:
         """Who holds ``conflict`` (a ``conflict_field``), or ``None``. Reads only; O(1)."""
+        ...
+
+    # -- lanes: a queue of its own for each heavy fairness key (core/lanes.py; docs/design.md
+    # section 5f). The store keeps the fleet's one ``LaneTable``, at the store's time, with the
+    # lease the store was made with (``lane_seconds``) and core/lanes.py's ``GRACE`` and
+    # ``EMPTY_SWEEPS``. ``MemoryStore`` uses ``LaneTable`` itself, ``lua/lanes.lua`` states the
+    # same rule (tests/store/test_lanes_agree.py checks that the two answer alike).
+
+    def lanes(self, version: int) -> LaneMap | None:
+        """The fleet's lane map (the keys routed to a lane now, and the table's version), or
+        ``None`` if the table's version is ``version``: the caller's copy is current. Versions
+        never repeat, not even in a store that came back empty (wire.py,
+        ``first_lane_version``), so compare them for inequality only. One round trip; O(1)
+        while unchanged, O(assignments) otherwise."""
+        ...
+
+    def ask_lane(self, fairness_key: str) -> int | None:
+        """``fairness_key`` turned heavy: its lane (``LaneTable.ask`` now: the one it has,
+        renewed, else the lane with the fewest keys), or ``None`` while the fleet agrees on no
+        lanes (``sweep_lanes``). One round trip; O(agreed size) for a new key, else O(1)."""
+        ...
+
+    def renew_lanes(self, fairness_keys: Collection[str]) -> None:
+        """These keys are still heavy: their assignments' leases run from now
+        (``LaneTable.renew``; a key without a lane, or leaving it, is left as it is). One
+        round trip; O(keys given)."""
+        ...
+
+    def sweep_lanes(
+        self, worker: str, size: int, looked: Collection[int], empty: Collection[int]
+    ) -> None:
+        """One worker's look at the lanes (each worker's sweep makes one, about every second).
+        In this order:
+
+        1. ``worker`` consumes ``size`` lanes: its announcement, kept while it lives.
+        2. The live workers are those whose lease has not expired, and ``worker`` itself (it
+           calls now, so it consumes its lanes now, before its first heartbeat too). The
+           announcements of the others are forgotten: a worker whose lease lapsed must
+           announce again before it counts.
+        3. The fleet agrees on ``core.lanes.agreed_size`` of the live workers' announcements
+           (none for a live worker that never announced: an older release, which consumes no
+           lanes); when that changed, ``LaneTable.resize``.
+        4. ``LaneTable.sweep(empty, looked, now)`` (lanes as ``lane_sweep`` takes them).
+
+        One round trip; O(assignments + live workers).
+
+        Raises:
+            ValueError: ``size`` or a lane is not an integer >= 0 (nothing is recorded).
+        """
         ...
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:

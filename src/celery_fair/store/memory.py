@@ -4,7 +4,8 @@ It keeps the state the Redis scripts keep, with the same rules, in plain dicts, 
 time from a ``Clock``. Several engines in one process may share one instance, which is how the
 simulator and the tests model a fleet without Redis. It never restarts, so its epoch is fixed;
 a new instance (a worker restarted alone) starts its fencing tokens above its creation time, as
-a Redis store created then would (wire.py, ``TOKEN_LOW_BITS``), so they never go back.
+a Redis store created then would (wire.py, ``TOKEN_LOW_BITS``), so they never go back; its
+lane table's versions start at its creation time likewise (wire.py, ``first_lane_version``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from itertools import count
 from typing import Any
 
 from ..core.clock import Clock, WallClock
+from ..core.lanes import DEFAULT_LANE_SECONDS, GRACE, LaneMap, LaneTable, agreed_size
 from ..core.types import CostLifecycle
 from .base import (
     Ask,
@@ -33,12 +35,14 @@ from .base import (
     Submission,
     Verdict,
     View,
+    check_lane_seconds,
     estimate_field,
+    lane_sweep,
     rate_after,
     service_rate,
     submission_field,
 )
-from .wire import first_token
+from .wire import first_lane_version, first_token
 
 __all__ = ["MemoryStore"]
 
@@ -74,6 +78,7 @@ class MemoryStore:
         dedupe: float = 300.0,
         clock: Clock | None = None,
         token_base: int | None = None,
+        lane_seconds: float = DEFAULT_LANE_SECONDS,
     ) -> None:
         self.alpha = alpha
         self.lifecycle = lifecycle or CostLifecycle()
@@ -110,6 +115,11 @@ class MemoryStore:
         self._tracked_in_key: dict[str, int] = {}
         # each key's record of tracked jobs ended (base.rate_after), for Queued.rate
         self._rates: dict[str, tuple[float, float, float]] = {}
+        # The fleet's lanes (Store.sweep_lanes): the table, and each live worker's announcement.
+        self.lane_seconds = check_lane_seconds(lane_seconds)
+        self.lane_table = LaneTable(0, self.lane_seconds, GRACE)
+        self.lane_table.version = first_lane_version(self.clock.now())
+        self._announced: dict[str, int] = {}
 
     # -- operations ------------------------------------------------------------------------
 
@@ -381,6 +391,33 @@ class MemoryStore:
                     self._drop(uid, job, now)
                     released += 1
         return Registered(registered, released)
+
+    # -- lanes (Store.lanes ... sweep_lanes: the rule is core/lanes.py's LaneTable) -----------
+
+    def lanes(self, version: int) -> LaneMap | None:
+        table = self.lane_table
+        return None if table.version == version else table.map()
+
+    def ask_lane(self, fairness_key: str) -> int | None:
+        return self.lane_table.ask(fairness_key, self.clock.now())
+
+    def renew_lanes(self, fairness_keys: Collection[str]) -> None:
+        self.lane_table.renew(fairness_keys, self.clock.now())
+
+    def sweep_lanes(
+        self, worker: str, size: int, looked: Collection[int], empty: Collection[int]
+    ) -> None:
+        """O(assignments + workers)."""
+        seen, found = lane_sweep(size, looked, empty)
+        now = self.clock.now()
+        self._announced[worker] = size
+        live = {w for w, expiry in self.workers.items() if expiry >= now}
+        live.add(worker)
+        for gone in [w for w in self._announced if w not in live]:
+            del self._announced[gone]
+        table = self.lane_table
+        table.resize(agreed_size(self._announced.get(w) for w in live), now)
+        table.sweep(found, seen, now)
 
     # -- inspection --------------------------------------------------------------------------
 

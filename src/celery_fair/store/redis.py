@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..core.lanes import DEFAULT_LANE_SECONDS, LaneMap
 from ..core.types import CostLifecycle
 from ..errors import ConfigurationError, StoreUnavailable
 from .base import (
@@ -32,11 +33,23 @@ from .base import (
     Submission,
     Verdict,
     View,
+    check_lane_seconds,
     estimate_field,
+    lane_sweep,
     submission_field,
 )
 from .connection import Wire, client_from_url, script_reply_error, unavailable_errors
-from .wire import FINISH_APPLIED, HEAD, lua_constants, pack_token, unpack_token
+from .wire import (
+    FINISH_APPLIED,
+    HEAD,
+    LANE_ASK,
+    LANE_READ,
+    LANE_RENEW,
+    LANE_SWEEP,
+    lua_constants,
+    pack_token,
+    unpack_token,
+)
 
 if TYPE_CHECKING:
     import redis as redis_py
@@ -59,10 +72,11 @@ KEY_NAMES = (
     "done",
     "policies",
     "claims",
+    "lanes",
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
-_SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies", "open")
+_SCRIPTS = ("admit", "complete", "heartbeat", "register", "inspect", "policies", "open", "lanes")
 """The scheduling scripts: common.lua and the generated argument names come first in each."""
 
 _STANDALONE = ("queued", "holder", "submission")
@@ -135,6 +149,8 @@ class RedisStore:
             least every ``lease / 3``.
         dedupe: Seconds the store remembers the uid of a job that finished for good
             (``Done.final``), answering ``DONE`` to a late copy of its message; 0 for never.
+        lane_seconds: ``fair_lane_seconds``: how long a heavy key's lane assignment lasts
+            without renewal (``Store.sweep_lanes``).
     """
 
     def __init__(
@@ -146,6 +162,7 @@ class RedisStore:
         lifecycle: CostLifecycle | None = None,
         lease: float = 30.0,
         dedupe: float = 300.0,
+        lane_seconds: float = DEFAULT_LANE_SECONDS,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix:
             raise ConfigurationError(
@@ -159,6 +176,7 @@ class RedisStore:
         self.lifecycle = lifecycle or CostLifecycle()
         self.lease = float(lease)
         self.dedupe = float(dedupe)
+        self.lane_seconds = check_lane_seconds(lane_seconds)
         self.epoch = ""
         # token_seen: the highest fencing token this client has seen (admitted, or registered
         # again), sent with every call: a store that came back empty continues above it.
@@ -300,8 +318,13 @@ class RedisStore:
         return self.parse(request, self._call(request.script, request.args))
 
     def parse(self, request: Request, raw: Any) -> Any:
-        """What ``request``'s reply means; every reply starts with the store's epoch."""
-        self.epoch = raw[0].decode()
+        """What ``request``'s reply means; every reply starts with the store's epoch. A lane
+        call on a store that no worker has opened yet says ``""`` (lua/lanes.lua creates no
+        store): the epoch remembered stays, so that this client's next scheduling call on a
+        store that came back empty still opens its recovery window."""
+        epoch = raw[0].decode()
+        if epoch:
+            self.epoch = epoch
         return request.parse(raw)
 
     def admit_request(
@@ -416,6 +439,59 @@ class RedisStore:
             args.append(str(len(keep)))
             args += keep
         return Request("register", args, lambda raw: Registered(int(raw[1]), int(raw[2])))
+
+    # -- lanes (lua/lanes.lua; Store.lanes ... sweep_lanes state what each does) -------------
+
+    def lanes(self, version: int) -> LaneMap | None:
+        """One round trip: O(1) while unchanged, else O(assignments + lanes + workers)."""
+        result: LaneMap | None = self.run(self.lanes_request(version))
+        return result
+
+    def ask_lane(self, fairness_key: str) -> int | None:
+        """One round trip: O(1) for a key with a lane, O(agreed size) for a new one."""
+        result: int | None = self.run(self.ask_lane_request(fairness_key))
+        return result
+
+    def renew_lanes(self, fairness_keys: Collection[str]) -> None:
+        """One round trip, none for no keys: O(keys given)."""
+        if fairness_keys:
+            self.run(self.renew_lanes_request(fairness_keys))
+
+    def sweep_lanes(
+        self, worker: str, size: int, looked: Collection[int], empty: Collection[int]
+    ) -> None:
+        """One round trip: O(assignments + lanes + live workers)."""
+        self.run(self.sweep_lanes_request(worker, size, looked, empty))
+
+    def lanes_request(self, version: int) -> Request:
+        args = [*self._head(""), LANE_READ, str(version)]
+
+        def parse(raw: Any) -> LaneMap | None:
+            _, current, routed = raw
+            if routed is None:
+                return None
+            lanes = {routed[i].decode(): int(routed[i + 1]) for i in range(0, len(routed), 2)}
+            return LaneMap(int(current), lanes)
+
+        return Request("lanes", args, parse)
+
+    def ask_lane_request(self, fairness_key: str) -> Request:
+        args = [*self._head(""), LANE_ASK, fairness_key]
+        return Request("lanes", args, lambda raw: None if raw[1] is None else int(raw[1]))
+
+    def renew_lanes_request(self, fairness_keys: Collection[str]) -> Request:
+        args = [*self._head(""), LANE_RENEW, *fairness_keys]
+        return Request("lanes", args, lambda raw: None)
+
+    def sweep_lanes_request(
+        self, worker: str, size: int, looked: Collection[int], empty: Collection[int]
+    ) -> Request:
+        """Raises ``ValueError`` for a size or lane that is not an integer >= 0."""
+        seen, found = lane_sweep(size, looked, empty)
+        # after the operation: wire.py's SWEEP, then the lanes looked at, then the empty ones
+        args = [*self._head(worker), LANE_SWEEP, str(size), repr(self.lane_seconds)]
+        args += [str(len(seen)), *map(str, seen), *map(str, found)]
+        return Request("lanes", args, lambda raw: None)
 
     def inspect(self) -> dict[str, Any]:
         """What the store holds now, read in one round trip that changes nothing: live workers

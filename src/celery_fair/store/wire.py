@@ -12,10 +12,16 @@ ARGV positions (``ARGV[H_WORKER]``, ``ARGV[b + ASK_COST]``) and the codes (``V_T
 ``Verdict.TIER_CAP``'s value, ``F_STALE`` is ``FINISH_STALE``). ``tests/unit/test_wire.py``
 checks that the Python packers put each value where the table says, that no script indexes
 ARGV by a bare number, and that no script writes a status code as a bare string.
+
+The lane table's script (``lua/lanes.lua``) gets its operations' names (``OP_READ``...), a
+sweep's arguments (``SWEEP_<NAME>``), the lane rule's constants (``LANE_GRACE``,
+``LANE_EMPTY_SWEEPS``: core/lanes.py's ``GRACE`` and ``EMPTY_SWEEPS``) and the unit of a new
+table's version (``LANE_VERSION_TICKS_PER_S``) from here too.
 """
 
 from __future__ import annotations
 
+from ..core.lanes import EMPTY_SWEEPS, GRACE
 from .base import Ask, Running, Verdict
 
 __all__ = [
@@ -24,10 +30,18 @@ __all__ = [
     "FINISH_APPLIED",
     "FINISH_STALE",
     "HEAD",
+    "LANE_ASK",
+    "LANE_OPS",
+    "LANE_READ",
+    "LANE_RENEW",
+    "LANE_SWEEP",
+    "LANE_VERSION_TICKS_PER_S",
     "RENEW_EVERY",
     "RUNNING",
+    "SWEEP",
     "TOKEN_LOW_BITS",
     "TOKEN_TICKS_PER_S",
+    "first_lane_version",
     "first_token",
     "lease_held_for",
     "lua_constants",
@@ -84,6 +98,24 @@ def first_token(now: float) -> int:
     return int(now * TOKEN_TICKS_PER_S) << TOKEN_LOW_BITS
 
 
+#: A lane table's version (``Store.lanes``) starts at the table's creation time in these
+#: (microseconds) and goes up by one with each change of the map, so a table created later (in
+#: a store that came back empty) never repeats a version an earlier one gave, unless that one
+#: changed more than once per microsecond of its life. Producers compare versions for
+#: inequality only. A version stays below 2**53 (exact in Lua's doubles) until the year 2255.
+#: Lua: ``LANE_VERSION_TICKS_PER_S``.
+LANE_VERSION_TICKS_PER_S = 1_000_000
+
+
+def first_lane_version(now: float) -> int:
+    """The version of a lane table created at ``now`` (seconds).
+
+    >>> first_lane_version(1700000000.25)
+    1700000000250000
+    """
+    return int(now * LANE_VERSION_TICKS_PER_S)
+
+
 #: The head of every script's ARGV (1-based in Lua: ``H_<NAME>``).
 HEAD = (
     "schema",  # the store's schema version
@@ -106,7 +138,16 @@ ASK = Ask._fields
 #: A running job registered again with a store that lost it (``RUN_<NAME>``).
 RUNNING = Running._fields
 
-_LISTS = (("FIN", FINISHED), ("ASK", ASK), ("RUN", RUNNING))
+#: The lane table's operations (``lua/lanes.lua``), each sent right after the head. Lua:
+#: ``OP_READ``, ``OP_ASK``, ``OP_RENEW``, ``OP_SWEEP``.
+LANE_READ, LANE_ASK, LANE_RENEW, LANE_SWEEP = "read", "ask", "renew", "sweep"
+LANE_OPS = (LANE_READ, LANE_ASK, LANE_RENEW, LANE_SWEEP)
+#: A lane sweep's arguments after its operation (``SWEEP_<NAME>``): the lanes its worker
+#: consumes, the assignments' lease (seconds), and how many lanes it looked at; then those
+#: lanes, then the ones among them it found empty (to the end).
+SWEEP = ("size", "lease", "looked")
+
+_LISTS = (("FIN", FINISHED), ("ASK", ASK), ("RUN", RUNNING), ("SWEEP", SWEEP))
 
 #: What a script replies for each finished job it was given (``Finished.applied``): released
 #: (with the estimate after learning), or stale (its record gone or under another token, so
@@ -117,14 +158,18 @@ FINISH_STALE = "stale"
 
 def lua_constants() -> str:
     """The Lua locals for the table above: ``HEAD`` and ``H_<NAME>`` (ARGV positions), per
-    list ``<P>_N`` (its stride) and ``<P>_<NAME>`` (offsets from an entry's first value), and
-    the reply codes: ``V_<NAME>`` for each ``Verdict`` member, ``F_APPLIED`` and ``F_STALE``."""
+    list ``<P>_N`` (its stride) and ``<P>_<NAME>`` (offsets from an entry's first value), the
+    reply codes (``V_<NAME>`` for each ``Verdict`` member, ``F_APPLIED`` and ``F_STALE``), and
+    the lane table's operations (``OP_<NAME>``) and constants."""
     lines = [
         "-- generated from celery_fair/store/wire.py: ARGV positions, strides and reply codes",
         f"local HEAD = {len(HEAD)}",
         f"local RENEW_EVERY = {RENEW_EVERY!r}",
         f"local TOKEN_LOW = {1 << TOKEN_LOW_BITS}",
         f"local TOKEN_TICKS_PER_S = {TOKEN_TICKS_PER_S}",
+        f"local LANE_VERSION_TICKS_PER_S = {LANE_VERSION_TICKS_PER_S}",
+        f"local LANE_GRACE = {float(GRACE)!r}",
+        f"local LANE_EMPTY_SWEEPS = {int(EMPTY_SWEEPS)}",
         _assign("H", HEAD, start=1),
     ]
     for prefix, fields in _LISTS:
@@ -133,6 +178,8 @@ def lua_constants() -> str:
     lines.append("-- reply codes: admission verdicts (store/base.py, Verdict), finished jobs")
     lines.append(_strings("V", {v.name: v.value for v in Verdict}))
     lines.append(_strings("F", {"APPLIED": FINISH_APPLIED, "STALE": FINISH_STALE}))
+    lines.append("-- the lane table's operations (lua/lanes.lua)")
+    lines.append(_strings("OP", {op.upper(): op for op in LANE_OPS}))
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,11 @@
 --  15 claims    hash  'p:<priority>' or 't:<type>' -> cmsgpack {u = uid, x = expiry}: the next
 --                     slot of that tier or type cap to free is held for the urgent job uid
 --                     (admit.lua); other jobs count it as taken until it starts or x passes
+--  16 lanes     hash  the fleet's lane table (lanes.lua, which alone touches it): 'k:<fairness
+--                     key>' -> '<lane>|<renewed>|<leaving since>' ('' while the key is on its
+--                     lane), 'n:<lane>' -> its keys (leaving ones included), 'e:<lane>' ->
+--                     sweeps in a row that found it empty, 'w:<worker>' -> the lanes that
+--                     worker consumes, 'size' -> the lanes the fleet agrees on, 'version'
 -- ARGV of every script starts with the same head, then its own lists: their positions and
 -- strides are locals generated from celery_fair/store/wire.py (HEAD, H_WORKER, ASK_N, ...).
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
@@ -34,7 +39,7 @@
 local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local DONE, POLICIES, CLAIMS = KEYS[13], KEYS[14], KEYS[15]
+local DONE, POLICIES, CLAIMS, LANES = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 -- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
 local MAINTAIN_EVERY = 0.05
 
