@@ -90,6 +90,7 @@ def open_store(settings: FairSettings, app: Any) -> RedisStore | None:
         lifecycle=settings.lifecycle,
         lease=settings.lease_seconds,
         dedupe=settings.dedupe_seconds,
+        lane_seconds=settings.lane_seconds,
     )
     try:
         store.check()

@@ -25,7 +25,7 @@ NEVER = CostLifecycle.never()
 # The keys of docs/store.md ("Keys"), all of which test_every_key_of_a_prefix_... creates.
 DOCUMENTED_KEYS = (
     "meta", "tiers", "types", "conflicts", "jobs", "workers",
-    "acc", "seen", "active", "est", "estseen", "minacc", "done",
+    "acc", "seen", "active", "est", "estseen", "minacc", "done", "lanes",
 )  # fmt: skip
 
 
@@ -102,6 +102,10 @@ def test_every_key_of_a_prefix_lives_in_one_slot_on_one_master(cluster, on_clust
     store.heartbeat("w1", [conflict_field("git", "y")], ["busy"])
     store.register("w1", [Running("z", 99, "pull", 4, "", estimate_field("pull", None),
                                   "carol", 1.0, 1.0)])  # fmt: skip
+    store.sweep_lanes("w1", 2, [0, 1], [1])  # the lane table (lanes.lua)
+    assert store.ask_lane("busy") == 0
+    store.renew_lanes(["busy"])
+    assert store.lanes(-1).lanes == {"busy": 0}
     # when every master is scanned for the prefix's keys,
     found = keys_by_node(cluster, on_cluster.prefix)
     # then they are all on one master, all in one slot, and that master serves that slot.

@@ -3,6 +3,7 @@ the in-memory store on random operations: test_stores_agree.py.)"""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -25,7 +26,7 @@ from celery_fair.store import (
 )
 from celery_fair.store.base import rate_after, service_rate
 from celery_fair.store.redis import KEY_NAMES
-from celery_fair.store.wire import TOKEN_LOW_BITS, unpack_token
+from celery_fair.store.wire import TOKEN_LOW_BITS, first_lane_version, unpack_token
 
 NEVER = CostLifecycle.never()
 
@@ -283,3 +284,83 @@ def test_the_lua_keeps_a_keys_rate_of_ends_as_python_names_it(redis_client, pref
     assert service_rate(record, now) - 1e-6 <= found <= service_rate(record, at) + 1e-6
     assert 0 < found <= 2.0  # two ends after the first, a second or more since it
     store.close()
+
+
+# -- the lane table (lua/lanes.lua; its contract in test_store_lanes.py) ------------------------
+
+
+def test_a_lane_tables_versions_never_repeat_after_its_store_came_back_empty(redis_client, prefix):
+    # Given a table that changed many times,
+    store = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lifecycle=NEVER)
+    store.sweep_lanes("w1", 16, [], [])
+    seen = {store.lanes(-1).version}
+    for i in range(50):
+        store.ask_lane(f"k{i}")
+        seen.add(store.lanes(-1).version)
+    assert len(seen) == 51
+    # when Redis loses everything, the new table's versions start above every old one
+    # (producers compare versions for inequality: an old one would look current).
+    clean(redis_client, prefix)
+    fresh = store.lanes(max(seen))
+    assert fresh is not None
+    assert fresh.lanes == {}
+    assert fresh.version > max(seen)
+    assert fresh.version >= first_lane_version(time.time() - 1)
+
+
+def test_a_lane_call_creates_no_store_so_a_worker_still_opens_the_recovery_window(
+    redis_client, prefix
+):
+    # Given a worker running a job,
+    worker = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lease=1.0, lifecycle=NEVER)
+    worker.admit("w1", [ask("a")])
+    before = worker.epoch
+    # when Redis loses everything and lanes are the first calls to reach it (a producer's,
+    # the worker's own sweep),
+    clean(redis_client, prefix)
+    producer = RedisStore(redis.Redis.from_url(REDIS_URL), prefix, lifecycle=NEVER)
+    assert producer.lanes(-1) is not None
+    worker.sweep_lanes("w1", 4, [], [])
+    # then no store was created (no epoch without its recovery window), the worker remembers
+    # the epoch it knew,
+    assert not redis_client.exists(f"{{{prefix}}}:meta")
+    assert worker.epoch == before
+    # and its next admission opens the recovery window as it would have.
+    reply = worker.admit("w1", [ask("b")])
+    assert reply.grants[0].verdict is Verdict.RECOVERING
+    assert worker.epoch != before
+
+
+def test_a_lane_call_refuses_a_store_of_another_schema(redis_client, prefix):
+    store = RedisStore(redis_client, prefix, lifecycle=NEVER)
+    store.check()
+    redis_client.hset(f"{{{prefix}}}:meta", "schema", "999")
+    with pytest.raises(ConfigurationError, match=r"schema 999.*no lanes"):
+        store.lanes(-1)
+    assert not redis_client.exists(f"{{{prefix}}}:lanes")
+
+
+def test_the_lanes_hash_holds_the_fields_docs_store_md_names(redis_client, prefix):
+    store = RedisStore(redis_client, prefix, lifecycle=NEVER, lane_seconds=0.001)
+    store.sweep_lanes("w|1", 2, [], [])
+    assert store.ask_lane("a|b:c") == 0
+    assert store.ask_lane("d") == 1
+
+    def d_left() -> bool:  # its lease lapsed and its lane was found empty twice in a row
+        store.sweep_lanes("w|1", 2, [1], [1])
+        return "d" not in store.lanes(-1).lanes
+
+    wait_until(d_left, 5, "d to leave its lane")
+    fields = {
+        f.decode(): v.decode() for f, v in redis_client.hgetall(f"{{{prefix}}}:lanes").items()
+    }
+    assert set(fields) == {"k:a|b:c", "k:d", "n:0", "n:1", "e:1", "w:w|1", "size", "version"}
+    lane, renewed, leaving = fields["k:a|b:c"].split("|")
+    assert (lane, leaving) == ("0", "")
+    assert float(renewed) > time.time() - 60
+    lane, _, leaving = fields["k:d"].split("|")
+    assert lane == "1"
+    assert float(leaving) > time.time() - 60
+    assert (fields["n:0"], fields["n:1"]) == ("1", "1")  # a leaving key still owns its lane
+    assert int(fields["e:1"]) >= 2
+    assert (fields["w:w|1"], fields["size"]) == ("2", "2")

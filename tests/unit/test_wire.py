@@ -9,6 +9,7 @@ from importlib import resources
 
 import redis
 
+from celery_fair.core.lanes import EMPTY_SWEEPS, GRACE
 from celery_fair.store.base import Ask, Done, Running, Verdict
 from celery_fair.store.redis import _SCRIPTS, _STANDALONE, RedisStore, _source
 from celery_fair.store.wire import (
@@ -17,10 +18,14 @@ from celery_fair.store.wire import (
     FINISH_STALE,
     FINISHED,
     HEAD,
+    LANE_OPS,
+    LANE_VERSION_TICKS_PER_S,
     RENEW_EVERY,
     RUNNING,
+    SWEEP,
     TOKEN_LOW_BITS,
     TOKEN_TICKS_PER_S,
+    first_lane_version,
     first_token,
     lease_held_for,
     lua_constants,
@@ -58,7 +63,7 @@ RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5)
 
 
 def test_every_script_reads_argv_only_through_the_tables_names():
-    defined = set(re.findall(r"\b((?:H|FIN|ASK|RUN)_[A-Z_]+)\b", lua_constants()))
+    defined = set(re.findall(r"\b((?:H|FIN|ASK|RUN|SWEEP)_[A-Z_]+)\b", lua_constants()))
     for name in ["common", *SCRIPTS]:
         text = code(name)
         for index in re.findall(r"ARGV\[([^\]]*)\]", text):
@@ -66,7 +71,7 @@ def test_every_script_reads_argv_only_through_the_tables_names():
             rest = re.sub(r"^HEAD \+ [12]\b", "", index)
             assert not re.search(r"\d", rest), (name, index)
         assert not re.search(r"\*\s*\d", text), name  # a stride written as a number
-        used = set(re.findall(r"\b((?:H|FIN|ASK|RUN)_[A-Z_]+)\b", text))
+        used = set(re.findall(r"\b((?:H|FIN|ASK|RUN|SWEEP)_[A-Z_]+)\b", text))
         assert used <= defined, (name, used - defined)
 
 
@@ -189,3 +194,34 @@ def test_the_token_halves_are_one_definition_for_the_scripts_and_python():
     token = first_token(1700000000.5) + 7
     assert pack_token(token) == "1700000000500:7"
     assert unpack_token(*pack_token(token).split(":")) == token
+
+
+def test_the_lane_rules_constants_and_operations_are_one_definition_for_lua_and_python():
+    constants = lua_constants()
+    assert f"local LANE_GRACE = {float(GRACE)!r}" in constants
+    assert f"local LANE_EMPTY_SWEEPS = {EMPTY_SWEEPS}" in constants
+    assert f"local LANE_VERSION_TICKS_PER_S = {LANE_VERSION_TICKS_PER_S}" in constants
+    ops = ", ".join(f"OP_{op.upper()}" for op in LANE_OPS)
+    assert f"local {ops} =" in constants
+    lanes = code("lanes")
+    assert "now - a.leaving >= LANE_GRACE" in lanes
+    assert ">= LANE_EMPTY_SWEEPS" in lanes
+    assert "math.floor(now * LANE_VERSION_TICKS_PER_S)" in lanes
+    assert {f"OP_{op.upper()}" for op in LANE_OPS} <= set(re.findall(r"\bOP_[A-Z]+\b", lanes))
+    # no operation's name, and neither constant, written again as a literal
+    assert not set(re.findall(r"'([a-z]+)'", lanes)) & set(LANE_OPS)
+    assert not re.search(r"\b3\.0\b|[<>=]=?\s*2\b", lanes)
+    assert first_lane_version(1.5) == 1_500_000
+
+
+def test_a_lane_sweep_is_packed_in_the_tables_order():
+    args = store().sweep_lanes_request("w1", 4, [3, 1, 3], [3, 7]).args
+    assert args[HEAD.index("worker")] == "w1"
+    assert args[len(HEAD)] == "sweep"
+    b = len(HEAD) + 1
+    assert dict(zip(SWEEP, args[b : b + len(SWEEP)], strict=True)) == {
+        "size": "4",
+        "lease": "10.0",
+        "looked": "2",
+    }
+    assert args[b + len(SWEEP) :] == ["1", "3", "3"]  # looked at, then found empty
