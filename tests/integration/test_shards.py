@@ -83,6 +83,7 @@ def test_workers_share_a_burst_in_the_broker_and_none_takes_in_more_than_it_can_
         clone.apply_async([f"A{i}", 0.01], fairness_key="A")
     wait_until(lambda: len(run.recorder.done_counts()) == burst, 120, "the burst")
     # then on Redis neither gate ever held more than it can start plus a look at each shard
+    # and at A's lane (A turned heavy: docs/operations.md#lanes-heavy-keys-out-of-the-way)
     # (and the window's place ahead, and Celery's own window: one per process), the rest of
     # the burst waiting in the broker for whichever worker is free,
     ran = {w.pid: 0 for w in workers}
@@ -94,7 +95,9 @@ def test_workers_share_a_burst_in_the_broker_and_none_takes_in_more_than_it_can_
         bound = stats["fair-slots"] + stats["fair-lookahead"] + SHARDS + 1 + SLOTS
         assert stats["fair-held-limit"] == (bound - 1 - SLOTS if run.broker == "redis" else 1000)
         if run.broker == "redis":
-            assert stats["fair-held-peak"] <= bound, (stats["fair-held-peak"], bound, ran)
+            lane = 1  # A's (the store is the broker's Redis)
+            peak = stats["fair-held-peak"]
+            assert peak <= bound + lane, (peak, bound, ran)
     # and each worker ran a good part of it.
     assert min(ran.values()) >= burst // 4, ran
 
