@@ -40,14 +40,31 @@ def colliding(heavy: str, count: int) -> list[str]:
     return keys
 
 
-def test_light_clients_in_a_heavy_keys_shard_start_behind_only_its_first_messages(
-    make_run, start_worker, broker
-):
-    # Given a fair worker with a shared store, which has told the store it consumes lanes,
+def lane_world(make_run, start_worker, broker):
+    """A run with one fair worker that has told the shared store it consumes lanes, and that
+    store."""
     run = make_run(conf=lane_conf(broker))
     start_worker(run, concurrency=SLOTS)
     store = store_of(run)
     wait_until(lambda: store.lanes(-1).size > 0, 30, "the worker to announce its lanes")
+    return run, store
+
+
+def heavy_starts_before_the_light(run, published: float, light: list[str]) -> list[str]:
+    """Once every light client's job has run: A's jobs that started after ``published`` and
+    before the last light client's start."""
+    done = run.recorder.done_counts
+    wait_until(lambda: all(done().get(key) for key in light), 60, "the light clients' jobs")
+    spans = intervals(run.recorder.events())
+    last_light = max(spans[key][0] for key in light)
+    return [t for t, (s, _) in spans.items() if t.startswith("A") and published < s < last_light]
+
+
+def test_light_clients_in_a_heavy_keys_shard_start_behind_only_its_first_messages(
+    make_run, start_worker, broker
+):
+    # Given a fair worker with a shared store, which has told the store it consumes lanes,
+    run, store = lane_world(make_run, start_worker, broker)
     clone = run.app.tasks["fairapp.clone"]
     # when client A publishes a burst of 1,500 jobs, and right after, 8 light clients whose
     # keys hash to A's shard publish one job each (the burst mostly still in the broker),
@@ -62,13 +79,7 @@ def test_light_clients_in_a_heavy_keys_shard_start_behind_only_its_first_message
     # (without lanes: about 1,400, the whole burst ahead of them in the shard).
     assert store.lanes(-1).lane_of("A") is not None
     assert not any(store.lanes(-1).lane_of(key) is not None for key in light)
-    done = run.recorder.done_counts
-    wait_until(lambda: all(done().get(key) for key in light), 60, "the light clients' jobs")
-    spans = intervals(run.recorder.events())
-    last_light = max(spans[key][0] for key in light)
-    a_between = [
-        t for t, (s, _) in spans.items() if t.startswith("A") and published < s < last_light
-    ]
+    a_between = heavy_starts_before_the_light(run, published, light)
     assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), len(a_between)
     store.close()
 
@@ -82,10 +93,7 @@ def test_through_the_intake_a_heavy_key_gets_its_lane_before_its_burst_fills_a_s
 ):
     # Given a fair worker with a shared store and lanes, and producers that know nothing of
     # celery-fair: every job goes to the queue itself, and the worker's intake moves it,
-    run = make_run(conf=lane_conf(broker))
-    start_worker(run, concurrency=SLOTS)
-    store = store_of(run)
-    wait_until(lambda: store.lanes(-1).size > 0, 30, "the worker to announce its lanes")
+    run, store = lane_world(make_run, start_worker, broker)
     # when client A sends a burst of 1,500 and 8 light clients in A's shard one job each,
     for i in range(1500):
         run.send("fairapp.clone", f"A{i}", 0.02, headers=fair_headers("clone", "A"))
@@ -95,13 +103,7 @@ def test_through_the_intake_a_heavy_key_gets_its_lane_before_its_burst_fills_a_s
         run.send("fairapp.clone", key, 0.02, headers=fair_headers("clone", key))
     # then the intake asked for A's lane before it moved A's burst, which went there, and the
     # light clients started behind few of A's jobs.
-    done = run.recorder.done_counts
-    wait_until(lambda: all(done().get(key) for key in light), 60, "the light clients' jobs")
+    a_between = heavy_starts_before_the_light(run, published, light)
     assert store.lanes(-1).lane_of("A") is not None
-    spans = intervals(run.recorder.events())
-    last_light = max(spans[key][0] for key in light)
-    a_between = [
-        t for t, (s, _) in spans.items() if t.startswith("A") and published < s < last_light
-    ]
     assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), (len(a_between), store.lanes(-1))
     store.close()

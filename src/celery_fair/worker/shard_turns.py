@@ -57,8 +57,9 @@ class ShardTurns:
         """The slot of the lane a message came from: the one its routing key names (published
         there), else ``lane``, its key's lane now (the intake moved it there, keeping the
         queue's routing key); ``None`` if neither is one of these lanes."""
-        if isinstance(routing_key, str):
-            lane = lane_index(routing_key) if lane_index(routing_key) is not None else lane
+        named = lane_index(routing_key) if isinstance(routing_key, str) else None
+        if named is not None:
+            lane = named
         if lane is None or self.shards + lane >= len(self.held):
             return None
         return self.shards + lane
