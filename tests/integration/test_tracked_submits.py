@@ -6,6 +6,7 @@ still in the broker and a limit refuses a submit before anything is published. R
 from __future__ import annotations
 
 import pytest
+from celery.signals import before_task_publish
 from harness import BACKEND, gate_stats, producers_at_once, queue_length, wait_until
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
@@ -170,8 +171,18 @@ def test_a_copy_dropped_because_its_job_already_ran_leaves_no_tracked_entry(
     wait_until(lambda: store.queued(first.id) is None, 20, "the first run to end")
     # when its task id is published again within fair_dedupe_seconds (tracked again),
     before = gate_stats(run, worker)["fair-duplicates"]
-    clone.apply_async(["first", 0.01], fairness_key="k", task_id=first.id)
-    assert store.queued(first.id) is not None
+    entries = []  # read as the copy is published: the worker may drop it a moment after
+
+    def read_entry(sender: str, headers: dict, **_: object) -> None:
+        entries.append(store.queued(headers["id"]))
+
+    before_task_publish.connect(read_entry, weak=False, dispatch_uid="test-copy-entry")
+    try:
+        clone.apply_async(["first", 0.01], fairness_key="k", task_id=first.id)
+    finally:
+        before_task_publish.disconnect(dispatch_uid="test-copy-entry")
+    assert len(entries) == 1
+    assert entries[0] is not None
     # the worker drops it as a copy and forgets its entry: it is no longer "queued", and it
     # does not hold key k's one place,
     wait_until(
