@@ -30,6 +30,10 @@ burst, on B's connection; ``--light-keys`` names their keys: ``any`` (``light-0`
 that ``protocol.shard_of`` puts in A's shard) or ``apart`` (the first N it puts elsewhere). The
 wait is then the slowest light client's (to its job's start), beside the median client's.
 
+``--heavy K``: K heavy clients instead of A alone (keys ``A``, ``A1`` ... ``A<K-1>``), each with
+a burst of N jobs, published in turns, one job of each in turn, as K clients publishing at once
+would; "A" in the table counts all of them (``colliding`` light keys collide with ``A``).
+
 ``--against DIR``: each fair variant also runs with ``celery_fair`` imported by the workers from
 ``DIR`` (the ``src`` folder of another checkout, e.g. ``git worktree add /tmp/base 6da9c74``),
 in the same rounds; its rows say ``VARIANT@base``. The producer is this checkout's either way.
@@ -100,6 +104,15 @@ def light_keys(count: int, how: str, shards: int = 8) -> list[str]:
     return keys
 
 
+def heavy_keys(count: int) -> list[str]:
+    """The keys of ``count`` heavy clients (``--heavy``).
+
+    >>> heavy_keys(3)
+    ['A', 'A1', 'A2']
+    """
+    return ["A", *(f"A{i}" for i in range(1, count))]
+
+
 def app_for(broker: str, queue: str, key: str, shards: int) -> Any:
     sys.path.insert(0, str(HERE))
     os.environ.update(
@@ -142,6 +155,7 @@ def run_once(
     patience: float,
     against: str | None = None,
     light: list[str] | None = None,
+    heavy: int = 1,
 ) -> Result:
     variant, at, _ = variant.partition("@")
     path = f"{against}{os.pathsep}{HERE}" if at and against else str(HERE)
@@ -184,8 +198,10 @@ def run_once(
                 )
 
         a_published = time.time()
+        clients = heavy_keys(heavy)
         for _ in range(size):
-            publish("A", "A")
+            for client in clients:
+                publish(client, "A")
         b_published = time.time()
         newcomers = light or ["B", "B"]
         for client in newcomers:
@@ -208,7 +224,7 @@ def run_once(
         a_complete = None
         limit = time.time() + 900
         if complete:
-            while record.zcard(f"{key}:end:A") < size:
+            while record.zcard(f"{key}:end:A") < size * heavy:
                 if time.time() > limit:
                     raise RuntimeError(f"A did not finish ({variant}, {broker}, {topology})")
                 time.sleep(0.05)
@@ -282,6 +298,9 @@ def main() -> None:
         help="the light clients' keys against A's shard (module docstring)",
     )
     parser.add_argument(
+        "--heavy", type=int, default=1, help="K heavy clients of N jobs each (module docstring)"
+    )
+    parser.add_argument(
         "--against",
         default=None,
         help="the src folder of another checkout: each fair variant runs with it too",
@@ -318,6 +337,7 @@ def main() -> None:
                                 args.patience,
                                 against,
                                 light,
+                                args.heavy,
                             )
                         )
                 for variant in variants:

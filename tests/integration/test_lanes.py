@@ -5,14 +5,16 @@ consume them."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
-from harness import intervals, wait_until
+from harness import intervals, queue_length, wait_until
 
 from celery_fair import fair_headers
 from celery_fair.core.lanes import DEFAULT_THRESHOLD
-from celery_fair.routing import shard_of
+from celery_fair.protocol import shard_name
+from celery_fair.routing import Lanes, shard_of
 from celery_fair.store import RedisStore
 
 STORE = "redis://127.0.0.1:6379/3"  # the store on RabbitMQ (on Redis: the broker's)
@@ -50,14 +52,17 @@ def lane_world(make_run, start_worker, broker):
     return run, store
 
 
-def heavy_starts_before_the_light(run, published: float, light: list[str]) -> list[str]:
-    """Once every light client's job has run: A's jobs that started after ``published`` and
-    before the last light client's start."""
+def heavy_starts_before_the_light(
+    run, published: float, light: list[str], heavy: str = "A"
+) -> list[str]:
+    """Once every light client's job has run: the jobs of ``heavy`` (recorded as
+    ``<heavy><i>``) that started after ``published`` and before the last light client's
+    start."""
     done = run.recorder.done_counts
     wait_until(lambda: all(done().get(key) for key in light), 60, "the light clients' jobs")
     spans = intervals(run.recorder.events())
     last_light = max(spans[key][0] for key in light)
-    return [t for t, (s, _) in spans.items() if t.startswith("A") and published < s < last_light]
+    return [t for t, (s, _) in spans.items() if t.startswith(heavy) and published < s < last_light]
 
 
 def test_light_clients_in_a_heavy_keys_shard_start_behind_only_its_first_messages(
@@ -106,4 +111,55 @@ def test_through_the_intake_a_heavy_key_gets_its_lane_before_its_burst_fills_a_s
     a_between = heavy_starts_before_the_light(run, published, light)
     assert store.lanes(-1).lane_of("A") is not None
     assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), (len(a_between), store.lanes(-1))
+    store.close()
+
+
+def test_a_key_no_producer_finds_heavy_gets_its_lane_from_the_worker_it_crowds(
+    make_run, start_worker, broker
+):
+    # Given producers that never find a key heavy (many processes each publishing below the
+    # threshold, as one with an unreachable threshold stands for here), and a fair worker
+    # with a shared store and lanes,
+    run = make_run(conf={**lane_conf(broker), "fair_lane_threshold": 10**9})
+    start_worker(run, concurrency=SLOTS)
+    store = store_of(run)
+    wait_until(lambda: store.lanes(-1).size > 0, 30, "the worker to announce its lanes")
+    clone = run.app.tasks["fairapp.clone"]
+    # when key H streams 100 ms jobs at 40 a second, twice what the worker runs,
+    streaming = threading.Event()
+    stop = threading.Event()
+
+    def stream() -> None:
+        streaming.set()
+        at = time.monotonic()
+        for i in range(2000):
+            clone.apply_async([f"H{i}", 0.1], fairness_key="H")
+            at += 0.025
+            if stop.wait(max(0.0, at - time.monotonic())):
+                break
+        streaming.clear()
+
+    thread = threading.Thread(target=stream, daemon=True)
+    thread.start()
+    try:
+        # then the worker finds H crowding its shard and asks for H's lane; the producers
+        # route H there from their next read of the map,
+        wait_until(lambda: store.lanes(-1).lane_of("H") is not None, 20, "the worker's ask")
+        lanes = Lanes.of(run.app)
+        wait_until(lambda: lanes.map.lane_of("H") is not None, 20, "the producer to use it")
+        # so H's shard drains while H streams on (without the lane it grows, 20 a second),
+        shard = shard_name(run.queue, shard_of("H", SHARDS))
+        wait_until(lambda: queue_length(run, shard) == 0, 30, "H's shard to drain")
+        assert streaming.is_set()
+        # and light clients in H's shard start behind few of H's jobs, not H's backlog.
+        published = time.time()
+        light = colliding("H", 4)
+        for key in light:
+            clone.apply_async([key, 0.1], fairness_key=key)
+        h_between = heavy_starts_before_the_light(run, published, light, heavy="H")
+        assert streaming.is_set()
+        assert len(h_between) <= 2 * (SLOTS + 2), len(h_between)
+    finally:
+        stop.set()
+        thread.join(10)
     store.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from celery_fair.core.lanes import EMPTY_SWEEPS, HeavyKeys, LaneTable, agreed_size
+from celery_fair.core.lanes import EMPTY_SWEEPS, Crowding, HeavyKeys, LaneTable, agreed_size
 
 
 def test_a_key_turns_heavy_at_the_publish_past_the_threshold_within_a_second() -> None:
@@ -130,3 +130,42 @@ def test_a_look_once_a_second_never_misses_a_key_that_stays_heavy() -> None:
         heavy.publish("A", now)
     assert (looked, missed) == (9, 0)
     assert not heavy.over("A", 10.0 + 2.0)  # quiet for two windows: no longer heavy
+
+
+def test_a_key_crowds_its_shard_when_the_shard_fills_a_window_and_the_key_holds_half() -> None:
+    crowd = Crowding(shards=8, lanes=2)
+    # Light keys fill shard 3's window: nobody crowds (no key holds half of it).
+    for key in ("a", "b", "c", "d"):
+        crowd.add(3, key)
+    assert not any(crowd.crowds(3, k, window=4, now=0.0) for k in "abcd")
+    # One key holding half a window of a full shard crowds it, once a second at most;
+    for _ in range(2):
+        crowd.add(5, "H")
+    crowd.add(5, "x")
+    assert not crowd.crowds(5, "H", window=4, now=0.0)  # 3 held: the shard is not full
+    crowd.add(5, "H")
+    assert crowd.crowds(5, "H", window=4, now=0.0)
+    assert not crowd.crowds(5, "H", window=4, now=0.9)
+    assert crowd.crowds(5, "H", window=4, now=1.0)
+    # and not once its messages have gone (started or given back).
+    for _ in range(3):
+        crowd.remove(5, "H")
+    assert not crowd.crowds(5, "H", window=4, now=5.0)
+    assert crowd.held[5] == 1
+
+
+def test_a_lane_never_crowds_and_is_backlogged_from_half_a_window() -> None:
+    crowd = Crowding(shards=2, lanes=3)
+    for _ in range(4):
+        crowd.add(3, "H")  # lane 1 is slot 3
+    assert not crowd.crowds(3, "H", window=4, now=0.0)  # already in a lane of its own
+    assert crowd.backlogged(window=8) == [1]
+    assert crowd.backlogged(window=9) == []
+    crowd.remove(3, "H")
+    crowd.remove(3, "H")
+    assert crowd.backlogged(window=4) == [1]
+    crowd.remove(3, "H")
+    assert crowd.backlogged(window=4) == []
+    crowd.remove(3, "H")
+    crowd.remove(3, "H")  # never below zero
+    assert crowd.held == [0, 0, 0, 0, 0]

@@ -25,6 +25,9 @@ class Store:
         self.table.resize(agreed_size(self.sizes.values()), self.now)
         self.table.sweep(set(empty), set(looked), self.now)
 
+    def renew_lanes(self, keys: Any) -> None:
+        self.table.renew(keys, self.now)
+
 
 def test_a_lane_is_empty_only_if_it_is_empty_in_every_queue_consumed() -> None:
     waiting = {"a.fair.lane.0": 2, "b.fair.lane.2": 1}
@@ -66,3 +69,25 @@ def test_a_watch_that_consumes_no_queue_reports_no_lane_empty_and_failures_are_l
     watch.look()
     watch.look()
     assert caplog.text.count("could not look at the lanes") == 1
+
+
+def test_a_key_the_worker_holds_a_backlog_of_is_renewed_and_keeps_its_lane() -> None:
+    # Given a key with a lane but no producer renewing it (a worker asked for it, rule 3),
+    store = Store()
+    backlog = ["A"]
+    ready = lambda names: [0 for _ in names]  # noqa: E731
+    watch = LaneWatch(store, "w1", 2, lambda: ["q"], ready, renew=lambda: backlog)
+    watch.look()
+    assert store.table.ask("A", 0.0) == 0
+    # while the worker holds a backlog of it, each look renews it: its lane stays, though the
+    # broker's lane is empty (the worker took it all in),
+    for now in (8.0, 16.0, 24.0):
+        store.now = now
+        watch.look()
+    assert store.table.lane_of("A") == 0
+    # and once the backlog is gone, its lease lapses and it leaves.
+    backlog.clear()
+    for now in (35.0, 36.0):
+        store.now = now
+        watch.look()
+    assert store.table.lane_of("A") is None

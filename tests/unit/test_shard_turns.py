@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kombu.utils.scheduling import cycle_by_name
 
+from celery_fair.protocol import shard_of
 from celery_fair.worker.internals import order_redis_reads
 from celery_fair.worker.shard_turns import ShardTurns
 
@@ -53,10 +54,14 @@ def test_kombus_turns_go_through_the_order_and_still_rotate():
 
 def test_a_lane_counts_in_its_own_slot_and_goes_last_once_held_a_window_of() -> None:
     turns = ShardTurns(shards=2, window=lambda: 2, lanes=3)
-    assert turns.lane_slot("q.fair.lane.1") == 3
-    assert turns.lane_slot("q.fair.lane.3") is None  # beyond the lanes consumed
-    assert turns.lane_slot("q.fair.1") is None  # a shard: counted by its key's hash
-    assert turns.lane_slot(None) is None
+    # A message counts in the queue it came from: the lane or shard its routing key names,
+    assert turns.slot_of("q.fair.lane.1", "A", None) == 3
+    assert turns.slot_of("q.fair.1", "A", 0) == 1  # a straggler of a laned key: its shard
+    # else (moved by the intake, which keeps the queue's routing key) its key's lane now,
+    assert turns.slot_of("q", "A", 1) == 3
+    # else its key's shard; a lane beyond those consumed is not one.
+    assert turns.slot_of("q.fair.lane.3", "A", None) == shard_of("A", 2)
+    assert turns.slot_of(None, "A", None) == shard_of("A", 2)
     queues = ["q.fair.lane.1", "q.fair.0", "q.fair.1", "q"]
     turns.add(3)
     assert turns.lanes_held() == 1

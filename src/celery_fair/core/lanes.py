@@ -2,11 +2,15 @@
 
 A queue is first in, first out, so a key with a deep backlog in a shard holds up every light
 key that hashes to the same shard. A key that turns heavy is therefore given a *lane*, a queue
-of its own (``q.fair.lane.<j>``), and its producers publish there while it stays heavy. Two
+of its own (``q.fair.lane.<j>``), and its producers publish there while it stays heavy. Three
 rules decide this, each written once, here:
 
 - ``HeavyKeys``: when a producer's key turns heavy: the publish that makes more than
   ``threshold`` (``fair_lane_threshold``, 16) from one process within a second.
+- ``Crowding``: when a worker finds a key heavy that no producer did (many producers below
+  ``threshold`` each, producers that do not count, jobs slow enough that a few a second make a
+  backlog): the shard it came from fills the worker's window for that shard, and the key holds
+  at least half of it.
 - ``LaneTable``: which lane a heavy key gets, how long it keeps it, and when its lane is given
   back. The shared store keeps one table for the fleet (the memory store uses this class; the
   Redis store states the same rule in Lua, and tests/store checks that the two agree).
@@ -24,6 +28,7 @@ __all__ = [
     "DEFAULT_LANE_SECONDS",
     "DEFAULT_THRESHOLD",
     "GRACE",
+    "Crowding",
     "HeavyKeys",
     "LaneMap",
     "LaneTable",
@@ -104,6 +109,71 @@ class HeavyKeys:
         old = [key for key, (start, *_) in self._seen.items() if now - start >= 2 * self.horizon]
         for key in old:
             del self._seen[key]
+
+
+class Crowding:
+    """A worker's held messages per queue of receipt, and the keys crowding a shard (rule 3).
+
+    A *slot* numbers the queues a worker reads: shard i is slot i, lane j is slot
+    ``shards + j`` (as ``ShardTurns``, worker/shard_turns.py). A key *crowds* its shard when the
+    shard's held messages reach the worker's window for one shard and the key holds at least
+    half of them: the shard's FIFO is then mostly that key's backlog, and a light key behind it
+    waits. The worker asks for the key's lane then, at most once per key per ``every`` seconds.
+    A lane held at least half a window is *backlogged*: its keys still need it (their leases are
+    renewed). O(1) per message; ``backlogged`` is O(lanes).
+
+    >>> crowd = Crowding(shards=2)
+    >>> for key in ("a", "a", "b"): crowd.add(0, key)
+    >>> crowd.crowds(0, "b", window=4, now=0.0), crowd.add(0, "a"), crowd.crowds(0, "a", 4, 0.0)
+    (False, None, True)
+    >>> crowd.crowds(0, "a", 4, 0.5), crowd.crowds(0, "a", 4, 1.0)
+    (False, True)
+    """
+
+    __slots__ = ("_asked", "_by_key", "_since", "every", "held", "shards")
+
+    def __init__(self, shards: int, lanes: int = 0, every: float = 1.0) -> None:
+        self.shards = shards
+        self.every = every
+        self.held = [0] * (shards + lanes)  # slot -> held messages that came from it
+        self._by_key: dict[tuple[int, str], int] = {}  # (shard slot, key) -> held of it
+        self._asked: set[str] = set()  # keys asked for since ``_since``
+        self._since = float("-inf")
+
+    def add(self, slot: int, key: str) -> None:
+        self.held[slot] += 1
+        if slot < self.shards:
+            self._by_key[slot, key] = self._by_key.get((slot, key), 0) + 1
+
+    def remove(self, slot: int, key: str) -> None:
+        if self.held[slot] > 0:
+            self.held[slot] -= 1
+        if slot < self.shards:
+            left = self._by_key.get((slot, key), 0) - 1
+            if left > 0:
+                self._by_key[slot, key] = left
+            else:
+                self._by_key.pop((slot, key), None)
+
+    def crowds(self, slot: int, key: str, window: int, now: float) -> bool:
+        """``key`` crowds shard ``slot`` at ``now``, and was not found to within ``every``
+        seconds: the moment to ask for its lane."""
+        if slot >= self.shards or self.held[slot] < window:
+            return False
+        if 2 * self._by_key.get((slot, key), 0) < window:
+            return False
+        if now - self._since >= self.every:
+            self._asked.clear()
+            self._since = now
+        if key in self._asked:
+            return False
+        self._asked.add(key)
+        return True
+
+    def backlogged(self, window: int) -> list[int]:
+        """The lanes (numbered from 0) held at least half a ``window``."""
+        held = self.held
+        return [j for j in range(len(held) - self.shards) if 2 * held[self.shards + j] >= window]
 
 
 def agreed_size(announced: Iterable[int | None]) -> int:

@@ -420,6 +420,7 @@ class FairLanesStep(bootsteps.StartStopStep):
             ready,
             close,
             refresh=Lanes.of(c.app).current,
+            renew=gate.lanes.backlogged_keys if gate.lanes is not None else list,
         )
         self.watch.start()
 

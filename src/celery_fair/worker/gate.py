@@ -40,6 +40,7 @@ from .held import HeldJobs
 from .housekeeping import Housekeeping, default_max_hold
 from .internals import sends_events, writes_pending
 from .job_control import JobControl
+from .lanes_here import LanesHere
 from .pacing import StorePacing
 from .reading import HeaderReader
 from .reserve import Reserve, slots_of
@@ -99,11 +100,17 @@ class Gate:
             driver=driver,
             lanes=Shards.of(self.app).consumed_lanes,
         )
-        # _lanes: the fleet's lanes as this worker knows them (its lane watch reads them once
-        # a second), for the turns: with lanes consumed, on Redis.
-        lanes = self.windows.turns is not None and Shards.of(self.app).consumed_lanes > 0
-        self._lanes = Lanes.of(self.app) if lanes else None
-        self.held = HeldJobs(self.windows.turns)
+        # lanes: where a held message counts, and the lanes this worker asks for (rule 3),
+        # with lanes consumed; the fleet's map comes from its lane watch, once a second.
+        consumed = Shards.of(self.app).consumed_lanes
+        self.lanes: LanesHere | None = None
+        if consumed > 0:
+            window = lambda: self.windows.shard_window  # noqa: E731
+            self.lanes = LanesHere(
+                Lanes.of(self.app), settings.shards, consumed, window, monotonic.now
+            )
+        crowding = self.lanes.crowding if self.lanes is not None else None
+        self.held = HeldJobs(self.windows.turns, crowding)
         self.reserve = Reserve(lookahead, sizer)
         self.runs = Runs(monotonic.now)
         untrack_ids = (lambda ids: untrack(self.app, ids)) if settings.tracking else None
@@ -245,15 +252,14 @@ class Gate:
         )
         shards = self.settings.shards
         with_events = sends_events(req)
-        turns = self.windows.turns
-        slot = None  # for the turns: the lane it came from, else its key's shard
-        if turns is not None:
-            routing_key = (getattr(req, "delivery_info", None) or {}).get("routing_key")
-            lane = self._lanes.map.lane_of(key) if self._lanes is not None else None
-            slot = turns.lane_slot(routing_key, lane)
-            if slot is None:
-                slot = shard_of(key, shards)
+        slot: int | None = None  # the queue it came from, for the turns and the lanes
+        if self.lanes is not None:
+            slot = self.lanes.slot(req, key)
+        elif self.windows.turns is not None:
+            slot = shard_of(key, shards)
         self.held.add(uid, held, slot)
+        if self.lanes is not None and slot is not None:
+            self.lanes.held(slot, key)
         if with_events:
             shard = shard_of(key, shards) if shards > 1 else None
             place = self.scheduler.pending_of(key)

@@ -9,8 +9,9 @@ receipt first, with the three indexes the gate keeps beside them:
 - *remembered priorities*: task id -> the priority job control gave a job this worker did not
   have (still in the broker, or held by another worker), taken if the job comes here; the last
   ``REMEMBERED`` of them;
-- *shard counts* (``ShardTurns``, Redis with shards): held messages per shard of their
-  fairness key, which order the transport's reads.
+- *shard counts*: held messages per queue they came from (a shard or a lane,
+  ``shard_turns.slot_of``), which order the transport's reads (``ShardTurns``, Redis with
+  shards) and tell which key crowds a shard (``core.lanes.Crowding``, with lanes).
 
 Every operation is O(1) but the views that walk the held jobs (``by_tier``, ``by_type``).
 It takes no lock of its own: the gate calls it under its lock.
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.lanes import Crowding
 from .headers import FairHeaders
 from .shard_turns import ShardTurns
 
@@ -56,15 +58,17 @@ class HeldJobs(dict[str, Held]):
     ((True, 9), (False, None))
     """
 
-    def __init__(self, turns: ShardTurns | None = None) -> None:
+    def __init__(self, turns: ShardTurns | None = None, crowding: Crowding | None = None) -> None:
         # self: uid -> Held, in order of receipt (a redelivered copy keeps its first place).
         super().__init__()
         # _aliases[task_id] == uid for every held or running job whose uid != task_id.
         self._aliases: dict[str, str] = {}
         # _priorities: task id -> priority for jobs not here, oldest first, at most REMEMBERED.
         self._priorities: dict[str, int | None] = {}
-        # turns.held[s] is the number of held jobs whose ``shard`` is s (when there are turns).
+        # turns.held[s] and crowding.held[s] are the number of held jobs whose ``shard`` is s
+        # (when there are turns, or lanes to ask for).
         self.turns = turns
+        self.crowding = crowding
         self.peak = 0  # the most held at once since the worker started
 
     def oldest(self) -> Held | None:
@@ -72,15 +76,18 @@ class HeldJobs(dict[str, Held]):
         return next(iter(self.values()), None)
 
     def add(self, uid: str, held: Held, shard: int | None = None) -> None:
-        """Hold ``held`` as ``uid``; ``shard``: its fairness key's, counted while there are
-        shard turns. O(1)."""
+        """Hold ``held`` as ``uid``; ``shard``: the slot of the queue it came from
+        (``shard_turns.slot_of``), counted while there are shard turns or lanes. O(1)."""
         self[uid] = held
         task_id = held.req.id
         if uid != task_id:
             self._aliases[task_id] = uid
-        if shard is not None and self.turns is not None:
+        if shard is not None and (self.turns is not None or self.crowding is not None):
             held.shard = shard
-            self.turns.add(shard)
+            if self.turns is not None:
+                self.turns.add(shard)
+            if self.crowding is not None:
+                self.crowding.add(shard, held.headers.fairness_key)
         if len(self) > self.peak:
             self.peak = len(self)
 
@@ -100,8 +107,11 @@ class HeldJobs(dict[str, Held]):
         pool, so its alias stays (job control still finds it running). O(1)."""
         held = self.pop(uid, None)
         if held is not None:
-            if held.shard >= 0 and self.turns is not None:
-                self.turns.remove(held.shard)
+            if held.shard >= 0:
+                if self.turns is not None:
+                    self.turns.remove(held.shard)
+                if self.crowding is not None:
+                    self.crowding.remove(held.shard, held.headers.fairness_key)
             if not starts:
                 self.unalias(held.req.id, uid)
         return held

@@ -7,6 +7,9 @@ consumes (``q.fair.lane.<j>``, ``r.fair.lane.<j>``...): a key whose lease lapsed
 lane only once sweeps have found the lane empty twice in a row, so a key with messages waiting
 in its lane never leaves it, and its messages keep their order.
 
+It also renews the lease of the keys whose lane the worker holds a backlog of (lanes_here.py):
+a key the worker gave a lane (rule 3) has no producer to renew it.
+
 It runs in a thread of its own, with a broker connection of its own on RabbitMQ (a passive
 ``queue.declare`` per lane, which answers with the number of messages ready) and a Redis
 pipeline of ``LLEN`` on a Redis broker (each lane's list per priority step). Neither blocks
@@ -94,8 +97,10 @@ def amqp_ready(connection: Any) -> Callable[[list[str]], list[int]]:
 
 class LaneWatch(threading.Thread):
     """Every ``EVERY`` seconds: ``store.sweep_lanes(worker, lanes, looked, empty)`` for the
-    lanes of ``queues()`` (the queues this worker consumes now), then ``refresh()`` (the
-    worker's copy of the fleet's map, ``routing.Lanes.current``). ``stop`` ends it."""
+    lanes of ``queues()`` (the queues this worker consumes now), ``store.renew_lanes`` for the
+    keys ``renew()`` says still need their lane (a backlog here, lanes_here.py), then
+    ``refresh()`` (the worker's copy of the fleet's map, ``routing.Lanes.current``). ``stop``
+    ends it."""
 
     def __init__(
         self,
@@ -107,6 +112,7 @@ class LaneWatch(threading.Thread):
         close: Callable[[], None] = lambda: None,
         every: float = EVERY,
         refresh: Callable[[], object] = lambda: None,
+        renew: Callable[[], Collection[str]] = list,
     ) -> None:
         super().__init__(name="celery-fair lane watch", daemon=True)
         self.store = store
@@ -117,6 +123,7 @@ class LaneWatch(threading.Thread):
         self._close = close
         self.every = every
         self._refresh = refresh
+        self._renew = renew
         self._stopped = threading.Event()
         self._failing = False
 
@@ -135,6 +142,9 @@ class LaneWatch(threading.Thread):
             looked = range(self.lanes) if queues else range(0)  # none consumed: none seen
             empty = empty_lanes(self.lanes, queues, self.ready) if queues else set()
             self.store.sweep_lanes(self.worker, self.lanes, looked, empty)
+            backlogged = list(self._renew())
+            if backlogged:
+                self.store.renew_lanes(backlogged)
             self._refresh()  # the fleet's map, read here, off the event loop, for the gate
         except Exception as exc:
             if not self._failing:

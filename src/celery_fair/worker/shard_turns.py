@@ -22,9 +22,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..protocol import lane_index, shard_index
+from ..protocol import lane_index, shard_index, shard_of
 
-__all__ = ["ShardTurns"]
+__all__ = ["ShardTurns", "slot_of"]
+
+
+def slot_of(routing_key: object, key: str, lane: int | None, shards: int, lanes: int) -> int:
+    """The slot (shard i: i; lane j: ``shards + j``) of the queue a message of fairness key
+    ``key`` came from: the lane or shard its routing key names; else (the intake moved it,
+    keeping the queue's own routing key) ``lane``, its key's lane now, if any; else its key's
+    shard, where the intake put it. O(1).
+
+    >>> slot_of("q.fair.lane.1", "a", None, 2, 3), slot_of("q.fair.1", "a", 2, 2, 3)
+    (3, 1)
+    >>> slot_of("q", "a", 2, 2, 3) == 4, slot_of("q", "a", None, 2, 3) == shard_of("a", 2)
+    (True, True)
+    """
+    if isinstance(routing_key, str):
+        named = lane_index(routing_key)
+        if named is not None and named < lanes:
+            return shards + named
+        shard = shard_index(routing_key)
+        if shard is not None and shard < shards:
+            return shard
+    if lane is not None and lane < lanes:
+        return shards + lane
+    return shard_of(key, shards)
 
 
 class ShardTurns:
@@ -53,16 +76,11 @@ class ShardTurns:
         if self.held[slot] > 0:
             self.held[slot] -= 1
 
-    def lane_slot(self, routing_key: object, lane: int | None = None) -> int | None:
-        """The slot of the lane a message came from: the one its routing key names (published
-        there), else ``lane``, its key's lane now (the intake moved it there, keeping the
-        queue's routing key); ``None`` if neither is one of these lanes."""
-        named = lane_index(routing_key) if isinstance(routing_key, str) else None
-        if named is not None:
-            lane = named
-        if lane is None or self.shards + lane >= len(self.held):
-            return None
-        return self.shards + lane
+    def slot_of(self, routing_key: object, key: str, lane: int | None) -> int:
+        """The slot a held message of ``key`` counts in: the queue it came from (a lane
+        or shard its routing key names), else ``lane``, its key's lane now (the intake moved it
+        there, keeping the queue's routing key), else its key's shard (``routing.shard_of``)."""
+        return slot_of(routing_key, key, lane, self.shards, len(self.held) - self.shards)
 
     def lanes_held(self) -> int:
         """How many lanes the gate holds messages of. O(lanes)."""

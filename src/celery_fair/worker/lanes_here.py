@@ -1,0 +1,71 @@
+"""A worker's part in the lanes (core/lanes.py): where a held message counts, and rule 3.
+
+Producers give a key its lane when they publish it heavily (rule 1, ``routing.Lanes``). A key
+can back up in its shard without any producer seeing it: many producers each below the
+threshold, producers that count nothing (an older release, ``fair_lanes = 0`` there), or jobs so
+slow that a few a second make a backlog. The worker sees it: what it holds of the shard fills
+its window for one shard, and one key holds at least half of it (``Crowding``). The worker then
+asks the store for the key's lane, as a producer would; every producer routes the key to it
+from its next read of the map (about a second), and the worker renews the lease while the
+key's lane stays backlogged here. A false alarm costs a lane for a lease.
+
+Each held message counts in the slot of the queue it came from (``shard_turns.slot_of``): the
+Redis read order reads those counts too (``ShardTurns``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..core.lanes import Crowding
+from .shard_turns import slot_of
+
+__all__ = ["LanesHere"]
+
+
+class LanesHere:
+    """``lanes``: the app's ``routing.Lanes`` (the fleet's map as this process knows it, and
+    the store to ask); ``shards`` and ``consumed``: the shards and lanes per queue this worker
+    reads; ``window``: its window for one shard now (what it can start plus one);
+    ``now``: a monotonic clock. The gate calls it under its lock."""
+
+    def __init__(
+        self,
+        lanes: Any,
+        shards: int,
+        consumed: int,
+        window: Callable[[], int],
+        now: Callable[[], float],
+    ) -> None:
+        self.lanes = lanes
+        self.shards = shards
+        self.consumed = consumed
+        self.crowding = Crowding(shards, consumed)
+        self._window = window
+        self._now = now
+        self.asked = 0  # lanes asked for by rule 3, since the worker started
+
+    def slot(self, req: Any, key: str) -> int:
+        """The slot ``req`` (of fairness key ``key``) counts in."""
+        routing_key = (getattr(req, "delivery_info", None) or {}).get("routing_key")
+        lane = self.lanes.map.lane_of(key)
+        return slot_of(routing_key, key, lane, self.shards, self.consumed)
+
+    def held(self, slot: int, key: str) -> None:
+        """A message of ``key`` from ``slot`` is now held (``HeldJobs.add`` counted it): if
+        ``key`` crowds its shard and has no lane yet, ask for one (one store call, at most once
+        per key a second; a store that fails is logged by ``Lanes``)."""
+        crowds = self.crowding.crowds(slot, key, self._window(), self._now())
+        if crowds and self.lanes.map.lane_of(key) is None:
+            self.asked += 1
+            self.lanes.ask(key)
+
+    def backlogged_keys(self) -> list[str]:
+        """The keys whose lane this worker holds at least half a window of: they still need
+        it (the lane watch renews them). Read from the lane watch's thread: it only reads a
+        list and an immutable map."""
+        lanes = set(self.crowding.backlogged(self._window()))
+        if not lanes:
+            return []
+        return [key for key, lane in self.lanes.map.lanes.items() if lane in lanes]

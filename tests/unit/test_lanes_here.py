@@ -1,0 +1,69 @@
+"""A worker's part in the lanes alone (worker/lanes_here.py): where a held message counts, and
+rule 3, the worker asking for the lane of a key that crowds its shard."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from celery_fair.core.lanes import LaneMap
+from celery_fair.protocol import shard_of
+from celery_fair.worker.lanes_here import LanesHere
+
+
+class FleetLanes:
+    """``routing.Lanes`` as the worker uses it: the map it knows, and ``ask``, which the store
+    answers with the next free lane."""
+
+    def __init__(self) -> None:
+        self.map = LaneMap(1, {}, 4)
+        self.asked: list[str] = []
+
+    def ask(self, key: str) -> int:
+        self.asked.append(key)
+        lane = len(self.map.lanes)
+        self.map = LaneMap(self.map.version + 1, {**self.map.lanes, key: lane}, 4)
+        return lane
+
+
+def message(routing_key: str) -> Any:
+    return SimpleNamespace(delivery_info={"routing_key": routing_key})
+
+
+def hold(here: LanesHere, key: str, routing_key: str) -> int:
+    slot = here.slot(message(routing_key), key)
+    here.crowding.add(slot, key)  # as HeldJobs.add counts it
+    here.held(slot, key)
+    return slot
+
+
+def test_a_key_that_crowds_its_shard_gets_a_lane_asked_once_and_light_keys_never() -> None:
+    fleet, clock = FleetLanes(), [0.0]
+    here = LanesHere(fleet, shards=8, consumed=4, window=lambda: 6, now=lambda: clock[0])
+    shard = f"q.fair.{shard_of('H', 8)}"
+    # Light keys fill H's shard up to its window: none holds half of it, nobody asks;
+    for key in ("l1", "l2", "l3"):
+        assert hold(here, key, shard) == shard_of("H", 8)
+    assert fleet.asked == []
+    # H's messages arrive (many producers, each below the threshold, published them there):
+    # at the one that gives it half of a full window, the worker asks for H's lane, once,
+    for _ in range(5):
+        hold(here, "H", shard)
+    assert fleet.asked == ["H"]
+    assert here.asked == 1
+    # and H's next messages come from its lane and count there, not in the shard.
+    assert hold(here, "H", "q.fair.lane.0") == 8
+    clock[0] = 5.0
+    hold(here, "H", shard)  # a straggler: H has its lane, no new ask
+    assert fleet.asked == ["H"]
+
+
+def test_the_keys_of_lanes_held_half_a_window_of_are_renewed() -> None:
+    fleet = FleetLanes()
+    fleet.ask("H")
+    fleet.ask("G")
+    here = LanesHere(fleet, shards=8, consumed=4, window=lambda: 6, now=lambda: 0.0)
+    for _ in range(3):
+        hold(here, "H", "q.fair.lane.0")
+    hold(here, "G", "q.fair.lane.1")
+    assert here.backlogged_keys() == ["H"]
