@@ -61,6 +61,7 @@ from typing import Any
 import redis
 from kombu import Producer
 
+from celery_fair.core.lanes import LaneMap
 from celery_fair.protocol import lane_name, shard_of
 
 HERE = Path(__file__).resolve().parent
@@ -111,6 +112,21 @@ def heavy_keys(count: int) -> list[str]:
     ['A', 'A1', 'A2']
     """
     return ["A", *(f"A{i}" for i in range(1, count))]
+
+
+def wait_for_lanes(app: Any, patience: float = 10.0) -> None:
+    """Until the workers have told the shared store they consume lanes (none without a
+    store): a fleet that runs before a burst comes, as in production."""
+    from celery_fair.connect import shared_store
+
+    store = shared_store(app)  # the app's own (its producers' lanes use it too): kept open
+    if store is None:
+        return
+    deadline = time.time() + patience
+    while (store.lanes(-1) or LaneMap(-1, {})).size == 0:
+        if time.time() > deadline:
+            raise RuntimeError("the workers did not announce their lanes")
+        time.sleep(0.05)
 
 
 def app_for(broker: str, queue: str, key: str, shards: int) -> Any:
@@ -173,6 +189,8 @@ def run_once(
         while len(module.app.control.ping(timeout=0.5) or []) < workers:
             if time.time() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"{variant} workers did not start")
+        if shards > 1:  # a fleet that is up: its lanes agreed (docs/operations.md, Lanes)
+            wait_for_lanes(module.app)
         unaware = variant.startswith("intake")
         b_connection = module.app.connection_for_write()
         b_connection.ensure_connection()

@@ -273,6 +273,9 @@ def format_store(state: dict[str, Any], where: str) -> str:
     by_cost = sorted(state["costs"].items(), key=lambda item: -item[1])
     costs = ", ".join(f"{key_label(k)} {v:g}" for k, v in by_cost)
     lines.append(f"accumulated cost of the keys running: {costs or '-'}")
+    lanes = state.get("lanes") or {"size": 0, "keys": {}}
+    laned = ", ".join(f"{key_label(k)} {j}" for k, j in sorted(lanes["keys"].items()))
+    lines.append(f"lanes: {lanes['size']} agreed; keys in a lane: {laned or '-'}")
     lines.append(
         f"kept: {state['keys']} keys' costs, {state['estimates']} estimates, "
         f"{state['tombstones']} tombstones"

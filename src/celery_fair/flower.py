@@ -358,6 +358,24 @@ def fleet_metrics(
     for scope in ("key", "total"):
         refused.add_metric([scope], float(state.get("queue_full", {}).get(scope, 0)))
     yield refused
+    lanes = state.get("lanes") or {"size": 0, "keys": {}}
+    agreed = GaugeMetricFamily(
+        "celery_fair_fleet_lanes",
+        "Lanes per queue the fleet agrees on (fair_lanes; 0 while a live worker consumes none).",
+    )
+    agreed.add_metric([], float(lanes["size"]))
+    yield agreed
+    in_use = GaugeMetricFamily(
+        "celery_fair_fleet_lanes_in_use", "Lanes that have at least one key now."
+    )
+    in_use.add_metric([], float(len(set(lanes["keys"].values()))))
+    yield in_use
+    laned = GaugeMetricFamily(
+        "celery_fair_fleet_keys_in_lanes",
+        "Fairness keys that have a lane now (heavy keys); more than lanes in use: some share.",
+    )
+    laned.add_metric([], float(len(lanes["keys"])))
+    yield laned
 
 
 def _label(key: str) -> str:

@@ -9,7 +9,8 @@ import threading
 import time
 
 import pytest
-from harness import intervals, queue_length, wait_until
+from fairapp import make_app
+from harness import gate_stats, intervals, queue_length, wait_until
 
 from celery_fair import fair_headers
 from celery_fair.core.lanes import DEFAULT_THRESHOLD
@@ -121,7 +122,7 @@ def test_a_key_no_producer_finds_heavy_gets_its_lane_from_the_worker_it_crowds(
     # threshold, as one with an unreachable threshold stands for here), and a fair worker
     # with a shared store and lanes,
     run = make_run(conf={**lane_conf(broker), "fair_lane_threshold": 10**9})
-    start_worker(run, concurrency=SLOTS)
+    worker = start_worker(run, concurrency=SLOTS)
     store = store_of(run)
     wait_until(lambda: store.lanes(-1).size > 0, 30, "the worker to announce its lanes")
     clone = run.app.tasks["fairapp.clone"]
@@ -145,6 +146,7 @@ def test_a_key_no_producer_finds_heavy_gets_its_lane_from_the_worker_it_crowds(
         # then the worker finds H crowding its shard and asks for H's lane; the producers
         # route H there from their next read of the map,
         wait_until(lambda: store.lanes(-1).lane_of("H") is not None, 20, "the worker's ask")
+        assert gate_stats(run, worker)["fair-lanes-asked"] >= 1
         lanes = Lanes.of(run.app)
         wait_until(lambda: lanes.map.lane_of("H") is not None, 20, "the producer to use it")
         # so H's shard drains while H streams on (without the lane it grows, 20 a second),
@@ -162,4 +164,69 @@ def test_a_key_no_producer_finds_heavy_gets_its_lane_from_the_worker_it_crowds(
     finally:
         stop.set()
         thread.join(10)
+    store.close()
+
+
+def test_a_key_that_turns_heavy_mid_burst_keeps_its_order_and_light_keys_their_place(
+    make_run, start_worker, broker
+):
+    # Given a fair worker with a shared store and lanes,
+    run, store = lane_world(make_run, start_worker, broker)
+    clone = run.app.tasks["fairapp.clone"]
+    # when client A publishes ten jobs at five a second (light: they go to its shard), then a
+    # burst of 1,000 at full speed (it turns heavy at the 17th within a second: the rest go to
+    # its lane), and light clients in A's shard publish right after,
+    tick = threading.Event()
+    for i in range(10):
+        clone.apply_async([f"A{i:04d}", 0.02], fairness_key="A")
+        tick.wait(0.2)  # the client's own pace, not a wait for a result
+    for i in range(10, 1010):
+        clone.apply_async([f"A{i:04d}", 0.02], fairness_key="A")
+    published = time.time()
+    light = colliding("A", 4)
+    for key in light:
+        clone.apply_async([key, 0.02], fairness_key=key)
+    # then A got its lane mid-burst, the light clients start behind few of A's jobs,
+    assert store.lanes(-1).lane_of("A") is not None
+    a_between = heavy_starts_before_the_light(run, published, light)
+    assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), len(a_between)
+    # and A's jobs start in the order A published them: its messages left in the shard (the
+    # ones before its lane) come before those in its lane, give or take the jobs that start
+    # together on the pool's processes.
+    wait_until(lambda: run.recorder.done_counts().get("A1009"), 60, "A's last job")
+    spans = intervals(run.recorder.events())
+    started = sorted((spans[f"A{i:04d}"][0], i) for i in range(1010))
+    order = [i for _, i in started]
+    out_of_place = max(abs(position - i) for position, i in enumerate(order))
+    assert out_of_place <= SLOTS, order[:60]
+    store.close()
+
+
+def test_many_producers_bursting_one_key_leave_light_clients_behind_few_of_its_jobs(
+    make_run, start_worker, broker
+):
+    # Given a fair worker with a shared store and lanes, and eight producer processes (each
+    # an app of its own, which counts its own publishes),
+    run, store = lane_world(make_run, start_worker, broker)
+    producers = [make_app(run.url, run.queue, run.prefix, conf=run.conf) for _ in range(8)]
+    clones = [app.tasks["fairapp.clone"] for app in producers]
+    # when each publishes a burst of 100 of key A at once (each sends its first 16 to A's
+    # shard before it finds A heavy: 128 there, ahead of light keys), and light clients in A's
+    # shard publish right after,
+    try:
+        for i in range(100):
+            for p, clone in enumerate(clones):
+                clone.apply_async([f"A{p}-{i}", 0.02], fairness_key="A")
+        published = time.time()
+        light = colliding("A", 4)
+        for key in light:
+            clones[0].apply_async([key, 0.02], fairness_key=key)
+        # then the worker reads on past A's messages left in its shard (they wait in A's share
+        # like the rest of A's burst, not ahead of the light keys), and the light clients
+        # start behind few of A's jobs.
+        a_between = heavy_starts_before_the_light(run, published, light)
+        assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), len(a_between)
+    finally:
+        for app in producers:
+            app.close()
     store.close()

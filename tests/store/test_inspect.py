@@ -32,6 +32,7 @@ def test_an_unused_prefix_shows_empty_and_looking_creates_nothing(make_store):
     state = store.inspect()
     assert state["schema"] is None
     assert (state["workers"], state["jobs"], state["conflicts"]) == ([], [], {})
+    assert state["lanes"] == {"size": 0, "keys": {}}
     assert keys_of(store) == []
 
 
@@ -84,15 +85,19 @@ def test_celery_fair_store_prints_the_state_as_json_and_as_a_table(redis_client,
     store = RedisStore(redis_client, prefix)
     try:
         store.admit("w1", [ask("a", "alice", job_id="linux")])
+        store.sweep_lanes("w1", 4, range(4), set())  # w1 consumes 4 lanes: lanes are given
+        assert store.ask_lane("bob") == 0
         assert main(["store", REDIS_URL, "--prefix", prefix, "--format", "json"]) == 0
         shown = json.loads(capsys.readouterr().out)
         assert [j["uid"] for j in shown["jobs"]] == ["a"]
+        assert shown["lanes"] == {"size": 4, "keys": {"bob": 0}}
         assert main(["store", REDIS_URL, "--prefix", prefix]) == 0
         table = capsys.readouterr().out
         assert "workers (1):" in table
         assert "a  clone (tier 8)  key alice  on w1" in table
         assert "holds git/linux" in table
         assert "conflicts held: git/linux by a" in table
+        assert "lanes: 4 agreed; keys in a lane: bob 0" in table
     finally:
         clean(redis_client, prefix)
 

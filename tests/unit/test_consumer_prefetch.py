@@ -50,6 +50,25 @@ def test_eta_tasks_waiting_in_a_shard_grow_its_window_in_chunks_and_only_its_own
     assert p.limit_for(A) == 5
 
 
+def test_stragglers_held_from_a_shard_open_it_past_them_in_few_doublings_and_it_closes_after():
+    p = ShardPrefetch(narrow=5, wide=1001)
+    consumed(p)
+    # The window holds 5 stragglers of a key that has its lane now (128 more wait behind, and
+    # light keys behind them): it opens by twice that, rounded up to a power of two,
+    assert p.observe(blocked_idle=False, eta={}, stragglers={0: 5}) == [A]
+    assert consumed(p) == {A: 5 + 16, B: 5, BASE: 0}
+    # so each change reads past twice as many as the last: a few changes for any number,
+    changes, held = 0, 5
+    while held < 133:
+        held = p.limit_for(A)  # the broker fills the wider window with more of them
+        changes += len(p.observe(blocked_idle=False, eta={}, stragglers={0: min(held, 133)}))
+    assert changes <= 4
+    assert p.limit_for(A) >= 133 + 5  # room past them: the light keys' messages come in
+    # and once they have started (none held), it closes again.
+    assert p.observe(blocked_idle=False, eta={}, stragglers={}) == [A]
+    assert p.limit_for(A) == 5
+
+
 def test_a_new_narrow_width_follows_the_worker_and_forgotten_queues_stay_forgotten():
     p = ShardPrefetch(narrow=5, wide=1001)
     consumed(p)

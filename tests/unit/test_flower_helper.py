@@ -87,6 +87,7 @@ STATE = {
     "conflicts": {"git\x1flinux": "t1"},
     "jobs": [{"fairness_key": k} for k in ["a", "a", "a", "b", "", "c"]],
     "costs": {"a": 30.0, "b": 10.0, "": 0.0, "c": 20.0},
+    "lanes": {"size": 4, "keys": {"a": 0, "b": 1, "d": 1}},
 }
 
 
@@ -116,6 +117,9 @@ def test_fleet_metrics_name_the_top_keys_and_sum_the_rest_as_other():
     assert got[("celery_fair_fleet_running_jobs_by_type", (("job_type", "clone"),))] == 5
     assert got[("celery_fair_fleet_type_cap", (("job_type", "clone"),))] == 5
     assert got[("celery_fair_fleet_conflicts_held", ())] == 1
+    assert got[("celery_fair_fleet_lanes", ())] == 4
+    assert got[("celery_fair_fleet_lanes_in_use", ())] == 2  # b and d share lane 1
+    assert got[("celery_fair_fleet_keys_in_lanes", ())] == 3
     by_key = {dict(labels)["fairness_key"]: v for (n, labels), v in got.items()
               if n == "celery_fair_fleet_running_jobs_by_key"}  # fmt: skip
     # a runs 3; then 1 each: c (cost 20) before b (10) before the background key (0).

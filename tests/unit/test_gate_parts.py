@@ -67,17 +67,17 @@ def test_held_jobs_keep_receipt_order_aliases_and_shard_counts() -> None:
     assert jobs.oldest() is jobs.get("t1")
     assert jobs.uid_of("t2") == "t2/retry-1"
     assert jobs.uid_of("t1") == "t1"
-    assert turns.held == [0, 0, 2, 0]
+    assert turns.held[:4] == [0, 0, 2, 0]
     assert jobs.peak == 3
     # a job that starts keeps its alias (job control finds it running); one dropped does not
     assert jobs.take("t2/retry-1", starts=True) is not None
     assert jobs.uid_of("t2") == "t2/retry-1"
     jobs.unalias("t2", "t2/retry-1")
     assert jobs.uid_of("t2") == "t2"
-    assert turns.held == [0, 0, 1, 0]
+    assert turns.held[:4] == [0, 0, 1, 0]
     assert jobs.take("t1") is not None
     assert jobs.take("t1") is None
-    assert turns.held == [0, 0, 0, 0]
+    assert turns.held[:4] == [0, 0, 0, 0]
     assert len(jobs) == 1
     assert jobs.peak == 3
 
@@ -204,6 +204,24 @@ def test_windows_bound_what_is_held_with_shards_on_redis_only_while_nothing_bloc
     capacity[0] = 3
     redis.follow(held=50, fair_inside=True)
     assert qos.value == 3 + 8 + 1  # the channel's window: the limit plus one look
+
+
+def test_on_redis_a_held_lane_is_one_more_look_and_a_held_straggler_takes_no_place() -> None:
+    qos = QoS()
+    windows = Windows(lambda: qos, lambda: 3, max_held=100, shards=8, driver="redis", lanes=4)
+    turns = windows.turns
+    assert turns is not None
+    assert windows.limit() == 3 + 8
+    turns.add(8 + 2)  # a message from lane 2
+    assert windows.limit() == 3 + 8 + 1
+    straggler = turns.slot_of("q.fair.5", "A", 2)  # from A's shard, A has lane 2 now
+    assert straggler == 8 + 4 + 5  # shard 5's stragglers
+    for _ in range(30):  # thirty of A's messages had waited in its shard: read on past them
+        turns.add(straggler)
+    assert windows.limit() == 3 + 8 + 1 + 30
+    for _ in range(30):
+        turns.remove(straggler)
+    assert windows.limit() == 3 + 8 + 1
 
 
 def test_a_process_idles_blocked_only_if_a_real_slot_is_free() -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from celery_fair.core.lanes import EMPTY_SWEEPS, Crowding, HeavyKeys, LaneTable, agreed_size
+from celery_fair.core.lanes import (
+    ANNOUNCE_GRACE,
+    EMPTY_SWEEPS,
+    Crowding,
+    HeavyKeys,
+    LaneTable,
+    agreed_size,
+    fleet_sizes,
+)
 
 
 def test_a_key_turns_heavy_at_the_publish_past_the_threshold_within_a_second() -> None:
@@ -43,6 +51,23 @@ def test_the_fleet_agrees_on_the_fewest_lanes_and_on_none_while_a_worker_has_not
     assert agreed_size([16, 16, 8]) == 8
     assert agreed_size([16, None]) == 0  # an older worker consumes no lanes
     assert agreed_size([]) == 0
+
+
+def test_a_worker_that_just_started_takes_no_lanes_away_but_a_silent_one_does() -> None:
+    silent: dict[str, float] = {}
+    # w2 just went live and has not announced yet: the fleet keeps w1's lanes,
+    assert fleet_sizes(["w1", "w2"], {"w1": 16}, silent, 100.0) == [16]
+    assert fleet_sizes(["w1", "w2"], {"w1": 16}, silent, 100.0 + ANNOUNCE_GRACE - 0.5) == [16]
+    # and once it announces, its own size counts;
+    assert fleet_sizes(["w1", "w2"], {"w1": 16, "w2": 8}, silent, 103.0) == [16, 8]
+    assert silent == {}
+    # w3 stays silent past the grace (an older release): no lanes at all,
+    assert fleet_sizes(["w1", "w3"], {"w1": 16}, silent, 200.0) == [16]
+    sizes = fleet_sizes(["w1", "w3"], {"w1": 16}, silent, 200.0 + ANNOUNCE_GRACE)
+    assert agreed_size(sizes) == 0
+    # until it is no longer live (then it is forgotten).
+    assert fleet_sizes(["w1"], {"w1": 16}, silent, 300.0) == [16]
+    assert silent == {}
 
 
 def test_heavy_keys_get_lanes_of_their_own_then_share_the_least_shared() -> None:
@@ -168,4 +193,4 @@ def test_a_lane_never_crowds_and_is_backlogged_from_half_a_window() -> None:
     assert crowd.backlogged(window=4) == []
     crowd.remove(3, "H")
     crowd.remove(3, "H")  # never below zero
-    assert crowd.held == [0, 0, 0, 0, 0]
+    assert crowd.held == [0] * 7  # 2 shards, 3 lanes, the stragglers of each shard

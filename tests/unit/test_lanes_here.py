@@ -54,8 +54,12 @@ def test_a_key_that_crowds_its_shard_gets_a_lane_asked_once_and_light_keys_never
     # and H's next messages come from its lane and count there, not in the shard.
     assert hold(here, "H", "q.fair.lane.0") == 8
     clock[0] = 5.0
-    hold(here, "H", shard)  # a straggler: H has its lane, no new ask
+    slot = hold(here, "H", shard)  # a straggler: H has its lane, no new ask
     assert fleet.asked == ["H"]
+    assert here.straggler(slot)
+    # (with the two of H's messages held from its shard after the ask)
+    assert here.crowding.stragglers() == {shard_of("H", 8): 3}
+    assert not here.straggler(hold(here, "l4", shard))
 
 
 def test_the_keys_of_lanes_held_half_a_window_of_are_renewed() -> None:

@@ -56,7 +56,13 @@ def test_a_lane_counts_in_its_own_slot_and_goes_last_once_held_a_window_of() -> 
     turns = ShardTurns(shards=2, window=lambda: 2, lanes=3)
     # A message counts in the queue it came from: the lane or shard its routing key names,
     assert turns.slot_of("q.fair.lane.1", "A", None) == 3
-    assert turns.slot_of("q.fair.1", "A", 0) == 1  # a straggler of a laned key: its shard
+    assert turns.slot_of("q.fair.1", "A", None) == 1
+    # a message from a shard whose key has a lane now is a straggler, which orders no queue,
+    assert turns.slot_of("q.fair.1", "A", 0) == 2 + 3 + 1
+    turns.add(6)
+    assert turns.stragglers() == 1
+    assert turns.order(["q.fair.0", "q.fair.1"]) == ["q.fair.0", "q.fair.1"]
+    turns.remove(6)
     # else (moved by the intake, which keeps the queue's routing key) its key's lane now,
     assert turns.slot_of("q", "A", 1) == 3
     # else its key's shard; a lane beyond those consumed is not one.

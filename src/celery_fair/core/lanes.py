@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "ANNOUNCE_GRACE",
     "DEFAULT_LANES",
     "DEFAULT_LANE_SECONDS",
     "DEFAULT_THRESHOLD",
@@ -33,6 +34,7 @@ __all__ = [
     "LaneMap",
     "LaneTable",
     "agreed_size",
+    "fleet_sizes",
 ]
 
 #: ``fair_lane_threshold``: a key is heavy once one process publishes more than this many of
@@ -50,6 +52,11 @@ DEFAULT_LANE_SECONDS = 10.0
 GRACE = 3.0
 #: How many sweeps in a row must find a lane empty before its lapsed keys may leave it.
 EMPTY_SWEEPS = 2
+#: Seconds a live worker may go without saying how many lanes it consumes before the fleet
+#: takes it for one that consumes none (an older release) and gives no lanes out. A fair worker
+#: says so within about a second of its start; until then it must not take every heavy key's
+#: lane away (a worker that joins a fleet would otherwise send them all back to their shards).
+ANNOUNCE_GRACE = 5.0
 
 
 class HeavyKeys:
@@ -115,12 +122,14 @@ class Crowding:
     """A worker's held messages per queue of receipt, and the keys crowding a shard (rule 3).
 
     A *slot* numbers the queues a worker reads: shard i is slot i, lane j is slot
-    ``shards + j`` (as ``ShardTurns``, worker/shard_turns.py). A key *crowds* its shard when the
-    shard's held messages reach the worker's window for one shard and the key holds at least
-    half of them: the shard's FIFO is then mostly that key's backlog, and a light key behind it
-    waits. The worker asks for the key's lane then, at most once per key per ``every`` seconds.
-    A lane held at least half a window is *backlogged*: its keys still need it (their leases are
-    renewed). O(1) per message; ``backlogged`` is O(lanes).
+    ``shards + j``, and slot ``shards + lanes + i`` counts shard i's stragglers, messages that
+    waited in it from before their key got its lane (as ``ShardTurns``, worker/shard_turns.py). A
+    key *crowds* its shard when the shard's held messages reach the worker's window for one
+    shard and the key holds at least half of them: the shard's FIFO is then mostly that key's
+    backlog, and a light key behind it waits. The worker asks for the key's lane then, at most
+    once per key per ``every`` seconds. A lane held at least half a window is *backlogged*: its
+    keys still need it (their leases are renewed). O(1) per message; ``backlogged`` is
+    O(lanes).
 
     >>> crowd = Crowding(shards=2)
     >>> for key in ("a", "a", "b"): crowd.add(0, key)
@@ -130,12 +139,13 @@ class Crowding:
     (False, True)
     """
 
-    __slots__ = ("_asked", "_by_key", "_since", "every", "held", "shards")
+    __slots__ = ("_asked", "_by_key", "_since", "every", "held", "lanes", "shards")
 
     def __init__(self, shards: int, lanes: int = 0, every: float = 1.0) -> None:
         self.shards = shards
         self.every = every
-        self.held = [0] * (shards + lanes)  # slot -> held messages that came from it
+        self.lanes = lanes
+        self.held = [0] * (2 * shards + lanes)  # slot -> held messages that came from it
         self._by_key: dict[tuple[int, str], int] = {}  # (shard slot, key) -> held of it
         self._asked: set[str] = set()  # keys asked for since ``_since``
         self._since = float("-inf")
@@ -170,10 +180,15 @@ class Crowding:
         self._asked.add(key)
         return True
 
+    def stragglers(self) -> dict[int, int]:
+        """Held stragglers by the shard they waited in (those that have some). O(shards)."""
+        first = self.shards + self.lanes
+        return {i: n for i, n in enumerate(self.held[first:]) if n}
+
     def backlogged(self, window: int) -> list[int]:
         """The lanes (numbered from 0) held at least half a ``window``."""
         held = self.held
-        return [j for j in range(len(held) - self.shards) if 2 * held[self.shards + j] >= window]
+        return [j for j in range(self.lanes) if 2 * held[self.shards + j] >= window]
 
 
 def agreed_size(announced: Iterable[int | None]) -> int:
@@ -187,6 +202,37 @@ def agreed_size(announced: Iterable[int | None]) -> int:
     if not sizes or any(size is None for size in sizes):
         return 0
     return min(size for size in sizes if size is not None)
+
+
+def fleet_sizes(
+    live: Iterable[str],
+    announced: Mapping[str, int],
+    silent_since: dict[str, float],
+    now: float,
+) -> list[int | None]:
+    """What each live worker says, for ``agreed_size``: the lanes it announced; ``None`` for
+    one that has been seen live without announcing for ``ANNOUNCE_GRACE`` seconds (an older
+    release); nothing yet for one silent for less. ``silent_since`` keeps when each silent live
+    worker was first seen so: updated here (entered, and dropped for workers that announced or
+    are no longer live). O(live workers + silent ones).
+
+    >>> silent = {}
+    >>> fleet_sizes(["w1", "w2"], {"w1": 16}, silent, 10.0), silent
+    ([16], {'w2': 10.0})
+    >>> fleet_sizes(["w1", "w2"], {"w1": 16}, silent, 15.0)
+    [16, None]
+    """
+    live = list(live)
+    sizes: list[int | None] = []
+    for worker in live:
+        if worker in announced:
+            sizes.append(announced[worker])
+        elif now - silent_since.setdefault(worker, now) >= ANNOUNCE_GRACE:
+            sizes.append(None)
+    keep = {worker for worker in live if worker not in announced}
+    for worker in [w for w in silent_since if w not in keep]:
+        del silent_since[worker]
+    return sizes
 
 
 @dataclass(frozen=True, slots=True)

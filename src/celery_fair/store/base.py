@@ -520,9 +520,11 @@ class Store(Protocol):
            calls now, so it consumes its lanes now, before its first heartbeat too). The
            announcements of the others are forgotten: a worker whose lease lapsed must
            announce again before it counts.
-        3. The fleet agrees on ``core.lanes.agreed_size`` of the live workers' announcements
-           (none for a live worker that never announced: an older release, which consumes no
-           lanes); when that changed, ``LaneTable.resize``.
+        3. The fleet agrees on ``core.lanes.agreed_size`` of ``core.lanes.fleet_sizes``: the
+           live workers' announcements, and none once a live worker has gone
+           ``ANNOUNCE_GRACE`` seconds without one (an older release, which consumes no lanes;
+           a worker that just started has not announced yet, and is left out until then);
+           when that changed, ``LaneTable.resize``.
         4. ``LaneTable.sweep(empty, looked, now)`` (lanes as ``lane_sweep`` takes them).
 
         One round trip; O(assignments + live workers).

@@ -18,7 +18,14 @@ from itertools import count
 from typing import Any
 
 from ..core.clock import Clock, WallClock
-from ..core.lanes import DEFAULT_LANE_SECONDS, GRACE, LaneMap, LaneTable, agreed_size
+from ..core.lanes import (
+    DEFAULT_LANE_SECONDS,
+    GRACE,
+    LaneMap,
+    LaneTable,
+    agreed_size,
+    fleet_sizes,
+)
 from ..core.types import CostLifecycle
 from .base import (
     Ask,
@@ -115,11 +122,13 @@ class MemoryStore:
         self._tracked_in_key: dict[str, int] = {}
         # each key's record of tracked jobs ended (base.rate_after), for Queued.rate
         self._rates: dict[str, tuple[float, float, float]] = {}
-        # The fleet's lanes (Store.sweep_lanes): the table, and each live worker's announcement.
+        # The fleet's lanes (Store.sweep_lanes): the table, each live worker's announcement,
+        # and when each live worker that has not announced was first seen so.
         self.lane_seconds = check_lane_seconds(lane_seconds)
         self.lane_table = LaneTable(0, self.lane_seconds, GRACE)
         self.lane_table.version = first_lane_version(self.clock.now())
         self._announced: dict[str, int] = {}
+        self._silent: dict[str, float] = {}
 
     # -- operations ------------------------------------------------------------------------
 
@@ -416,7 +425,7 @@ class MemoryStore:
         for gone in [w for w in self._announced if w not in live]:
             del self._announced[gone]
         table = self.lane_table
-        table.resize(agreed_size(self._announced.get(w) for w in live), now)
+        table.resize(agreed_size(fleet_sizes(live, self._announced, self._silent, now)), now)
         table.sweep(found, seen, now)
 
     # -- inspection --------------------------------------------------------------------------

@@ -499,7 +499,8 @@ class RedisStore:
         accumulated costs of the keys that run, and how many costs, estimates and tombstones
         it keeps. Times are the Redis server's (``now`` says it). See ``celery-fair store``.
         ``queue_full`` counts the submits a limit refused since the store began (``QueueFull``,
-        by scope: ``key``, ``total``), read in a second round trip.
+        by scope: ``key``, ``total``), read in a second round trip; ``lanes``, in a third, the
+        lanes the fleet agrees on (``size``) and the keys that have one now (``keys``).
         """
         import json
 
@@ -512,6 +513,13 @@ class RedisStore:
                 state[name] = [] if name in ("workers", "jobs") else {}
         refused = self._read(lambda c: c.hgetall(self._queued_keys[4]))
         state["queue_full"] = {_as_text(k): int(v) for k, v in refused.items()}
+        # a third: the lane table (core/lanes.py); not on an unused prefix, where reading it
+        # would write its first version
+        lanes = self.lanes(-1) if state["schema"] is not None else None
+        state["lanes"] = {
+            "size": lanes.size if lanes is not None else 0,
+            "keys": dict(lanes.lanes) if lanes is not None else {},
+        }
         return state
 
     @property

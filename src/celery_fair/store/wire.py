@@ -15,13 +15,14 @@ ARGV by a bare number, and that no script writes a status code as a bare string.
 
 The lane table's script (``lua/lanes.lua``) gets its operations' names (``OP_READ``...), a
 sweep's arguments (``SWEEP_<NAME>``), the lane rule's constants (``LANE_GRACE``,
-``LANE_EMPTY_SWEEPS``: core/lanes.py's ``GRACE`` and ``EMPTY_SWEEPS``) and the unit of a new
+``LANE_EMPTY_SWEEPS``, ``LANE_ANNOUNCE_GRACE``: core/lanes.py's ``GRACE``, ``EMPTY_SWEEPS`` and
+``ANNOUNCE_GRACE``) and the unit of a new
 table's version (``LANE_VERSION_TICKS_PER_S``) from here too.
 """
 
 from __future__ import annotations
 
-from ..core.lanes import EMPTY_SWEEPS, GRACE
+from ..core.lanes import ANNOUNCE_GRACE, EMPTY_SWEEPS, GRACE
 from .base import Ask, Running, Verdict
 
 __all__ = [
@@ -170,6 +171,7 @@ def lua_constants() -> str:
         f"local LANE_VERSION_TICKS_PER_S = {LANE_VERSION_TICKS_PER_S}",
         f"local LANE_GRACE = {float(GRACE)!r}",
         f"local LANE_EMPTY_SWEEPS = {int(EMPTY_SWEEPS)}",
+        f"local LANE_ANNOUNCE_GRACE = {float(ANNOUNCE_GRACE)!r}",
         _assign("H", HEAD, start=1),
     ]
     for prefix, fields in _LISTS:

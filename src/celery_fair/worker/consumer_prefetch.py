@@ -17,6 +17,13 @@ Two things need a deeper look than that, and get it:
 - *ETA and countdown tasks* stay unacknowledged in Celery's timer until they are due, and
   take their shard's places: each shard's window grows by what it has waiting so, in steps of
   ``CHUNK``.
+- *Stragglers* (shard_turns.slot_of): messages of a key that waited in its shard from before
+  the key got its lane. Held, they fill the shard's window while more of them, and the light
+  keys behind them, wait in the shard; they are the key's oldest, so they stay held (its order
+  kept) and the shard's window grows past them instead: by twice what it holds of them,
+  rounded up to a power of two (at least ``CHUNK``), so a few changes read through any number.
+  The gate asks for the change as soon as it holds one (``Gate.widen_for_stragglers``), not at
+  its next sweep.
 
 RabbitMQ applies a consumer's window only when the consumer is created, so a change is made
 by cancelling the shard's consumer and consuming again (internals.reconsume): unacked messages
@@ -33,6 +40,7 @@ from typing import Any
 
 from celery.utils.log import get_logger
 
+from ..protocol import shard_index
 from ..routing import is_part
 from .internals import (
     applied_prefetch,
@@ -72,6 +80,7 @@ class ShardPrefetch:
         # _limits: the window each consumed shard was consumed with.
         self._limits: dict[str, int] = {}
         self._eta: dict[str, int] = {}
+        self._stragglers: Mapping[int, int] = {}  # shard number -> stragglers held from it
 
     def limit_for(self, queue: str) -> int:
         """The window to consume ``queue`` with now (0: none of its own, the channel's only),
@@ -86,10 +95,15 @@ class ShardPrefetch:
         """``queue`` is no longer consumed (cancel_consumer, a new connection)."""
         self._limits.pop(queue, None)
 
-    def observe(self, blocked_idle: bool, eta: Mapping[str, int]) -> list[str]:
-        """One sweep: whether a pool process idles that no held job can take, and how many
-        ETA tasks wait in the timer per shard. Returns the shards to consume again, whose
-        window should change. O(shards)."""
+    def observe(
+        self,
+        blocked_idle: bool,
+        eta: Mapping[str, int],
+        stragglers: Mapping[int, int] | None = None,
+    ) -> list[str]:
+        """One sweep: whether a pool process idles that no held job can take, how many
+        ETA tasks wait in the timer per shard, and how many stragglers are held per shard
+        number. Returns the shards to consume again, whose window should change. O(shards)."""
         if blocked_idle:
             self._calm = 0
             self.opened = True
@@ -98,12 +112,18 @@ class ShardPrefetch:
             if self._calm >= SETTLE:
                 self.opened = False
         self._eta = {q: n for q, n in eta.items() if n > 0}
+        self._stragglers = stragglers or {}
         return [q for q, limit in self._limits.items() if self._target(q) != limit]
 
     def _target(self, queue: str) -> int:
         base = max(self.wide, self.narrow) if self.opened else self.narrow
         waiting = self._eta.get(queue, 0)
-        return base + -(-waiting // CHUNK) * CHUNK
+        extra = -(-waiting // CHUNK) * CHUNK
+        shard = shard_index(queue)
+        held = self._stragglers.get(shard, 0) if shard is not None else 0
+        if held:
+            extra += max(CHUNK, 1 << (2 * held - 1).bit_length())
+        return base + extra
 
     def info(self) -> dict[str, int]:
         """The window of each consumed shard."""
@@ -133,11 +153,14 @@ class ShardWindows:
             return None
         return cls(c.task_consumer, narrow, wide, lambda: applied_prefetch(c.qos))
 
-    def follow(self, blocked_idle: bool, narrow: int) -> None:
+    def follow(
+        self, blocked_idle: bool, narrow: int, stragglers: Mapping[int, int] | None = None
+    ) -> None:
         """One sweep: open, close or grow the windows as ``ShardPrefetch`` says. O(shards +
         ETA tasks waiting)."""
         self.prefetch.narrow = max(1, narrow)
-        changed = self.prefetch.observe(blocked_idle, scheduled_by_queue(self._consumer))
+        scheduled = scheduled_by_queue(self._consumer)
+        changed = self.prefetch.observe(blocked_idle, scheduled, stragglers)
         if not changed:
             return
         try:

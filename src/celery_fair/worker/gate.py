@@ -147,6 +147,8 @@ class Gate:
             forget=self._forget,
             dispatch=self.dispatch,
         )
+        self._hub: Any = None  # the event loop, with one (start_link)
+        self._widening = False  # a change of the shard consumers' windows is on its way
         # With an event loop (start_link): one store call per turn, sent by the store link.
         self.pacing = StorePacing(
             engine,
@@ -167,6 +169,7 @@ class Gate:
             self.types,
             self._reader.groups,
             settings.metrics_top_keys,
+            self.lanes,
         )
         self.handoff = Handoff(
             self.runs,
@@ -260,6 +263,8 @@ class Gate:
         self.held.add(uid, held, slot)
         if self.lanes is not None and slot is not None:
             self.lanes.held(slot, key)
+            if self.lanes.straggler(slot) and self.windows.shards is not None:
+                self._widen_soon()
         if with_events:
             shard = shard_of(key, shards) if shards > 1 else None
             place = self.scheduler.pending_of(key)
@@ -398,10 +403,8 @@ class Gate:
             if blocking:
                 house.spill(self._monotonic.now())
             self.windows.prefetch.sweep(self._fair_inside())
-            idle = views.idle_blocked(self._parts)
-        shards = self.windows.shards
-        if shards is not None and threading.get_ident() == self.handoff.loop_thread:
-            shards.follow(idle, narrow=self.windows.shard_window)
+        if threading.get_ident() == self.handoff.loop_thread:
+            self._follow_shard_windows()
 
     def _forget(self, uid: str) -> None:
         self._drop_held(uid)
@@ -446,7 +449,27 @@ class Gate:
 
     def start_link(self, hub: Any) -> None:
         """With an event loop, make store calls on it without blocking it (pacing.py)."""
+        self._hub = hub
         self.pacing.start(hub, self.on_reply)
+
+    def _widen_soon(self) -> None:
+        """A straggler is held from a shard whose consumer has a window of its own (RabbitMQ):
+        widen it on the loop's next turn, outside the lock (consumer_prefetch.py)."""
+        if not self._widening and self._hub is not None:
+            self._widening = True
+            self._hub.call_soon(self._follow_shard_windows)
+
+    def _follow_shard_windows(self) -> None:
+        """Each shard consumer's window as the blocked slots, ETA tasks and held stragglers
+        call for now (``ShardWindows.follow``). On the loop's thread, outside the lock."""
+        self._widening = False
+        shards = self.windows.shards
+        if shards is None:
+            return
+        with self._lock:
+            idle = views.idle_blocked(self._parts)
+            stragglers = self.lanes.crowding.stragglers() if self.lanes is not None else None
+        shards.follow(idle, self.windows.shard_window, stragglers)
 
     def close(self) -> None:
         """The worker is shutting down: report what finished; later finishes are reported inline.

@@ -52,6 +52,11 @@ class LanesHere:
         lane = self.lanes.map.lane_of(key)
         return slot_of(routing_key, key, lane, self.shards, self.consumed)
 
+    def straggler(self, slot: int) -> bool:
+        """``slot`` counts stragglers: messages of a key with a lane that waited in its shard
+        from before it got the lane (``shard_turns.slot_of``)."""
+        return slot >= self.shards + self.consumed
+
     def held(self, slot: int, key: str) -> None:
         """A message of ``key`` from ``slot`` is now held (``HeldJobs.add`` counted it): if
         ``key`` crowds its shard and has no lane yet, ask for one (one store call, at most once

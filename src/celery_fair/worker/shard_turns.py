@@ -28,31 +28,43 @@ __all__ = ["ShardTurns", "slot_of"]
 
 
 def slot_of(routing_key: object, key: str, lane: int | None, shards: int, lanes: int) -> int:
-    """The slot (shard i: i; lane j: ``shards + j``) of the queue a message of fairness key
-    ``key`` came from: the lane or shard its routing key names; else (the intake moved it,
-    keeping the queue's own routing key) ``lane``, its key's lane now, if any; else its key's
-    shard, where the intake put it. O(1).
+    """The slot (shard i: i; lane j: ``shards + j``; the stragglers of shard i:
+    ``shards + lanes + i``) a held message of fairness key ``key`` counts in, ``lane`` being
+    its key's lane now, if any:
 
-    >>> slot_of("q.fair.lane.1", "a", None, 2, 3), slot_of("q.fair.1", "a", 2, 2, 3)
+    - the lane its routing key names;
+    - a *straggler* of its shard if its routing key names a shard and its key has a lane now:
+      it waited in the shard from before its key got its lane, and more of them may wait there
+      ahead of a light key, so the gate reads on past them (``Windows.limit`` on Redis, each
+      shard consumer's window on RabbitMQ, consumer_prefetch.py);
+    - the shard its routing key names;
+    - else (the intake moved it, keeping the queue's own routing key) its key's lane, or its
+      key's shard, where the intake put it. O(1).
+
+    >>> slot_of("q.fair.lane.1", "a", None, 2, 3), slot_of("q.fair.1", "a", None, 2, 3)
     (3, 1)
+    >>> slot_of("q.fair.1", "a", 2, 2, 3)  # a straggler of shard 1
+    6
     >>> slot_of("q", "a", 2, 2, 3) == 4, slot_of("q", "a", None, 2, 3) == shard_of("a", 2)
     (True, True)
     """
+    laned = lane is not None and lane < lanes
     if isinstance(routing_key, str):
         named = lane_index(routing_key)
         if named is not None and named < lanes:
             return shards + named
         shard = shard_index(routing_key)
         if shard is not None and shard < shards:
-            return shard
-    if lane is not None and lane < lanes:
+            return shards + lanes + shard if laned else shard
+    if lane is not None and laned:
         return shards + lane
     return shard_of(key, shards)
 
 
 class ShardTurns:
     """Held messages per shard and per lane, and the order of queues they call for. Pure.
-    A *slot* numbers them: shard i is slot i, lane j is slot ``shards + j``.
+    A *slot* numbers them: shard i is slot i, lane j is slot ``shards + j``, and the
+    stragglers of shard i (``slot_of``) are slot ``shards + lanes + i``, which orders no queue.
 
     >>> turns = ShardTurns(shards=4, window=lambda: 2)
     >>> turns.add(1); turns.add(1)
@@ -65,7 +77,8 @@ class ShardTurns:
 
     def __init__(self, shards: int, window: Callable[[], int], lanes: int = 0) -> None:
         self.shards = shards
-        self.held = [0] * (shards + lanes)
+        self.lanes = lanes
+        self.held = [0] * (2 * shards + lanes)
         self._window = window
         self._index: dict[str, int | None] = {}  # queue name -> slot, as parsed
 
@@ -80,11 +93,15 @@ class ShardTurns:
         """The slot a held message of ``key`` counts in: the queue it came from (a lane
         or shard its routing key names), else ``lane``, its key's lane now (the intake moved it
         there, keeping the queue's routing key), else its key's shard (``routing.shard_of``)."""
-        return slot_of(routing_key, key, lane, self.shards, len(self.held) - self.shards)
+        return slot_of(routing_key, key, lane, self.shards, self.lanes)
 
     def lanes_held(self) -> int:
         """How many lanes the gate holds messages of. O(lanes)."""
-        return sum(1 for n in self.held[self.shards :] if n)
+        return sum(1 for n in self.held[self.shards : self.shards + self.lanes] if n)
+
+    def stragglers(self) -> int:
+        """Held messages that waited in a shard from before their key got its lane."""
+        return sum(self.held[self.shards + self.lanes :])
 
     def _slot(self, name: str) -> int | None:
         shard = shard_index(name)

@@ -19,6 +19,7 @@ from ..metrics import GateLook, top_allocations
 from ..observe import Counters
 from ..store.base import conflict_field
 from .held import HeldJobs
+from .lanes_here import LanesHere
 from .reserve import Reserve
 from .runs import Runs
 from .window import Windows, blocked_idle
@@ -40,6 +41,7 @@ class Parts:
     types: Mapping[str, JobType]
     groups: Mapping[str, str]  # job type -> its conflict group
     metrics_top_keys: int
+    lanes: LanesHere | None = None
 
     def type_priority(self, name: str) -> int:
         return self.types[name].priority
@@ -124,6 +126,7 @@ def pool_info(
         "fair-held-peak": held.peak,
         "fair-held-limit": windows.limit(),
         **({"fair-shard-windows": windows.shards.prefetch.info()} if windows.shards else {}),
+        **(lanes_info(parts.lanes) if parts.lanes is not None else {}),
         "fair-key-allocation": dict(
             top_allocations(scheduler.allocation().slots, parts.metrics_top_keys)
         ),
@@ -140,6 +143,16 @@ def pool_info(
         **parts.counters.stats(),
         **({"fair-metrics-port": metrics_port} if metrics_port else {}),
         **{f"fair-store-{name}": v for name, v in parts.engine.info().items()},
+    }
+
+
+def lanes_info(lanes: LanesHere) -> dict[str, Any]:
+    """``fair-lanes-held``: the messages held from each lane that has some, by lane number;
+    ``fair-lanes-asked``: the lanes this worker asked for (rule 3, lanes_here.py). O(lanes)."""
+    held = lanes.crowding.held[lanes.shards :]
+    return {
+        "fair-lanes-held": {str(j): n for j, n in enumerate(held) if n},
+        "fair-lanes-asked": lanes.asked,
     }
 
 

@@ -109,15 +109,28 @@ local function renew(first)
   end
 end
 
--- core/lanes.py agreed_size over the live workers: the fewest lanes any consumes, and none
--- while one has not announced.
-local function agreed_size(live, announced)
-  local agreed
+-- core/lanes.py agreed_size over fleet_sizes: the fewest lanes any live worker announced, and
+-- none once one has been live without announcing for LANE_ANNOUNCE_GRACE seconds (its 'u:'
+-- field keeps since when; a field of a worker that announced or is no longer live goes).
+local function agreed_size(live, announced, silent)
+  local agreed, none = nil, false
   for w in pairs(live) do
     local n = announced[w]
-    if n == nil then return 0 end
-    if agreed == nil or n < agreed then agreed = n end
+    if n ~= nil then
+      if agreed == nil or n < agreed then agreed = n end
+    else
+      local since = silent[w]
+      if since == nil then
+        since = now
+        redis.call('HSET', LANES, 'u:' .. w, fmt(now))
+      end
+      if now - since >= LANE_ANNOUNCE_GRACE then none = true end
+    end
   end
+  for w in pairs(silent) do
+    if not live[w] or announced[w] ~= nil then redis.call('HDEL', LANES, 'u:' .. w) end
+  end
+  if none then return 0 end
   return agreed or 0
 end
 
@@ -129,7 +142,7 @@ local function sweep(b)
   redis.call('HSET', LANES, 'w:' .. worker, ARGV[b + SWEEP_SIZE])
   local live = {[worker] = true}
   for _, w in ipairs(redis.call('ZRANGEBYSCORE', WORKERS, fmt(now), '+inf')) do live[w] = true end
-  local keys, streaks, announced, size = {}, {}, {}, 0
+  local keys, streaks, announced, silent, size = {}, {}, {}, {}, 0
   local flat = redis.call('HGETALL', LANES)
   for i = 1, #flat, 2 do
     local field, value = flat[i], flat[i + 1]
@@ -140,13 +153,15 @@ local function sweep(b)
       streaks[tonumber(name)] = tonumber(value)
     elseif kind == 'w:' then
       if live[name] then announced[name] = tonumber(value) else redis.call('HDEL', LANES, field) end
+    elseif kind == 'u:' then
+      silent[name] = tonumber(value)
     elseif field == 'size' then
       size = tonumber(value)
     end
   end
   local dirty = {}  -- keys whose assignment changed, to write back once
   -- LaneTable.resize: keys on lanes beyond the agreed size leave them at once
-  local agreed = agreed_size(live, announced)
+  local agreed = agreed_size(live, announced, silent)
   if agreed ~= size then
     redis.call('HSET', LANES, 'size', agreed)
     for k, a in pairs(keys) do
