@@ -8,8 +8,14 @@ Per broker, in alternating rounds, the time per ``apply_async`` of a fair task (
 rounds, microseconds):
 
 - ``queue``: ``fair_shards = 1``: published to its queue, as plain Celery would;
-- ``shard``: ``fair_shards = 8``: to its key's shard (routing it costs a route lookup and a
-  hash);
+- ``shard``: ``fair_shards = 8``, ``fair_lanes = 0``: to its key's shard (routing it costs a
+  route lookup and a hash);
+- ``lanes``: as ``shard``, with lanes (the default) and a shared store whose fleet agrees on 16
+  lanes (a worker's announcement, made by the bench): each publish counts its key, each of the
+  50 keys asks for its lane at its 17th publish within a second and goes there from then on,
+  and the fleet's map is read about once a second (docs/operations.md, Lanes);
+- ``lanes light``: as ``lanes``, each publish with a key of its own: none turns heavy, so this
+  is the count and the map lookup alone, what a light client pays;
 - ``hand of 2``: as ``shard``, after reading the depth of two candidate shards first, the
   price of publishing to the shorter of a hand of two (shuffle sharding): one pipelined
   ``LLEN`` round trip on Redis, two passive ``queue_declare`` on RabbitMQ;
@@ -41,11 +47,17 @@ BROKERS = {
 STORE = "redis://127.0.0.1:6379/4"
 
 
-def make_app(broker: str, queue: str, shards: int, tracked: bool = False) -> tuple[Any, Any]:
+def make_app(
+    broker: str, queue: str, shards: int, tracked: bool = False, lanes: bool = False
+) -> tuple[Any, Any]:
     app = Celery("publish", broker=broker, set_as_current=False)
     app.conf.update(task_default_queue=queue, fair_shards=shards, task_ignore_result=True)
     if tracked:
         app.conf.update(fair_track_submits=True, fair_store_url=STORE, fair_store_prefix=queue)
+    if lanes:  # a store whose fleet consumes 16 lanes (announced by measure)
+        app.conf.update(fair_store_url=STORE, fair_store_prefix=queue)
+    else:
+        app.conf.update(fair_lanes=0)
 
     @fair_task(app=app, name="publish.job", type="publish", priority=8)
     def job(i: int) -> None: ...
@@ -78,12 +90,21 @@ def depth_reader(app: Any, queue: str) -> Any:
 def measure(broker: str, variant: str, n: int) -> float:
     queue = f"publish-{uuid.uuid4().hex[:8]}"
     tracked = variant in ("tracked", "untrack")
-    app, job = make_app(BROKERS[broker], queue, 1 if variant == "queue" else 8, tracked)
+    lanes = variant.startswith("lanes")
+    app, job = make_app(BROKERS[broker], queue, 1 if variant == "queue" else 8, tracked, lanes)
     try:
         job.apply_async([0], fairness_key="warm")  # connections, declarations
         with app.connection_for_write() as conn:  # every shard exists, as in a running fleet
             for shard in Shards.of(app).queues(app.amqp.queues[queue]):
                 shard.bind(conn.default_channel).declare()
+        if lanes:  # a fleet of one worker that consumes 16 lanes per queue
+            from celery_fair.connect import shared_store
+
+            shared_store(app).sweep_lanes("bench@here", 16, [], [])
+            with app.connection_for_write() as conn:
+                for j in range(16):
+                    lane = Shards.of(app).lane(app.amqp.queues[queue], j)
+                    lane.bind(conn.default_channel).declare()
         depths = depth_reader(app, queue) if variant == "hand of 2" else None
         if depths is not None:
             depths([shard_name(queue, 0), shard_name(queue, 1)])
@@ -98,7 +119,7 @@ def measure(broker: str, variant: str, n: int) -> float:
             return 1e6 * (time.perf_counter() - start) / n
         start = time.perf_counter()
         for i in range(n):
-            key = f"client{i % 50}"
+            key = f"light{i}" if variant == "lanes light" else f"client{i % 50}"
             if depths is not None:
                 first = shard_of(key, 8)
                 depths([shard_name(queue, first), shard_name(queue, (first + 1) % 8)])
@@ -106,8 +127,20 @@ def measure(broker: str, variant: str, n: int) -> float:
         return 1e6 * (time.perf_counter() - start) / n
     finally:
         with app.connection_for_write() as conn:
-            for name in (queue, *(shard_name(queue, i) for i in range(8))):
+            from celery_fair.protocol import lane_name
+
+            parts = [shard_name(queue, i) for i in range(8)] + [
+                lane_name(queue, j) for j in range(16)
+            ]
+            for name in (queue, *parts):
                 conn.default_channel.queue_delete(name)
+        if lanes:
+            import redis
+
+            client = redis.Redis.from_url(STORE)
+            for stale in client.scan_iter(match=f"{{{queue}}}:*"):
+                client.delete(stale)
+            client.close()
         if tracked:
             import redis
 
@@ -127,7 +160,9 @@ def main() -> None:
     parser.add_argument("--brokers", default="redis,amqp")
     parser.add_argument("--publishes", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--variants", default="queue,shard,hand of 2,tracked,untrack")
+    parser.add_argument(
+        "--variants", default="queue,shard,lanes,lanes light,hand of 2,tracked,untrack"
+    )
     args = parser.parse_args()
     variants = args.variants.split(",")
     print(f"{'broker':6} " + " ".join(f"{v:>10}" for v in variants) + "   (us per publish)")

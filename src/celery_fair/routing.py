@@ -317,6 +317,11 @@ class Lanes:
             self.map = LaneMap(self.map.version, {**self.map.lanes, fairness_key: lane})
         return lane
 
+    def learn(self, fairness_key: str, lane: int) -> None:
+        """``fairness_key`` has lane ``lane`` (a worker saw a message of it come from there):
+        route by it until the next read of the fleet's map says otherwise."""
+        self.map = LaneMap(self.map.version, {**self.map.lanes, fairness_key: lane}, self.map.size)
+
     def _failed(self, what: str, exc: Exception) -> None:
         if not self._failing:
             self._failing = True

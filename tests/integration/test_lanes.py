@@ -10,7 +10,14 @@ import time
 
 import pytest
 from fairapp import make_app
-from harness import gate_stats, intervals, queue_length, wait_until
+from harness import (
+    FAST_RESTORE,
+    gate_stats,
+    intervals,
+    queue_length,
+    wait_until,
+    wait_until_recorded_by_the_broker,
+)
 
 from celery_fair import fair_headers
 from celery_fair.core.lanes import DEFAULT_THRESHOLD
@@ -229,4 +236,70 @@ def test_many_producers_bursting_one_key_leave_light_clients_behind_few_of_its_j
     finally:
         for app in producers:
             app.close()
+    store.close()
+
+
+def test_a_worker_killed_holding_a_keys_lane_and_stragglers_loses_nothing(
+    make_run, start_worker, broker
+):
+    # Given a fair worker with lanes (short leases and, on Redis, a short ack timeout),
+    conf = {**lane_conf(broker), "fair_lease_seconds": 3}
+    if broker == "redis":
+        conf["broker_transport_options"] = dict(FAST_RESTORE)
+    run = make_run(conf=conf)
+    first = start_worker(run, concurrency=2)
+    store = store_of(run)
+    wait_until(lambda: store.lanes(-1).size > 0, 30, "the worker to announce its lanes")
+    # and key A's 40 acks_late jobs on one repository (one runs at a time, so the worker takes
+    # all the others in): A turns heavy at its 17th, so 16 wait in its shard, the rest in its
+    # lane,
+    locked = run.app.tasks["fairapp.locked"]
+    for i in range(40):
+        locked.apply_async([f"A{i}", 5.0], fairness_key="A", job_id="repo")
+    assert store.lanes(-1).lane_of("A") is not None
+    wait_until(lambda: gate_stats(run, first).get("fair-lanes-held"), 20, "A's lane held")
+    wait_until(lambda: gate_stats(run, first)["fair-held"] == 39, 20, "the rest held")
+    wait_until_recorded_by_the_broker(run, 40)  # none on its way when the worker goes
+    # when the worker is SIGKILLed mid-job,
+    first.kill()
+    ended = {e["tag"] for e in run.recorder.events() if e["event"] == "end"}
+    # then another worker runs every job, from the shard and the lane alike, and none twice
+    # but one whose first run had ended before the kill (acks_late).
+    start_worker(run, concurrency=2, env={"FAIRAPP_SLEEP_CAP": "0.01"})
+    wait_until(lambda: len(run.recorder.done_counts()) == 40, 120, "every job")
+    runs = run.recorder.done_counts()
+    assert set(runs) == {f"A{i}" for i in range(40)}
+    assert {tag for tag, n in runs.items() if n > 1} <= ended
+    store.close()
+
+
+def test_five_heavy_clients_on_three_workers_leave_every_light_client_behind_few_of_theirs(
+    make_run, start_worker, broker
+):
+    # Given three fair workers with lanes,
+    run = make_run(conf=lane_conf(broker))
+    for _ in range(3):
+        start_worker(run, concurrency=SLOTS)
+    store = store_of(run)
+    wait_until(lambda: store.lanes(-1).size > 0, 30, "the workers to announce their lanes")
+    clone = run.app.tasks["fairapp.clone"]
+    # when five heavy clients publish 300 jobs each at once (in turns), and right after, eight
+    # light clients whose keys nobody chose for their hash publish one each (with five heavy
+    # keys in eight shards, several of them share a heavy key's shard),
+    heavy = ["A", "A1", "A2", "A3", "A4"]
+    for i in range(300):
+        for key in heavy:
+            clone.apply_async([f"{key}-{i}", 0.02], fairness_key=key)
+    published = time.time()
+    light = [f"light-{i}" for i in range(8)]
+    assert {shard_of(k, SHARDS) for k in light} & {shard_of(k, SHARDS) for k in heavy}
+    for key in light:
+        clone.apply_async([key, 0.02], fairness_key=key)
+    # then each heavy key has a lane of its own, and the light clients all start behind few
+    # of the heavy keys' 1,500 jobs (without lanes: the backlog of their shards, hundreds).
+    assigned = [store.lanes(-1).lane_of(k) for k in heavy]
+    assert None not in assigned
+    assert len(set(assigned)) == len(heavy), assigned
+    between = heavy_starts_before_the_light(run, published, light)
+    assert len(between) <= 2 * DEFAULT_THRESHOLD + 3 * 4 * (SLOTS + 2), len(between)
     store.close()

@@ -14,7 +14,7 @@ from harness import gate_stats, intervals, wait_until
 from test_lanes import store_of
 
 from celery_fair import cli, fair_headers, fair_router
-from celery_fair.core.lanes import DEFAULT_LANES
+from celery_fair.core.lanes import DEFAULT_LANES, DEFAULT_THRESHOLD
 from celery_fair.protocol import lane_name
 from celery_fair.routing import shard_name, shard_of
 
@@ -97,8 +97,11 @@ def test_workers_share_a_burst_in_the_broker_and_none_takes_in_more_than_it_can_
         assert stats["fair-held-limit"] == (bound - 1 - SLOTS if run.broker == "redis" else 1000)
         if run.broker == "redis":
             lane = 1  # A's (the store is the broker's Redis)
+            # and the worker reads past A's messages that waited in its shard from before its
+            # lane: at most DEFAULT_THRESHOLD (shard_turns.slot_of)
+            stragglers = DEFAULT_THRESHOLD
             peak = stats["fair-held-peak"]
-            assert peak <= bound + lane, (peak, bound, ran)
+            assert peak <= bound + lane + stragglers, (peak, bound, ran)
     # and each worker ran a good part of it.
     assert min(ran.values()) >= burst // 4, ran
 

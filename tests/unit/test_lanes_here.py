@@ -8,6 +8,7 @@ from typing import Any
 
 from celery_fair.core.lanes import LaneMap
 from celery_fair.protocol import shard_of
+from celery_fair.worker.held import Held, HeldJobs
 from celery_fair.worker.lanes_here import LanesHere
 
 
@@ -19,11 +20,19 @@ class FleetLanes:
         self.map = LaneMap(1, {}, 4)
         self.asked: list[str] = []
 
+    def learn(self, key: str, lane: int) -> None:
+        self.map = LaneMap(self.map.version, {**self.map.lanes, key: lane}, 4)
+
     def ask(self, key: str) -> int:
         self.asked.append(key)
         lane = len(self.map.lanes)
         self.map = LaneMap(self.map.version + 1, {**self.map.lanes, key: lane}, 4)
         return lane
+
+
+def held_of(key: str) -> Held:
+    headers = SimpleNamespace(fairness_key=key)
+    return Held(SimpleNamespace(id=f"id-{id(headers)}"), 0.0, headers, 0.0)  # type: ignore[arg-type]
 
 
 def message(routing_key: str) -> Any:
@@ -71,3 +80,29 @@ def test_the_keys_of_lanes_held_half_a_window_of_are_renewed() -> None:
         hold(here, "H", "q.fair.lane.0")
     hold(here, "G", "q.fair.lane.1")
     assert here.backlogged_keys() == ["H"]
+
+
+def test_a_message_from_a_lane_teaches_the_worker_its_keys_lane_and_its_held_ones_straggle():
+    # Given a worker that holds four of H's messages from H's shard, its map not yet read
+    # again since the producers gave H lane 2,
+    fleet = FleetLanes()
+    here = LanesHere(fleet, shards=8, consumed=4, window=lambda: 6, now=lambda: 0.0)
+    jobs = HeldJobs(crowding=here.crowding)
+    shard = shard_of("H", 8)
+    for i in range(4):
+        slot = here.slot(message(f"q.fair.{shard}"), "H")
+        jobs.add(f"h{i}", held_of("H"), slot)
+        assert not here.held(slot, "H")
+    assert here.crowding.held[shard] == 4
+    # when one of H's messages comes from lane 2, the worker knows H's lane from then on,
+    slot = here.slot(message("q.fair.lane.2"), "H")
+    assert slot == 8 + 2
+    assert fleet.map.lane_of("H") == 2
+    jobs.add("h4", held_of("H"), slot)
+    assert here.held(slot, "H")  # new to it: what it holds of H from the shard straggles
+    assert jobs.reslot("H", shard, here.straggler_slot("H")) == 4
+    assert here.crowding.held[shard] == 0
+    assert here.crowding.stragglers() == {shard: 4}
+    # and they leave the stragglers' count as they start.
+    jobs.take("h0", starts=True)
+    assert here.crowding.stragglers() == {shard: 3}

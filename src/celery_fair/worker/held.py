@@ -116,6 +116,22 @@ class HeldJobs(dict[str, Held]):
                 self.unalias(held.req.id, uid)
         return held
 
+    def reslot(self, key: str, old: int, new: int) -> int:
+        """Count the held messages of ``key`` in slot ``old`` in slot ``new`` instead (its
+        stragglers, once the worker knows its lane); how many. O(held), once per key's lane."""
+        moved = 0
+        for held in self.values():
+            if held.shard == old and held.headers.fairness_key == key:
+                held.shard = new
+                moved += 1
+                if self.turns is not None:
+                    self.turns.remove(old)
+                    self.turns.add(new)
+                if self.crowding is not None:
+                    self.crowding.remove(old, key)
+                    self.crowding.add(new, key)
+        return moved
+
     def unalias(self, task_id: str, uid: str) -> None:
         """``uid`` (task id ``task_id``) is neither held nor running here any more."""
         if uid != task_id and self._aliases.get(task_id) == uid:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.lanes import Crowding
+from ..protocol import lane_index, shard_of
 from .shard_turns import slot_of
 
 __all__ = ["LanesHere"]
@@ -45,11 +46,19 @@ class LanesHere:
         self._window = window
         self._now = now
         self.asked = 0  # lanes asked for by rule 3, since the worker started
+        self._fresh: str | None = None  # the key whose lane ``slot`` just learned
 
     def slot(self, req: Any, key: str) -> int:
-        """The slot ``req`` (of fairness key ``key``) counts in."""
+        """The slot ``req`` (of fairness key ``key``) counts in. A message that came from a
+        lane says that its key has that lane: the worker knows it from then on, without
+        waiting for its next read of the fleet's map (``routing.Lanes.learn``)."""
         routing_key = (getattr(req, "delivery_info", None) or {}).get("routing_key")
         lane = self.lanes.map.lane_of(key)
+        named = lane_index(routing_key) if isinstance(routing_key, str) else None
+        if named is not None and named < self.consumed and named != lane:
+            self.lanes.learn(key, named)
+            self._fresh = key
+            lane = named
         return slot_of(routing_key, key, lane, self.shards, self.consumed)
 
     def straggler(self, slot: int) -> bool:
@@ -57,14 +66,22 @@ class LanesHere:
         from before it got the lane (``shard_turns.slot_of``)."""
         return slot >= self.shards + self.consumed
 
-    def held(self, slot: int, key: str) -> None:
+    def straggler_slot(self, key: str) -> int:
+        """The slot of the stragglers of ``key``'s shard."""
+        return self.shards + self.consumed + shard_of(key, self.shards)
+
+    def held(self, slot: int, key: str) -> bool:
         """A message of ``key`` from ``slot`` is now held (``HeldJobs.add`` counted it): if
         ``key`` crowds its shard and has no lane yet, ask for one (one store call, at most once
-        per key a second; a store that fails is logged by ``Lanes``)."""
+        per key a second; a store that fails is logged by ``Lanes``). ``True`` if ``key`` has
+        a lane it did not have at its last message here (learned from this one, or given):
+        what is held of it from its shard are stragglers now (``HeldJobs.reslot``)."""
+        fresh, self._fresh = self._fresh == key, None
         crowds = self.crowding.crowds(slot, key, self._window(), self._now())
         if crowds and self.lanes.map.lane_of(key) is None:
             self.asked += 1
-            self.lanes.ask(key)
+            fresh = self.lanes.ask(key) is not None or fresh
+        return fresh
 
     def backlogged_keys(self) -> list[str]:
         """The keys whose lane this worker holds at least half a window of: they still need

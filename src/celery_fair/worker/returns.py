@@ -15,7 +15,7 @@ from celery.worker import state as worker_state
 from kombu.entity import Queue
 
 from ..observe import Observer
-from ..routing import Shards
+from ..routing import Shards, is_part
 from .headers import ERROR, REPUBLISHED, SUBMITTED, request_uid
 from .held import Held
 from .internals import message_of
@@ -138,9 +138,12 @@ def return_to_queue(
     headers.py) plus this one.
 
     With ``shard_key``, a message that came to a queue by name (the default exchange) goes to
-    the back of that key's shard of the queue instead: where the intake puts the messages
-    published to the queue, so where those behind it wait (returned to the queue, it would be
-    the first one there, and would come straight back). ``extra`` headers are added.
+    the back of that key's shard (or lane) of the queue instead: where the intake puts the
+    messages published to the queue, so where those behind it wait (returned to the queue, it
+    would be the first one there, and would come straight back). One that came from a shard or
+    a lane goes back there, behind what waits there: a straggler sent to its key's lane would
+    come straight back from it while the shard it left, and what waits there, went unread.
+    ``extra`` headers are added.
 
     Raises:
         Exception: Whatever publishing raised; the original is then not acknowledged.
@@ -156,8 +159,9 @@ def return_to_queue(
         "exchange": info.get("exchange") or "",
         "routing_key": info.get("routing_key"),
     }
-    if shard_key and not route["exchange"] and route["routing_key"]:
-        Shards.of(app).route(route, shard_key, route["routing_key"])
+    named = route["routing_key"]
+    if shard_key and not route["exchange"] and named and not is_part(named):
+        Shards.of(app).route(route, shard_key, named)
     _publish(app, message, headers, route["exchange"], route["routing_key"])
     message.ack()
 
