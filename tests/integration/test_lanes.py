@@ -217,20 +217,21 @@ def test_many_producers_bursting_one_key_leave_light_clients_behind_few_of_its_j
     run, store = lane_world(make_run, start_worker, broker)
     producers = [make_app(run.url, run.queue, run.prefix, conf=run.conf) for _ in range(8)]
     clones = [app.tasks["fairapp.clone"] for app in producers]
-    # when each publishes a burst of 100 of key A at once (each sends its first 16 to A's
-    # shard before it finds A heavy: 128 there, ahead of light keys), and light clients in A's
-    # shard publish right after,
+    # when each publishes a burst of 100 jobs of 100 ms of key A at once (each sends its first
+    # 16 to A's shard before it finds A heavy: 128 there, ahead of light keys), and light
+    # clients in A's shard publish right after,
     try:
         for i in range(100):
             for p, clone in enumerate(clones):
-                clone.apply_async([f"A{p}-{i}", 0.02], fairness_key="A")
+                clone.apply_async([f"A{p}-{i}", 0.1], fairness_key="A")
         published = time.time()
         light = colliding("A", 4)
         for key in light:
-            clones[0].apply_async([key, 0.02], fairness_key=key)
+            clones[0].apply_async([key, 0.1], fairness_key=key)
         # then the worker reads on past A's messages left in its shard (they wait in A's share
         # like the rest of A's burst, not ahead of the light keys), and the light clients
-        # start behind few of A's jobs.
+        # start behind few of A's jobs (taken in only as they start, the 128 would all start
+        # first).
         a_between = heavy_starts_before_the_light(run, published, light)
         assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), len(a_between)
     finally:
@@ -258,6 +259,7 @@ def test_a_worker_killed_holding_a_keys_lane_and_stragglers_loses_nothing(
         locked.apply_async([f"A{i}", 5.0], fairness_key="A", job_id="repo")
     assert store.lanes(-1).lane_of("A") is not None
     wait_until(lambda: gate_stats(run, first).get("fair-lanes-held"), 20, "A's lane held")
+    wait_until(lambda: gate_stats(run, first).get("fair-stragglers-held"), 20, "its stragglers")
     wait_until(lambda: gate_stats(run, first)["fair-held"] == 39, 20, "the rest held")
     wait_until_recorded_by_the_broker(run, 40)  # none on its way when the worker goes
     # when the worker is SIGKILLed mid-job,

@@ -148,10 +148,13 @@ def pool_info(
 
 def lanes_info(lanes: LanesHere) -> dict[str, Any]:
     """``fair-lanes-held``: the messages held from each lane that has some, by lane number;
-    ``fair-lanes-asked``: the lanes this worker asked for (rule 3, lanes_here.py). O(lanes)."""
-    held = lanes.crowding.held[lanes.shards :]
+    ``fair-stragglers-held``: those held from a shard whose key has a lane now, by shard
+    number; ``fair-lanes-asked``: the lanes this worker asked for (rule 3, lanes_here.py).
+    O(lanes + shards)."""
+    held = lanes.crowding.held[lanes.shards : lanes.shards + lanes.consumed]
     return {
         "fair-lanes-held": {str(j): n for j, n in enumerate(held) if n},
+        "fair-stragglers-held": {str(i): n for i, n in lanes.crowding.stragglers().items()},
         "fair-lanes-asked": lanes.asked,
     }
 
