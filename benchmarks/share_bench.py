@@ -16,7 +16,8 @@ Variants, in the same rounds (their order alternates from round to round):
 
 - ``plain``: plain Celery (``-P prefork``), one queue: solo waits behind T's backlog;
 - ``hash/8``: ``-P fair``, 8 shards, keys ``t-0`` to ``t-9`` and ``solo``, which nobody chose
-  for their hash: keys that share a shard share its FIFO;
+  for their hash: keys that share a shard share its FIFO, until they get lanes (with a store,
+  as by default: every key here turns heavy, and has a lane of its own);
 - ``apart/16``: ``-P fair``, 16 shards, the eleven keys chosen (``protocol.shard_of``) so that
   each has a shard of its own: a stand-in for a queue per backlogged key.
 """
@@ -32,7 +33,7 @@ from collections.abc import Callable
 
 import redis
 
-from burst_bench import BROKERS, RECORD, app_for, finish, start_workers
+from burst_bench import BROKERS, RECORD, app_for, finish, start_workers, wait_for_lanes
 from celery_fair.protocol import shard_of
 
 SECONDS = 0.05
@@ -89,6 +90,8 @@ def run_once(broker: str, variant: str, per_key: int, window: float) -> float:
         while not module.app.control.ping(timeout=0.5):
             if time.time() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"{variant} worker did not start")
+        if shards > 1:
+            wait_for_lanes(module.app)
         publish: Callable[[str], object] = lambda k: module.job.apply_async(  # noqa: E731
             [k, SECONDS], fairness_key=k
         )
