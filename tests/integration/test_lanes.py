@@ -50,6 +50,16 @@ def colliding(heavy: str, count: int) -> list[str]:
     return keys
 
 
+def light_right_after(clone, heavy: str, count: int, seconds: float = 0.02):
+    """``count`` light clients whose keys share ``heavy``'s shard publish one job each, now;
+    when they published, and their keys."""
+    published = time.time()
+    light = colliding(heavy, count)
+    for key in light:
+        clone.apply_async([key, seconds], fairness_key=key)
+    return published, light
+
+
 def lane_world(make_run, start_worker, broker):
     """A run with one fair worker that has told the shared store it consumes lanes, and that
     store."""
@@ -83,10 +93,7 @@ def test_light_clients_in_a_heavy_keys_shard_start_behind_only_its_first_message
     # keys hash to A's shard publish one job each (the burst mostly still in the broker),
     for i in range(1500):
         clone.apply_async([f"A{i}", 0.02], fairness_key="A")
-    published = time.time()
-    light = colliding("A", 8)
-    for key in light:
-        clone.apply_async([key, 0.02], fairness_key=key)
+    published, light = light_right_after(clone, "A", 8)
     # then A got a lane of its own, and the light clients all started behind no more of A's
     # jobs than the ones A published before it turned heavy, and what the worker held then
     # (without lanes: about 1,400, the whole burst ahead of them in the shard).
@@ -161,10 +168,7 @@ def test_a_key_no_producer_finds_heavy_gets_its_lane_from_the_worker_it_crowds(
         wait_until(lambda: queue_length(run, shard) == 0, 30, "H's shard to drain")
         assert streaming.is_set()
         # and light clients in H's shard start behind few of H's jobs, not H's backlog.
-        published = time.time()
-        light = colliding("H", 4)
-        for key in light:
-            clone.apply_async([key, 0.1], fairness_key=key)
+        published, light = light_right_after(clone, "H", 4, 0.1)
         h_between = heavy_starts_before_the_light(run, published, light, heavy="H")
         assert streaming.is_set()
         assert len(h_between) <= 2 * (SLOTS + 2), len(h_between)
@@ -189,10 +193,7 @@ def test_a_key_that_turns_heavy_mid_burst_keeps_its_order_and_light_keys_their_p
         tick.wait(0.2)  # the client's own pace, not a wait for a result
     for i in range(10, 1010):
         clone.apply_async([f"A{i:04d}", 0.02], fairness_key="A")
-    published = time.time()
-    light = colliding("A", 4)
-    for key in light:
-        clone.apply_async([key, 0.02], fairness_key=key)
+    published, light = light_right_after(clone, "A", 4)
     # then A got its lane mid-burst, the light clients start behind few of A's jobs,
     assert store.lanes(-1).lane_of("A") is not None
     a_between = heavy_starts_before_the_light(run, published, light)
@@ -224,10 +225,7 @@ def test_many_producers_bursting_one_key_leave_light_clients_behind_few_of_its_j
         for i in range(100):
             for p, clone in enumerate(clones):
                 clone.apply_async([f"A{p}-{i}", 0.1], fairness_key="A")
-        published = time.time()
-        light = colliding("A", 4)
-        for key in light:
-            clones[0].apply_async([key, 0.1], fairness_key=key)
+        published, light = light_right_after(clones[0], "A", 4, 0.1)
         # then the worker reads on past A's messages left in its shard (they wait in A's share
         # like the rest of A's burst, not ahead of the light keys), and the light clients
         # start behind few of A's jobs (taken in only as they start, the 128 would all start
