@@ -206,7 +206,7 @@ def test_windows_bound_what_is_held_with_shards_on_redis_only_while_nothing_bloc
     assert qos.value == 3 + 8 + 1  # the channel's window: the limit plus one look
 
 
-def test_on_redis_a_held_lane_is_one_more_look_and_a_held_straggler_takes_no_place() -> None:
+def test_on_redis_a_held_lane_is_one_more_look_and_stragglers_leave_their_shard_first() -> None:
     qos = QoS()
     windows = Windows(lambda: qos, lambda: 3, max_held=100, shards=8, driver="redis", lanes=4)
     turns = windows.turns
@@ -216,12 +216,15 @@ def test_on_redis_a_held_lane_is_one_more_look_and_a_held_straggler_takes_no_pla
     assert windows.limit() == 3 + 8 + 1
     straggler = turns.slot_of("q.fair.5", "A", 2)  # from A's shard, A has lane 2 now
     assert straggler == 8 + 4 + 5  # shard 5's stragglers
-    for _ in range(30):  # thirty of A's messages had waited in its shard: read on past them
+    for _ in range(4):
         turns.add(straggler)
-    assert windows.limit() == 3 + 8 + 1 + 30
-    for _ in range(30):
-        turns.remove(straggler)
+    # Stragglers take their places (given more, the next reads would fill them from A's lane),
     assert windows.limit() == 3 + 8 + 1
+    # and they do not count in their shard: it is read first, before A's lane, held a window of.
+    for _ in range(3):
+        turns.add(8 + 2)
+    queues = ["q.fair.lane.2", "q.fair.5"]
+    assert turns.order(queues) == ["q.fair.5", "q.fair.lane.2"]
 
 
 def test_a_process_idles_blocked_only_if_a_real_slot_is_free() -> None:

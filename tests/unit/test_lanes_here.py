@@ -39,36 +39,40 @@ def message(routing_key: str) -> Any:
     return SimpleNamespace(delivery_info={"routing_key": routing_key})
 
 
-def hold(here: LanesHere, key: str, routing_key: str) -> int:
+def hold(here: LanesHere, jobs: HeldJobs, key: str, routing_key: str) -> int:
+    """What the gate does for a message of ``key`` that came by ``routing_key``."""
     slot = here.slot(message(routing_key), key)
-    here.crowding.add(slot, key)  # as HeldJobs.add counts it
-    here.held(slot, key)
+    jobs.add(f"{key}-{len(jobs)}", held_of(key), slot)
+    here.held(jobs, slot, key)
     return slot
 
 
 def test_a_key_that_crowds_its_shard_gets_a_lane_asked_once_and_light_keys_never() -> None:
     fleet, clock = FleetLanes(), [0.0]
     here = LanesHere(fleet, shards=8, consumed=4, window=lambda: 6, now=lambda: clock[0])
+    jobs = HeldJobs(crowding=here.crowding)
     shard = f"q.fair.{shard_of('H', 8)}"
     # Light keys fill H's shard up to its window: none holds half of it, nobody asks;
     for key in ("l1", "l2", "l3"):
-        assert hold(here, key, shard) == shard_of("H", 8)
+        assert hold(here, jobs, key, shard) == shard_of("H", 8)
     assert fleet.asked == []
     # H's messages arrive (many producers, each below the threshold, published them there):
     # at the one that gives it half of a full window, the worker asks for H's lane, once,
     for _ in range(5):
-        hold(here, "H", shard)
+        hold(here, jobs, "H", shard)
     assert fleet.asked == ["H"]
     assert here.asked == 1
+    # what it holds of H from the shard straggles from then on (the three before the ask, and
+    # the two after it),
+    assert here.crowding.stragglers() == {shard_of("H", 8): 5}
     # and H's next messages come from its lane and count there, not in the shard.
-    assert hold(here, "H", "q.fair.lane.0") == 8
+    assert hold(here, jobs, "H", "q.fair.lane.0") == 8
     clock[0] = 5.0
-    slot = hold(here, "H", shard)  # a straggler: H has its lane, no new ask
+    slot = hold(here, jobs, "H", shard)  # a straggler: H has its lane, no new ask
     assert fleet.asked == ["H"]
     assert here.straggler(slot)
-    # (with the two of H's messages held from its shard after the ask)
-    assert here.crowding.stragglers() == {shard_of("H", 8): 3}
-    assert not here.straggler(hold(here, "l4", shard))
+    assert here.crowding.stragglers() == {shard_of("H", 8): 6}
+    assert not here.straggler(hold(here, jobs, "l4", shard))
 
 
 def test_the_keys_of_lanes_held_half_a_window_of_are_renewed() -> None:
@@ -76,9 +80,10 @@ def test_the_keys_of_lanes_held_half_a_window_of_are_renewed() -> None:
     fleet.ask("H")
     fleet.ask("G")
     here = LanesHere(fleet, shards=8, consumed=4, window=lambda: 6, now=lambda: 0.0)
+    jobs = HeldJobs(crowding=here.crowding)
     for _ in range(3):
-        hold(here, "H", "q.fair.lane.0")
-    hold(here, "G", "q.fair.lane.1")
+        hold(here, jobs, "H", "q.fair.lane.0")
+    hold(here, jobs, "G", "q.fair.lane.1")
     assert here.backlogged_keys() == ["H"]
 
 
@@ -92,15 +97,14 @@ def test_a_message_from_a_lane_teaches_the_worker_its_keys_lane_and_its_held_one
     for i in range(4):
         slot = here.slot(message(f"q.fair.{shard}"), "H")
         jobs.add(f"h{i}", held_of("H"), slot)
-        assert not here.held(slot, "H")
+        assert not here.held(jobs, slot, "H")
     assert here.crowding.held[shard] == 4
     # when one of H's messages comes from lane 2, the worker knows H's lane from then on,
     slot = here.slot(message("q.fair.lane.2"), "H")
     assert slot == 8 + 2
     assert fleet.map.lane_of("H") == 2
     jobs.add("h4", held_of("H"), slot)
-    assert here.held(slot, "H")  # new to it: what it holds of H from the shard straggles
-    assert jobs.reslot("H", shard, here.straggler_slot("H")) == 4
+    assert here.held(jobs, slot, "H")  # new to it: what it holds of H from the shard straggles
     assert here.crowding.held[shard] == 0
     assert here.crowding.stragglers() == {shard: 4}
     # and they leave the stragglers' count as they start.

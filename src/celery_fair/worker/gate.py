@@ -262,11 +262,7 @@ class Gate:
             slot = shard_of(key, shards)
         self.held.add(uid, held, slot)
         if self.lanes is not None and slot is not None:
-            straggling = self.lanes.straggler(slot)
-            if self.lanes.held(slot, key):  # key has a lane now: its held ones straggle
-                stragglers = self.lanes.straggler_slot(key)
-                moved = self.held.reslot(key, shard_of(key, shards), stragglers)
-                straggling = straggling or moved > 0
+            straggling = self.lanes.held(self.held, slot, key)
             if straggling and self.windows.shards is not None:
                 self._widen_soon()
         if with_events:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core.lanes import Crowding
 from ..protocol import lane_index, shard_of
+from .held import HeldJobs
 from .shard_turns import slot_of
 
 __all__ = ["LanesHere"]
@@ -70,18 +71,23 @@ class LanesHere:
         """The slot of the stragglers of ``key``'s shard."""
         return self.shards + self.consumed + shard_of(key, self.shards)
 
-    def held(self, slot: int, key: str) -> bool:
-        """A message of ``key`` from ``slot`` is now held (``HeldJobs.add`` counted it): if
+    def held(self, jobs: HeldJobs, slot: int, key: str) -> bool:
+        """A message of ``key`` from ``slot`` is now held (``jobs.add`` counted it): if
         ``key`` crowds its shard and has no lane yet, ask for one (one store call, at most once
-        per key a second; a store that fails is logged by ``Lanes``). ``True`` if ``key`` has
-        a lane it did not have at its last message here (learned from this one, or given):
-        what is held of it from its shard are stragglers now (``HeldJobs.reslot``)."""
+        per key a second; a store that fails is logged by ``Lanes``). If ``key`` has a lane it
+        did not have at its last message here (learned from this one, or given), what is held
+        of it from its shard are stragglers from now on (``HeldJobs.reslot``). ``True`` if
+        stragglers are held because of this message: the shard's window may have to open."""
         fresh, self._fresh = self._fresh == key, None
         crowds = self.crowding.crowds(slot, key, self._window(), self._now())
         if crowds and self.lanes.map.lane_of(key) is None:
             self.asked += 1
             fresh = self.lanes.ask(key) is not None or fresh
-        return fresh
+        straggling = self.straggler(slot)
+        if fresh:
+            shard = shard_of(key, self.shards)
+            straggling = jobs.reslot(key, shard, self.straggler_slot(key)) > 0 or straggling
+        return straggling
 
     def backlogged_keys(self) -> list[str]:
         """The keys whose lane this worker holds at least half a window of: they still need

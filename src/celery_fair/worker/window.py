@@ -144,14 +144,15 @@ class Windows:
         to the burst: there each shard's consumer has a window of its own instead
         (consumer_prefetch.py), and the channel's may reach ``fair_max_held``. While a process
         idles that no held job can take, the gate may take in up to ``fair_max_held`` to find
-        one that can run. A lane the gate holds messages of is one more look (core/lanes.py),
-        and a held straggler takes no place: it waited in a shard from before its key got its
-        lane, and a light message may wait behind more of them (shard_turns.slot_of)."""
+        one that can run. A lane the gate holds messages of is one more look (core/lanes.py).
+
+        Held stragglers (shard_turns.slot_of) take their places: places given to them would be
+        taken by the next reads, from whatever queue has messages (a lane, once their shard is
+        empty), and those then held past the limit would keep a newcomer's message unread
+        until they ran. Their shard is read first instead (``ShardTurns.order``)."""
         if self.shard_count <= 1 or self.driver != "redis" or self._idle():
             return self.max_held
-        looks = self.shard_count
-        if self.turns is not None:
-            looks += self.turns.lanes_held() + self.turns.stragglers()
+        looks = self.shard_count + (self.turns.lanes_held() if self.turns is not None else 0)
         return min(self.max_held, self._capacity() + looks)
 
     def follow(self, held: int, fair_inside: bool) -> None:
