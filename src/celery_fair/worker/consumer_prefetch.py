@@ -22,8 +22,8 @@ Two things need a deeper look than that, and get it:
   keys behind them, wait in the shard; they are the key's oldest, so they stay held (its order
   kept) and the shard's window grows past them instead: by twice what it holds of them,
   rounded up to a power of two (at least ``CHUNK``), so a few changes read through any number.
-  The gate asks for the change as soon as it holds one (``Gate.widen_for_stragglers``), not at
-  its next sweep.
+  The gate asks for the change as soon as it holds one (``Gate._widen_soon``), not at its
+  next sweep.
 
 RabbitMQ applies a consumer's window only when the consumer is created, so a change is made
 by cancelling the shard's consumer and consuming again (internals.reconsume): unacked messages

@@ -35,8 +35,9 @@ def slot_of(routing_key: object, key: str, lane: int | None, shards: int, lanes:
     - the lane its routing key names;
     - a *straggler* of its shard if its routing key names a shard and its key has a lane now:
       it waited in the shard from before its key got its lane, and more of them may wait there
-      ahead of a light key, so the gate reads on past them (``Windows.limit`` on Redis, each
-      shard consumer's window on RabbitMQ, consumer_prefetch.py);
+      ahead of a light key: it does not count in its shard, which is read first on Redis
+      (``order``), and on RabbitMQ the shard consumer's window opens past them
+      (consumer_prefetch.py);
     - the shard its routing key names;
     - else (the intake moved it, keeping the queue's own routing key) its key's lane, or its
       key's shard, where the intake put it. O(1).
@@ -98,10 +99,6 @@ class ShardTurns:
     def lanes_held(self) -> int:
         """How many lanes the gate holds messages of. O(lanes)."""
         return sum(1 for n in self.held[self.shards : self.shards + self.lanes] if n)
-
-    def stragglers(self) -> int:
-        """Held messages that waited in a shard from before their key got its lane."""
-        return sum(self.held[self.shards + self.lanes :])
 
     def _slot(self, name: str) -> int | None:
         shard = shard_index(name)
