@@ -2,12 +2,13 @@
 
 Producers give a key its lane when they publish it heavily (rule 1, ``routing.Lanes``). A key
 can back up in its shard without any producer seeing it: many producers each below the
-threshold, producers that count nothing (an older release, ``fair_lanes = 0`` there), or jobs so
-slow that a few a second make a backlog. The worker sees it: what it holds of the shard fills
-its window for one shard, and one key holds at least half of it (``Crowding``). The worker then
-asks the store for the key's lane, as a producer would; every producer routes the key to it
-from its next read of the map (about a second), and the worker renews the lease while the
-key's lane stays backlogged here. A false alarm costs a lane for a lease.
+threshold, or jobs so slow (or so blocked) that a few a second make a backlog. (Producers that
+read no map, of an older release or with ``fair_lanes = 0``, keep publishing to the shard.)
+The worker sees it: what it holds of the shard fills its window for one shard, and one key
+holds at least half of it (``Crowding``). The worker then asks the store for the key's lane,
+as a producer would; every producer routes the key to it from its next read of the map (about
+a second), and the worker renews the lease while the key's lane stays backlogged here. A false
+alarm costs a lane for a lease.
 
 Each held message counts in the slot of the queue it came from (``shard_turns.slot_of``): the
 Redis read order reads those counts too (``ShardTurns``).
