@@ -29,7 +29,7 @@ from celery_fair.worker.housekeeping import (
 from celery_fair.worker.job_control import JobControl
 from celery_fair.worker.reserve import Reserve, plan_reserve
 from celery_fair.worker.runs import Runs
-from celery_fair.worker.shard_turns import ShardTurns
+from celery_fair.worker.shard_turns import ShardTurns, slot_of
 from celery_fair.worker.window import Windows, blocked_idle
 
 
@@ -214,7 +214,7 @@ def test_on_redis_a_held_lane_is_one_more_look_and_stragglers_leave_their_shard_
     assert windows.limit() == 3 + 8
     turns.add(8 + 2)  # a message from lane 2
     assert windows.limit() == 3 + 8 + 1
-    straggler = turns.slot_of("q.fair.5", "A", 2)  # from A's shard, A has lane 2 now
+    straggler = slot_of("q.fair.5", "A", 2, 8, 4)  # from A's shard, A has lane 2 now
     assert straggler == 8 + 4 + 5  # shard 5's stragglers
     for _ in range(4):
         turns.add(straggler)

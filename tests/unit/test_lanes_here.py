@@ -110,3 +110,17 @@ def test_a_message_from_a_lane_teaches_the_worker_its_keys_lane_and_its_held_one
     # and they leave the stragglers' count as they start.
     jobs.take("h0", starts=True)
     assert here.crowding.stragglers() == {shard: 3}
+
+
+def test_with_lanes_on_redis_the_turns_read_the_crowdings_counts_kept_once():
+    from celery_fair.worker.shard_turns import ShardTurns
+
+    here = LanesHere(FleetLanes(), shards=8, consumed=4, window=lambda: 6, now=lambda: 0.0)
+    turns = ShardTurns(8, lambda: 1, lanes=4)
+    jobs = HeldJobs(turns, here.crowding)
+    shard = shard_of("H", 8)
+    slot = hold(here, jobs, "H", f"q.fair.{shard}")
+    assert turns.held[slot] == here.crowding.held[slot] == 1  # one count, not two
+    assert turns.order([f"q.fair.{shard}", "q"]) == ["q", f"q.fair.{shard}"]
+    jobs.take("H-0")
+    assert turns.held[slot] == 0

@@ -6,7 +6,7 @@ from kombu.utils.scheduling import cycle_by_name
 
 from celery_fair.protocol import shard_of
 from celery_fair.worker.internals import order_redis_reads
-from celery_fair.worker.shard_turns import ShardTurns
+from celery_fair.worker.shard_turns import ShardTurns, slot_of
 
 
 class Channel:
@@ -55,19 +55,19 @@ def test_kombus_turns_go_through_the_order_and_still_rotate():
 def test_a_lane_counts_in_its_own_slot_and_goes_last_once_held_a_window_of() -> None:
     turns = ShardTurns(shards=2, window=lambda: 2, lanes=3)
     # A message counts in the queue it came from: the lane or shard its routing key names,
-    assert turns.slot_of("q.fair.lane.1", "A", None) == 3
-    assert turns.slot_of("q.fair.1", "A", None) == 1
+    assert slot_of("q.fair.lane.1", "A", None, 2, 3) == 3
+    assert slot_of("q.fair.1", "A", None, 2, 3) == 1
     # a message from a shard whose key has a lane now is a straggler, which orders no queue,
-    assert turns.slot_of("q.fair.1", "A", 0) == 2 + 3 + 1
+    assert slot_of("q.fair.1", "A", 0, 2, 3) == 2 + 3 + 1
     turns.add(6)
     assert turns.held[6] == 1
     assert turns.order(["q.fair.0", "q.fair.1"]) == ["q.fair.0", "q.fair.1"]
     turns.remove(6)
     # else (moved by the intake, which keeps the queue's routing key) its key's lane now,
-    assert turns.slot_of("q", "A", 1) == 3
+    assert slot_of("q", "A", 1, 2, 3) == 3
     # else its key's shard; a lane beyond those consumed is not one.
-    assert turns.slot_of("q.fair.lane.3", "A", None) == shard_of("A", 2)
-    assert turns.slot_of(None, "A", None) == shard_of("A", 2)
+    assert slot_of("q.fair.lane.3", "A", None, 2, 3) == shard_of("A", 2)
+    assert slot_of(None, "A", None, 2, 3) == shard_of("A", 2)
     queues = ["q.fair.lane.1", "q.fair.0", "q.fair.1", "q"]
     turns.add(3)
     assert turns.lanes_held() == 1

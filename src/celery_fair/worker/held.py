@@ -66,7 +66,10 @@ class HeldJobs(dict[str, Held]):
         # _priorities: task id -> priority for jobs not here, oldest first, at most REMEMBERED.
         self._priorities: dict[str, int | None] = {}
         # turns.held[s] and crowding.held[s] are the number of held jobs whose ``shard`` is s
-        # (when there are turns, or lanes to ask for).
+        # (when there are turns, or lanes to ask for): with both, one list, the crowding's.
+        if turns is not None and crowding is not None:
+            turns.read(crowding.held)
+            turns = None
         self.turns = turns
         self.crowding = crowding
         self.peak = 0  # the most held at once since the worker started

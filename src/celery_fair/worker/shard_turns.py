@@ -57,9 +57,7 @@ def slot_of(routing_key: object, key: str, lane: int | None, shards: int, lanes:
         shard = shard_index(routing_key)
         if shard is not None and shard < shards:
             return shards + lanes + shard if laned else shard
-    if lane is not None and laned:
-        return shards + lane
-    return shard_of(key, shards)
+    return shards + lane if lane is not None and laned else shard_of(key, shards)
 
 
 class ShardTurns:
@@ -90,11 +88,12 @@ class ShardTurns:
         if self.held[slot] > 0:
             self.held[slot] -= 1
 
-    def slot_of(self, routing_key: object, key: str, lane: int | None) -> int:
-        """The slot a held message of ``key`` counts in: the queue it came from (a lane
-        or shard its routing key names), else ``lane``, its key's lane now (the intake moved it
-        there, keeping the queue's routing key), else its key's shard (``routing.shard_of``)."""
-        return slot_of(routing_key, key, lane, self.shards, self.lanes)
+    def read(self, held: list[int]) -> None:
+        """Order by ``held``, counts per slot kept elsewhere (``core.lanes.Crowding``, which
+        numbers the slots alike), instead of counting here."""
+        if len(held) != len(self.held):
+            raise ValueError(f"held: expected {len(self.held)} slots, got {len(held)}")
+        self.held = held
 
     def lanes_held(self) -> int:
         """How many lanes the gate holds messages of. O(lanes)."""
