@@ -118,6 +118,9 @@ GIVEN_BACK = _Spec("given_back", "Admitted jobs that had not started, given back
                    "their admission.")  # fmt: skip
 MOVED = _Spec("intake_moved", "Messages the intake moved from a queue into its fair shards.",
               ("queue",))  # fmt: skip
+REROUTED = _Spec("lane_rerouted", "Stragglers the intake moved from a shard to their key's "
+                 "lane (Redis): messages of a key that waited in its shard from before the key "
+                 "got its lane.", ("queue",))  # fmt: skip
 AGED = _Spec("aging_promotions", "Levels fair jobs had risen by aging when they were admitted "
              "(a job admitted at effective priority 5 of base 2 counts 3).",
              ("job_type",))  # fmt: skip
@@ -127,7 +130,8 @@ CONTROLLED = _Spec("job_control", "Job control's requests this worker's gate ans
                    "(fair cancel, fair reprioritize), by operation and answer; elsewhere: "
                    "it did not have the job.", ("operation", "answer"))  # fmt: skip
 SPECS = (WAIT, STARTED, RUNTIME, RELEASED, REFUSED, DECISION, CALLS, ERRORS, LEASE, OUTAGES,
-         RETURNED, DROPPED, REPAIRED, GIVEN_BACK, MOVED, AGED, URGENT, CONTROLLED)  # fmt: skip
+         RETURNED, DROPPED, REPAIRED, GIVEN_BACK, MOVED, REROUTED, AGED, URGENT,
+         CONTROLLED)  # fmt: skip
 
 
 class WorkerMetrics(Observer):
@@ -247,6 +251,9 @@ class WorkerMetrics(Observer):
 
     def moved(self, queue: str, n: int) -> None:
         self._add(MOVED, (queue,), n)
+
+    def rerouted(self, queue: str, n: int) -> None:
+        self._add(REROUTED, (queue,), n)
 
     def controlled(self, operation: str, answer: str) -> None:
         self._add(CONTROLLED, (operation, answer))

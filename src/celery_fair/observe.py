@@ -61,6 +61,7 @@ GATE_COUNTS = (
     "revoked_held",
     "duplicates",
     "moved",
+    "rerouted",
 )
 #: The engine's counters, shown by ``inspect stats`` as ``fair-store-<name>``.
 STORE_COUNTS = (
@@ -158,6 +159,9 @@ class Observer:
     def moved(self, queue: str, n: int) -> None:
         """The intake moved ``n`` messages from ``queue`` into its shards."""
 
+    def rerouted(self, queue: str, n: int) -> None:
+        """The intake moved ``n`` stragglers from a shard of ``queue`` to their keys' lanes."""
+
     def controlled(self, operation: str, answer: str) -> None:
         """Job control asked this worker's gate for a job: ``operation`` (one of
         ``CONTROL_OPERATIONS``) and what it answered (``CONTROL_ANSWERS``; ``"elsewhere"``: it
@@ -251,6 +255,9 @@ class Counters(Observer):
 
     def moved(self, queue: str, n: int) -> None:
         self.counts["moved"] += n
+
+    def rerouted(self, queue: str, n: int) -> None:
+        self.counts["rerouted"] += n
 
 
 _EVENTS = tuple(

@@ -170,6 +170,58 @@ def test_the_redis_intake_moves_laned_keys_to_their_lanes_and_asks_before_a_burs
     assert drain(run, run.queue) == []
 
 
+@pytest.mark.parametrize("broker", ["redis"])
+def test_stragglers_leave_their_shard_for_the_head_of_their_lanes_in_order(redis_run):
+    # Given, in one shard, stragglers of A (lane 2) and B (lane 1) at two priorities, among a
+    # light key's messages and a plain task's, and A's lane holding a newer message already,
+    run = redis_run()
+    shard = shard_name(run.queue, 5)
+    sent: list[tuple[str, str, int]] = []
+    for i in range(40):
+        key = ("A", "B", "C", "")[i % 4]
+        priority = 9 if i % 5 == 0 else 0
+        if key:
+            run.app.send_task(
+                "fairapp.clone", [f"{key}{i}"], headers=fair_headers("clone", key),
+                queue=shard, priority=priority,
+            )  # fmt: skip
+        else:
+            run.app.send_task("fairapp.plain", [f"p{i}"], queue=shard, priority=priority)
+        sent.append((key, f"{key or 'p'}{i}", priority))
+    run.app.send_task(
+        "fairapp.clone", ["A-new"], headers=fair_headers("clone", "A"),
+        queue=lane_name(run.queue, 2),
+    )  # fmt: skip
+    lanes = FakeLanes({"A": 2, "B": 1}, None)
+    # when the intake reroutes the shard,
+    with run.app.connection_for_write() as conn:
+        channel = conn.default_channel
+        intake = RedisIntake(
+            redis_broker_client(channel), redis_queue_lists(channel), SHARDS, lanes, 4
+        )
+        try:
+            assert intake.reroute(shard) == (20, 40)
+            assert intake.reroute(shard) == (0, 20)  # nothing more to move
+        finally:
+            intake.close()
+
+    def popped(*keys: str) -> list[str]:
+        # Kombu's Redis transport pops step by step, priority 0's list first, oldest first.
+        return [tag for p in (0, 9) for k, tag, q in sent if k in keys and q == p]
+
+    # then the shard keeps the rest in its order, and each lane pops its key's stragglers
+    # first, oldest first, each in its priority step, before the message that was there.
+    assert [tag for _, tag, _ in drain(run, shard)] == popped("C", "")
+    assert [tag for _, tag, _ in drain(run, lane_name(run.queue, 1))] == popped("B")
+    a_first = [tag for k, tag, p in sent if k == "A" and p == 0]  # "A-new" is of step 0 too
+    a_last = [tag for k, tag, p in sent if k == "A" and p == 9]
+    assert [tag for _, tag, _ in drain(run, lane_name(run.queue, 2))] == [
+        *a_first,
+        "A-new",
+        *a_last,
+    ]
+
+
 def test_a_call_looks_at_no_more_than_its_batch_and_the_rest_waits_for_the_next(redis_run):
     run = redis_run()
     for i in range(25):

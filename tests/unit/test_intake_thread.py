@@ -69,3 +69,51 @@ def test_confirms_that_arrive_out_of_order_add_up_only_when_every_copy_is_confir
     confirms._ack(10, False)
     assert confirms.upto == 10
     assert not confirms.nacked
+
+
+class Reroutes:
+    """A Redis intake that moves nothing from queues and ``plan[shard]`` stragglers from each
+    shard it is told of, recording when."""
+
+    def __init__(self, plan: dict[str, int]) -> None:
+        self.plan = dict(plan)
+        self.calls: list[str] = []
+        self.done = threading.Event()
+
+    def drain(self, queues):
+        return 0
+
+    def drain_shards(self, shards):
+        [shard] = shards
+        self.calls.append(shard)
+        moved = self.plan.pop(shard, 0)
+        if not self.plan:
+            self.done.set()
+        return moved
+
+    def close(self):
+        pass
+
+
+def test_stragglers_told_of_are_rerouted_at_once_once_per_shard_and_counted_by_queue():
+    from celery_fair.observe import Counters
+
+    counters = Counters()
+    intake = Reroutes({"q.fair.3": 16, "q.fair.5": 4})
+    # an interval far longer than the test: only being told wakes the thread
+    thread = IntakeThread(intake, lambda: ["q"], 60.0, observer=counters)  # type: ignore[arg-type]
+    for _ in range(50):  # the gate tells it of every straggler it receives
+        assert thread.reroute_soon("q.fair.3")
+    thread.start()
+    try:
+        assert thread.reroute_soon("q.fair.5")  # wakes it, if it waits
+        assert intake.done.wait(5)
+    finally:
+        thread.stop()
+    assert sorted(intake.calls) == ["q.fair.3", "q.fair.5"]  # one call each, not 51
+    assert counters.counts["rerouted"] == 20
+
+
+def test_an_intake_that_cannot_reroute_says_so():
+    thread = IntakeThread(OutageThenBack(0), list, 60.0)  # type: ignore[arg-type]
+    assert thread.reroute_soon("q.fair.3") is False  # RabbitMQ's: its gate reads past them

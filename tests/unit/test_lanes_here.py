@@ -107,6 +107,10 @@ def test_a_message_from_a_lane_teaches_the_worker_its_keys_lane_and_its_held_one
     assert here.held(jobs, slot, "H")  # new to it: what it holds of H from the shard straggles
     assert here.crowding.held[shard] == 0
     assert here.crowding.stragglers() == {shard: 4}
+    # They wait in H's shard of the queue the message came from (the intake moves the rest
+    # of them out of it, on Redis), whichever queue of it that was,
+    for routing_key in ("q.fair.lane.2", f"q.fair.{shard}", "q"):
+        assert here.shard_queue(message(routing_key), "H") == f"q.fair.{shard}"
     # and they leave the stragglers' count as they start.
     jobs.take("h0", starts=True)
     assert here.crowding.stragglers() == {shard: 3}

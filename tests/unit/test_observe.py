@@ -103,7 +103,8 @@ def test_every_counter_is_moved_by_some_event_and_named_as_inspect_stats_shows_i
 
 @pytest.mark.parametrize(("event", "args", "count", "by"), [
     ("spilled", (4,), "spilled", 4), ("given_back", (3,), "given_back", 3),
-    ("moved", ("q", 500), "moved", 500), ("store_call", ("beat", 0.1, False), "failed", 1),
+    ("moved", ("q", 500), "moved", 500), ("rerouted", ("q", 16), "rerouted", 16),
+    ("store_call", ("beat", 0.1, False), "failed", 1),
     ("store_call", ("beat", 0.1, True), "failed", 0),
 ])  # fmt: skip
 def test_counters_count_what_the_event_says(event, args, count, by):

@@ -236,6 +236,7 @@ class FairIntakeStep(bootsteps.StartStopStep):
         self.settings, _ = _fair(c)
         self.intake: IntakeThread | None = None
         c.fair_intake = False
+        c.fair_reroute = None
 
     def start(self, c: Any) -> None:
         gate = _gate(c)
@@ -243,6 +244,7 @@ class FairIntakeStep(bootsteps.StartStopStep):
             return
         self.intake = start_intake(c, self.settings, gate.observer)
         c.fair_intake = self.intake is not None
+        c.fair_reroute = self.intake.reroute_soon if self.intake is not None else None
 
     def shutdown(self, c: Any) -> None:
         if self.intake is not None:
@@ -301,6 +303,7 @@ class FairGateStep(bootsteps.StartStopStep):
             c.pool,
             shard_windows=windows,
             intake_running=bool(getattr(c, "fair_intake", False)),
+            reroute=getattr(c, "fair_reroute", None),
             metrics_port=getattr(c, "fair_metrics_port", None),
         )
         gate.on_connected()

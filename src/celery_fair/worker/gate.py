@@ -149,6 +149,7 @@ class Gate:
         )
         self._hub: Any = None  # the event loop, with one (start_link)
         self._widening = False  # a change of the shard consumers' windows is on its way
+        self._reroute: Callable[[str], bool] | None = None  # (attach)
         # With an event loop (start_link): one store call per turn, sent by the store link.
         self.pacing = StorePacing(
             engine,
@@ -190,17 +191,20 @@ class Gate:
         *,
         shard_windows: ShardWindows | None = None,
         intake_running: bool = False,
+        reroute: Callable[[str], bool] | None = None,
         metrics_port: int | None = None,
     ) -> None:
         """The consumer (re)started: the consumer and pool to act through, each shard
         consumer's window on this connection (RabbitMQ with shards, consumer_prefetch.py),
-        whether an intake moves this worker's queues' fair messages into their shards, and
+        whether an intake moves this worker's queues' fair messages into their shards, how
+        it moves the stragglers out of a shard (``IntakeThread.reroute_soon``, Redis), and
         the port this worker serves its metrics on. Called before ``on_connected``."""
         with self._lock:
             self.consumer = self.handoff.consumer = consumer
             self.pool = pool
             self.windows.shards = shard_windows
             self.returns.intake_running = intake_running
+            self._reroute = reroute
             self.metrics_port = metrics_port
 
     # -- what the bootstep and the tools read ---------------------------------------------
@@ -261,10 +265,12 @@ class Gate:
         elif self.windows.turns is not None:
             slot = shard_of(key, shards)
         self.held.add(uid, held, slot)
-        if self.lanes is not None and slot is not None:
-            straggling = self.lanes.held(self.held, slot, key)
-            if straggling and self.windows.shards is not None:
+        # stragglers held (lanes_here.py): read past them
+        if self.lanes is not None and slot is not None and self.lanes.held(self.held, slot, key):
+            if self.windows.shards is not None:
                 self._widen_soon()
+            elif self._reroute is not None:
+                self._reroute(self.lanes.shard_queue(req, key))
         if with_events:
             shard = shard_of(key, shards) if shards > 1 else None
             place = self.scheduler.pending_of(key)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.lanes import Crowding
-from ..protocol import lane_index, shard_of
+from ..protocol import base_name, lane_index, shard_name, shard_of
 from .held import HeldJobs
 from .shard_turns import slot_of
 
@@ -71,6 +71,12 @@ class LanesHere:
     def straggler_slot(self, key: str) -> int:
         """The slot of the stragglers of ``key``'s shard."""
         return self.shards + self.consumed + shard_of(key, self.shards)
+
+    def shard_queue(self, req: Any, key: str) -> str:
+        """The name of the shard ``req``'s stragglers of ``key`` wait in: its key's shard of
+        the queue ``req`` came from."""
+        routing_key = (getattr(req, "delivery_info", None) or {}).get("routing_key")
+        return shard_name(base_name(str(routing_key)), shard_of(key, self.shards))
 
     def held(self, jobs: HeldJobs, slot: int, key: str) -> bool:
         """A message of ``key`` from ``slot`` is now held (``jobs.add`` counted it): if

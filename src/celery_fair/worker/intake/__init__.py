@@ -9,7 +9,13 @@ shard; the queue's backlog then drains at the intake's speed, not the pool's.
 On RabbitMQ, a low-priority consumer republishes them with publisher confirms (amqp.py). On
 a Redis broker one script call (move.lua) moves a batch, atomically and losslessly: each
 message is read where it lies and pushed, unchanged, to the head of its shard's list of the
-same priority step; what is not a keyed fair job stays, in its order. Every fair worker runs an
+same priority step; what is not a keyed fair job stays, in its order.
+
+On Redis the same script also *reroutes*: a key that got its lane (core/lanes.py) may have
+left messages in its shard from before, stragglers, and a light key's message behind them
+waits for them all. When the gate receives one, it tells the intake (``reroute_soon``), which
+moves every straggler among the shard's oldest ``BATCH`` messages to the consuming end of its
+key's lane, in order, so they run before the key's newer messages there. Every fair worker runs an
 intake for the queues it consumes (``IntakeThread``); their calls never overlap on Redis, so
 two intakes never move one message twice. A message keeps its routing key (the queue's): if
 Kombu restores it unacknowledged (a worker died), it goes back to the queue, and the intake
@@ -27,7 +33,7 @@ from typing import Any, Protocol
 from celery.utils.log import get_logger
 
 from ...observe import Observer
-from ...protocol import SHARD_HASH, lane_name, shard_name
+from ...protocol import SHARD_HASH, base_name, lane_name, shard_name
 
 __all__ = ["BATCH", "Intake", "IntakeThread", "RedisIntake", "plain_consumers"]
 
@@ -40,6 +46,9 @@ BATCH = 500
 #: the first.
 CHECK_EVERY = 300.0
 FIRST_CHECK = 5.0
+#: Seconds the thread waits, once told of stragglers, for more before it reroutes them all: at
+#: most one reroute of a shard per gap, however many stragglers the gate receives.
+REROUTE_GAP = 0.01
 _SCRIPT = (resources.files(__package__) / "move.lua").read_text()
 
 
@@ -71,6 +80,7 @@ class RedisIntake:
         self.lane_count = lane_count if lanes is not None else 0
         self._move = client.register_script(_SCRIPT)
         self.moved = 0  # messages moved by this intake
+        self.rerouted = 0  # stragglers moved to their lanes by this intake
 
     def move(self, queue: str, batch: int = BATCH) -> tuple[int, int]:
         """Move what is keyed among the oldest ``batch`` messages of ``queue``; returns
@@ -88,12 +98,8 @@ class RedisIntake:
         for attempt in range(3):  # move; or ask for lanes, and move
             if attempt == 2:
                 threshold = 0  # (lanes given but not in the map yet: to their shards)
-            laned: list[Any] = []
-            if lanes is not None:
-                for key, lane in lanes.current().lanes.items():
-                    if lane < self.lane_count:
-                        laned += [key, lane]
-            head = [SHARD_HASH, self.shards, steps, batch, self.lane_count, threshold]
+            laned = self._laned()
+            head = [SHARD_HASH, self.shards, steps, batch, self.lane_count, threshold, "queue"]
             reply = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
             moved, looked, heavy, counted = reply
             if not heavy or lanes is None:
@@ -113,12 +119,45 @@ class RedisIntake:
         self.moved += int(moved)
         return int(moved), int(looked)
 
+    def _laned(self) -> list[Any]:
+        """The keys with a lane this worker consumes, each followed by its lane."""
+        laned: list[Any] = []
+        if self.lanes is not None:
+            for key, lane in self.lanes.current().lanes.items():
+                if lane < self.lane_count:
+                    laned += [key, lane]
+        return laned
+
+    def reroute(self, shard: str, batch: int = BATCH) -> tuple[int, int]:
+        """Move the stragglers among the oldest ``batch`` messages of ``shard`` (a shard's
+        queue name): messages of keys that have a lane now, to the consuming end of their
+        lane, oldest nearest, so that they run before their key's newer messages and no
+        longer stand between a light key's message and the workers. Returns (moved, looked
+        at). One script call, O(looked at)."""
+        laned = self._laned()
+        if not laned:
+            return 0, 0
+        keys = list(self.lists(shard))
+        steps = len(keys)
+        base = base_name(shard)
+        for j in range(self.lane_count):
+            keys += self.lists(lane_name(base, j))
+        head = [SHARD_HASH, 0, steps, batch, self.lane_count, 0, "shard"]
+        moved, looked, _, _ = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
+        self.rerouted += int(moved)
+        return int(moved), int(looked)
+
     def close(self) -> None:
         self.client.close()
 
     def drain(self, queues: Iterable[str], batch: int = BATCH) -> int:
         """Move until a call finds a full batch no more: returns how many moved."""
         return drain(self.move, queues, batch)
+
+    def drain_shards(self, shards: Iterable[str], batch: int = BATCH) -> int:
+        """Reroute each of ``shards`` until a call finds a full batch no more: returns how
+        many moved."""
+        return drain(self.reroute, shards, batch)
 
 
 def _text(value: Any) -> str:
@@ -139,7 +178,8 @@ def drain(move: Callable[[str, int], tuple[int, int]], queues: Iterable[str], ba
 
 
 class Intake(Protocol):
-    """What ``IntakeThread`` runs: ``RedisIntake`` or ``amqp.AmqpIntake``."""
+    """What ``IntakeThread`` runs: ``RedisIntake`` or ``amqp.AmqpIntake`` (which has no
+    ``drain_shards``: on RabbitMQ the gate reads past stragglers, consumer_prefetch.py)."""
 
     def drain(self, queues: Iterable[str], batch: int = BATCH) -> int: ...
 
@@ -187,6 +227,8 @@ class IntakeThread(threading.Thread):
         self._next_check = time.monotonic() + FIRST_CHECK
         self._warned: dict[str, list[str]] = {}
         self._halt = threading.Event()
+        self._wake = threading.Event()  # set by stop and by reroute_soon
+        self._stragglers: set[str] = set()  # shards to reroute at the next turn
         self._failing = False
 
     def run(self) -> None:
@@ -195,9 +237,20 @@ class IntakeThread(threading.Thread):
         finally:
             self.intake.close()
 
+    def reroute_soon(self, shard: str) -> bool:
+        """Stragglers wait in ``shard`` (a shard's queue name): move them to their lanes at the
+        thread's next turn, at once. Called by the gate on the worker's event loop; O(1).
+        ``False`` if this intake cannot (RabbitMQ's, whose gate reads past them)."""
+        if not hasattr(self.intake, "drain_shards"):
+            return False
+        self._stragglers.add(shard)  # a set's add is atomic: no lock needed
+        self._wake.set()
+        return True
+
     def _run(self) -> None:
         while not self._halt.is_set():
             try:
+                self._reroute()
                 self._drain()
             except Exception as exc:  # a Redis outage or failover: keep trying
                 if not self._failing:
@@ -210,7 +263,16 @@ class IntakeThread(threading.Thread):
             if self.app is not None and time.monotonic() >= self._next_check:
                 self._next_check = time.monotonic() + CHECK_EVERY
                 self._check_consumers()
-            self._halt.wait(self.interval)
+            if self._wake.wait(self.interval):  # stragglers: let the next few come too
+                self._halt.wait(REROUTE_GAP)
+            self._wake.clear()
+
+    def _reroute(self) -> None:
+        while self._stragglers:
+            shard = self._stragglers.pop()
+            moved = self.intake.drain_shards([shard])  # type: ignore[attr-defined]
+            if moved:
+                self.observer.rerouted(base_name(shard), moved)
 
     def _drain(self) -> None:
         for queue in self.queues():
@@ -238,5 +300,6 @@ class IntakeThread(threading.Thread):
 
     def stop(self, timeout: float = 5.0) -> None:
         self._halt.set()
+        self._wake.set()
         if self.is_alive():
             self.join(timeout)

@@ -1,21 +1,27 @@
--- move: take the fair messages that producers published to a queue out of it, into the shard
--- of their fairness key (celery_fair.routing), or its lane if it has one (core/lanes.py),
--- oldest first, each in its priority step.
+-- move: take fair messages out of a queue's lists and into their fairness key's lane or shard,
+-- each in its priority step, nothing lost and nothing reordered within a key.
 -- Kombu's Redis transport keeps a queue as one list per priority step; a message is a JSON
--- document whose "headers" hold Celery's and ours. A message with a non-empty string
--- fairness_key header moves, unchanged, to the head of its shard's list of the same step;
--- every other message (no key, or not readable as JSON) stays, in its order.
--- KEYS: the queue's lists, one per step, highest priority first (S of them, with Kombu's key
+-- document whose "headers" hold Celery's and ours. Two uses (ARGV[7]):
+-- 'queue' (the intake): the source is a queue that producers published fair messages to. A
+--   message with a non-empty string fairness_key header moves, unchanged, to the head of its
+--   key's lane (core/lanes.py) if it has one, else of its key's shard (celery_fair.routing),
+--   behind what waits there.
+-- 'shard' (the reroute): the source is a shard. A message of a key with a lane (a straggler:
+--   it waited in the shard from before its key got the lane) moves to the *tail* of its lane,
+--   the consuming end, oldest nearest, so it pops before the key's newer messages there.
+-- Every other message (no key, no lane in 'shard', not readable as JSON) stays, in its order.
+-- KEYS: the source's lists, one per step, highest priority first (S of them, with Kombu's key
 --       prefix); then the shards' lists: shard i, step s at S + i * S + s (i from 0); then
 --       the lanes' lists: lane j, step s at S + N * S + j * S + s (j from 0).
 -- ARGV[1]: the shard hash's name, which must be 'sha1-32' (routing.SHARD_HASH)
--- ARGV[2]: N, the number of shards; ARGV[3]: S, the number of steps
+-- ARGV[2]: N, the number of shards in KEYS (0 for 'shard'); ARGV[3]: S, the number of steps
 -- ARGV[4]: the most messages to look at in this call (over all steps)
 -- ARGV[5]: L, the number of lanes in KEYS; ARGV[6]: T, the lane threshold (0: none)
--- ARGV[7]: m, the number of keys with a lane; then m pairs: a key, its lane (below L)
--- A key without a lane that has more than T messages among those looked at in one step is
--- heavy: the call then moves nothing and returns such keys, to be given lanes before the
--- next call, so that no burst lands in a light key's shard.
+-- ARGV[7]: 'queue' or 'shard'
+-- ARGV[8]: m, the number of keys with a lane; then m pairs: a key, its lane (below L)
+-- ('queue' only) A key without a lane that has more than T messages among those looked at in
+-- one step is heavy: the call then moves nothing and returns such keys, to be given lanes
+-- before the next call, so that no burst lands in a light key's shard.
 -- Returns {moved, looked at, {heavy keys...}, {key, count, ...}}: the last, each key without a
 -- lane moved to its shard and how many (the caller counts them per second, as a producer
 -- does). A message is moved at most once per call, and
@@ -27,9 +33,15 @@ if ARGV[1] ~= 'sha1-32' then
   return redis.error_reply('celery-fair intake: unknown shard hash ' .. ARGV[1])
 end
 local n, steps, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local lanes, threshold, m = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local lanes, threshold = tonumber(ARGV[5]), tonumber(ARGV[6])
+local mode, m = ARGV[7], tonumber(ARGV[8])
+if mode ~= 'queue' and mode ~= 'shard' then
+  return redis.error_reply('celery-fair intake: unknown source ' .. tostring(mode))
+end
+local reroute = mode == 'shard'
+if reroute then threshold = 0 end
 local lane_of = {}
-for i = 0, m - 1 do lane_of[ARGV[8 + 2 * i]] = tonumber(ARGV[9 + 2 * i]) end
+for i = 0, m - 1 do lane_of[ARGV[9 + 2 * i]] = tonumber(ARGV[10 + 2 * i]) end
 local marker = '"fairness_key": "'
 
 local function key_of(raw)
@@ -55,6 +67,7 @@ for s = 1, steps do
     local keys, any = {}, false
     for j = count, 1, -1 do  -- oldest first
       local k = key_of(tail[j])
+      if reroute and k and not lane_of[k] then k = nil end
       keys[j] = k or false
       if k then any = true end
     end
@@ -70,7 +83,19 @@ for s = 1, steps do
       end
       if #heavy > 0 then return {moved, looked, heavy, {}} end
     end
-    if any then
+    if any and reroute then
+      for _ = 1, count do redis.call('RPOP', list) end
+      -- Newest first, each to the lane's tail: the oldest ends nearest it, and pops first.
+      for j = 1, count do
+        if keys[j] then
+          redis.call('RPUSH', KEYS[steps + n * steps + lane_of[keys[j]] * steps + s], tail[j])
+          moved = moved + 1
+        end
+      end
+      for j = 1, count do
+        if not keys[j] then redis.call('RPUSH', list, tail[j]) end
+      end
+    elseif any then
       for _ = 1, count do redis.call('RPOP', list) end
       for j = count, 1, -1 do
         if keys[j] then
