@@ -242,16 +242,21 @@ class Worker:
                 os.killpg(self.pid, signal.SIGKILL)
 
 
+def node(worker: Worker) -> str:
+    """``worker``'s node name, as remote control and the logs name it."""
+    return f"{worker.name}@{socket.gethostname()}"
+
+
 def gate_stats(run: Run, worker: Worker) -> dict[str, Any]:
     """The gate's counters, as ``celery inspect stats`` reports them (``pool`` section)."""
-    node = f"{worker.name}@{socket.gethostname()}"
+    name = node(worker)
 
     def answered() -> dict[str, Any] | None:
         # (a loaded host can miss the 1 s reply window: no answer is not an empty gate)
-        stats = run.app.control.inspect(destination=[node], timeout=1).stats() or {}
-        return stats.get(node)
+        stats = run.app.control.inspect(destination=[name], timeout=1).stats() or {}
+        return stats.get(name)
 
-    return dict(wait_until(answered, 30, f"{node} to answer inspect stats").get("pool", {}))
+    return dict(wait_until(answered, 30, f"{name} to answer inspect stats").get("pool", {}))
 
 
 #: The gate's counts of what is inside it, each zero when the worker is idle.

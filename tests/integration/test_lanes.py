@@ -5,6 +5,7 @@ consume them."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -14,6 +15,7 @@ from harness import (
     FAST_RESTORE,
     gate_stats,
     intervals,
+    node,
     queue_length,
     wait_until,
     wait_until_recorded_by_the_broker,
@@ -83,6 +85,25 @@ def heavy_starts_before_the_light(
     return [t for t, (s, _) in spans.items() if t.startswith(heavy) and published < s < last_light]
 
 
+def test_a_worker_that_reads_the_shards_but_not_the_lanes_is_warned_about(
+    make_run, start_worker, broker
+):
+    # Given a fair worker with lanes, and beside it one that reads no lanes (on RabbitMQ one
+    # without the shared store, on Redis one with fair_lanes = 0),
+    run, store, lanes = lane_world(make_run, start_worker, broker)
+    if broker == "amqp":
+        conf = {k: v for k, v in run.conf.items() if k != "fair_store_url"}
+    else:
+        conf = {**run.conf, "fair_lanes": 0}
+    laneless = start_worker(run, concurrency=1, env={"FAIRAPP_CONF": json.dumps(conf)})
+    # then the worker with lanes warns, naming it and no other,
+    warning = f"{node(laneless)} consume(s) the shards of queue {run.queue!r} but not its lanes"
+    wait_until(lambda: warning in lanes.log(), 30, "the warning in the lane worker's log")
+    (line,) = [x for x in lanes.log().splitlines() if "but not its lanes" in x]
+    assert node(lanes) not in line
+    store.close()
+
+
 def test_light_clients_in_a_heavy_keys_shard_start_behind_only_its_first_messages(
     make_run, start_worker, broker
 ):
@@ -126,6 +147,40 @@ def test_through_the_intake_a_heavy_key_gets_its_lane_before_its_burst_fills_a_s
     a_between = heavy_starts_before_the_light(run, published, light)
     assert store.lanes(-1).lane_of("A") is not None
     assert len(a_between) <= DEFAULT_THRESHOLD + 4 * (SLOTS + 2), (len(a_between), store.lanes(-1))
+    store.close()
+
+
+def test_a_tenant_on_ten_keys_leaves_a_one_key_tenant_the_share_of_one_key_in_eleven(
+    make_run, start_worker, broker
+):
+    # Given a fair worker of 4 slots with lanes, tenant T's backlog on ten keys nobody chose
+    # for their hash (so several share a shard, and the one-key tenant's shard too), and
+    # right after, the one-key tenant's backlog,
+    run = make_run(conf=lane_conf(broker))
+    start_worker(run, concurrency=4)
+    store = store_of(run)
+    wait_until(lambda: store.lanes(-1).size > 0, 30, "the worker to announce its lanes")
+    clone = run.app.tasks["fairapp.clone"]
+    tenant = [f"t-{i}" for i in range(10)]
+    for i in range(40):
+        for key in tenant:
+            clone.apply_async([f"{key}/{i}", 0.04], fairness_key=key)
+    published = time.time()
+    for i in range(50):
+        clone.apply_async([f"solo/{i}", 0.04], fairness_key="solo")
+    done = run.recorder.done_counts
+    wait_until(lambda: len(done()) == 450, 60, "every job")
+    spans = intervals(run.recorder.events())
+    starts = sorted((s, tag.split("/")[0]) for tag, (s, _) in spans.items())
+    after = [key for s, key in starts if s >= published]  # whose start each was, in order
+    # then the one-key tenant gets at least its share from the moment it published (the rule
+    # gives each of eleven backlogged keys one start in eleven, 10 of 110, and more to a key
+    # while it catches up with those that ran before it came); before lanes its jobs waited
+    # in their shard behind T's (0 of the 110), and on Redis, reading the queues in turns
+    # left it about one in thirteen;
+    assert after[:110].count("solo") >= 10 - 1, after[:110]
+    # and once it has caught up (by its 110th start in trials), one in eleven: 15 of 165.
+    assert 15 - 4 <= after[165:330].count("solo") <= 15 + 4, after[165:330]
     store.close()
 
 

@@ -4,13 +4,12 @@ publish on, and every way a fair job is published lands in its key's shard."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 
 import pytest
 from celery import chain, group
-from harness import gate_stats, intervals, wait_until
+from harness import gate_stats, intervals, node, wait_until
 from test_lanes import store_of
 
 from celery_fair import cli, fair_headers, fair_router
@@ -25,10 +24,6 @@ def lane_of(base: str):
 
 SLOTS = 2
 SHARDS = 8
-
-
-def node(worker) -> str:
-    return f"{worker.name}@{socket.gethostname()}"
 
 
 def narrow_windows(run) -> dict[str, int]:

@@ -133,7 +133,12 @@ def start_intake(
     else:
         return None
     thread = IntakeThread(
-        intake, lambda: _base_queues(c.app), settings.intake_interval, c.app, observer
+        intake,
+        lambda: _base_queues(c.app),
+        settings.intake_interval,
+        c.app,
+        observer,
+        lanes=shards.consumed_lanes > 0,
     )
     thread.start()
     logger.info(

@@ -205,6 +205,7 @@ class Gate:
             self.windows.shards = shard_windows
             self.returns.intake_running = intake_running
             self._reroute = reroute
+            self.returns.relane = reroute is not None
             self.metrics_port = metrics_port
 
     # -- what the bootstep and the tools read ---------------------------------------------

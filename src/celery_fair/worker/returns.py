@@ -15,6 +15,7 @@ from celery.worker import state as worker_state
 from kombu.entity import Queue
 
 from ..observe import Observer
+from ..protocol import base_name, shard_index
 from ..routing import Shards, is_part
 from .headers import ERROR, REPUBLISHED, SUBMITTED, request_uid
 from .held import Held
@@ -54,6 +55,9 @@ class Returns:
         # intake_running: an intake moves what is published to this worker's queues into the
         # shards (set by the gate's attach).
         self.intake_running = False
+        # relane: the intake moves stragglers to their lanes (Redis): one given back from its
+        # shard goes to its lane (return_to_queue).
+        self.relane = False
 
     def give_back(self, held: Held, reason: str, extra: dict[str, Any] | None = None) -> bool:
         """Return a held message to its queue, all headers kept and ``extra`` added, and stop
@@ -63,7 +67,14 @@ class Returns:
         into = (held.headers.fairness_key or None) if self.intake_running else None
         republished = held.headers.republished
         if not give_back(
-            self.app, req, held.arrival, republished, reason=reason, shard_key=into, extra=extra
+            self.app,
+            req,
+            held.arrival,
+            republished,
+            reason=reason,
+            shard_key=into,
+            relane=self.relane,
+            extra=extra,
         ):
             return False
         self._forget(request_uid(req.id, req.request_dict))
@@ -85,13 +96,14 @@ def give_back(
     *,
     reason: str,
     shard_key: str | None = None,
+    relane: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> bool:
     """Return a held message to its queue (``return_to_queue``) and tell Celery it is done
     here; ``reason`` is logged. ``False`` (logged) if it could not be published: the caller
     still holds it."""
     try:
-        return_to_queue(app, req, arrival, republished, shard_key, extra)
+        return_to_queue(app, req, arrival, republished, shard_key, extra, relane=relane)
     except Exception:
         logger.exception(
             "Could not return held task %s[%s] to the broker (%s); still holding it.",
@@ -131,6 +143,8 @@ def return_to_queue(
     republished: int = 0,
     shard_key: str | None = None,
     extra: dict[str, Any] | None = None,
+    *,
+    relane: bool = False,
 ) -> None:
     """Publish ``req``'s message again to the exchange and routing key it came by, every header
     kept (``fair_submitted`` keeps its place in the fair order), then acknowledge it.
@@ -143,6 +157,10 @@ def return_to_queue(
     would be the first one there, and would come straight back). One that came from a shard or
     a lane goes back there, behind what waits there: a straggler sent to its key's lane would
     come straight back from it while the shard it left, and what waits there, went unread.
+    But with ``relane`` (on Redis, where the intake moves the stragglers out of their shard to
+    the consuming end of their lane, ``IntakeThread.reroute_soon``), one that came from a shard
+    goes to the back of its key's lane if it has one: sent back to the shard, it would be
+    moved straight back to the front, and giving it back would let nothing behind it through.
     ``extra`` headers are added.
 
     Raises:
@@ -160,8 +178,11 @@ def return_to_queue(
         "routing_key": info.get("routing_key"),
     }
     named = route["routing_key"]
-    if shard_key and not route["exchange"] and named and not is_part(named):
-        Shards.of(app).route(route, shard_key, named)
+    if shard_key and not route["exchange"] and named:
+        if not is_part(named):
+            Shards.of(app).route(route, shard_key, named)
+        elif relane and shard_index(named) is not None:  # its lane, or this shard again
+            Shards.of(app).route(route, shard_key, base_name(named))
     _publish(app, message, headers, route["exchange"], route["routing_key"])
     message.ack()
 

@@ -70,8 +70,8 @@ class ShardTurns:
     >>> turns.order(["q.fair.1", "q.fair.3", "q"])
     ['q.fair.3', 'q', 'q.fair.1']
     >>> turns.remove(1)
-    >>> turns.order(["q.fair.1", "q.fair.3"])
-    ['q.fair.1', 'q.fair.3']
+    >>> turns.order(["q", "q.fair.1", "q.fair.3"])
+    ['q.fair.3', 'q', 'q.fair.1']
     """
 
     def __init__(self, shards: int, window: Callable[[], int], lanes: int = 0) -> None:
@@ -107,19 +107,31 @@ class ShardTurns:
         return None if lane is None else self.shards + lane
 
     def order(self, queues: list[str]) -> list[str]:
-        """``queues`` (the transport's turn order) with the shards held enough of moved to the
-        end, each group in its turn order. O(queues)."""
+        """``queues`` (the transport's turn order) in three groups, each in its turn order:
+        the shards and lanes the gate holds none of, the rest, and last those it holds a window
+        of. O(queues).
+
+        A queue held none of is one whose keys the core cannot pick now, however far behind
+        their share they are: a lane whose key the core started as fast as it came (a key
+        catching up after a late start, a weighted key, cheaper jobs), or a light key's shard.
+        Read first, its next message is in hand by the time the core would start it; in turns,
+        it would wait for a read of every other backlogged queue."""
         window = self._window()
         held = self.held
         index = self._index
-        later = None
+        first: list[str] = []
+        middle: list[str] = []
+        later: list[str] = []
         for name in queues:
             i = index.get(name, -1)
             if i == -1:
                 i = index[name] = self._slot(name)
-            if i is not None and i < len(held) and held[i] >= window:
-                later = [] if later is None else later
+            if i is None or i >= len(held):
+                middle.append(name)
+            elif held[i] == 0:
+                first.append(name)
+            elif held[i] >= window:
                 later.append(name)
-        if not later:
-            return queues
-        return [q for q in queues if q not in later] + later
+            else:
+                middle.append(name)
+        return first + middle + later

@@ -99,7 +99,8 @@ class RedisIntake:
             if attempt == 2:
                 threshold = 0  # (lanes given but not in the map yet: to their shards)
             laned = self._laned()
-            head = [SHARD_HASH, self.shards, steps, batch, self.lane_count, threshold, "queue"]
+            head = [SHARD_HASH, self.shards, steps, batch, self.lane_count, threshold]
+            head += ["queue", ""]
             reply = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
             moved, looked, heavy, counted = reply
             if not heavy or lanes is None:
@@ -132,8 +133,9 @@ class RedisIntake:
         """Move the stragglers among the oldest ``batch`` messages of ``shard`` (a shard's
         queue name): messages of keys that have a lane now, to the consuming end of their
         lane, oldest nearest, so that they run before their key's newer messages and no
-        longer stand between a light key's message and the workers. Returns (moved, looked
-        at). One script call, O(looked at)."""
+        longer stand between a light key's message and the workers; or, if stragglers moved
+        from ``shard`` before still wait there next, to the far end, behind them (move.lua).
+        Returns (moved, looked at). One script call, O(looked at)."""
         laned = self._laned()
         if not laned:
             return 0, 0
@@ -142,7 +144,7 @@ class RedisIntake:
         base = base_name(shard)
         for j in range(self.lane_count):
             keys += self.lists(lane_name(base, j))
-        head = [SHARD_HASH, 0, steps, batch, self.lane_count, 0, "shard"]
+        head = [SHARD_HASH, 0, steps, batch, self.lane_count, 0, "shard", shard]
         moved, looked, _, _ = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
         self.rerouted += int(moved)
         return int(moved), int(looked)
@@ -186,17 +188,23 @@ class Intake(Protocol):
     def close(self) -> None: ...
 
 
-def plain_consumers(app: Any, queues: Iterable[str], timeout: float = 1.0) -> dict[str, list[str]]:
+def plain_consumers(
+    app: Any, queues: Iterable[str], timeout: float = 1.0, lanes: bool = False
+) -> dict[str, list[str]]:
     """The workers that consume one of ``queues`` but not its shards (plain Celery workers, or
-    fair workers with ``fair_shards = 1``), by queue, from ``inspect active_queues``."""
+    fair workers with ``fair_shards = 1``), by queue, from ``inspect active_queues``. With
+    ``lanes``, also those that consume its shards but not its lanes, under ``<queue> lanes``
+    (fair workers without a shared store, or with ``fair_lanes = 0``)."""
     replies = app.control.inspect(timeout=timeout).active_queues() or {}
     found: dict[str, list[str]] = {}
     for queue in queues:
-        shard = shard_name(queue, 0)
+        shard, lane = shard_name(queue, 0), lane_name(queue, 0)
         for node, consumed in sorted(replies.items()):
             names = {q.get("name") for q in consumed or ()}
             if queue in names and shard not in names:
                 found.setdefault(queue, []).append(node)
+            elif lanes and shard in names and lane not in names:
+                found.setdefault(f"{queue} lanes", []).append(node)
     return found
 
 
@@ -206,8 +214,9 @@ class IntakeThread(threading.Thread):
     It drains every queue, then looks again after ``interval`` seconds (at once after a call
     that moved a full batch). A broker error is logged once per outage and retried. With
     ``app``, every ``CHECK_EVERY`` seconds (the first time ``FIRST_CHECK`` seconds after it
-    starts) it also looks for workers that consume the same queues without their shards, and
-    warns about each once.
+    starts) it also looks for workers that consume the same queues without their shards (and,
+    with ``lanes``, this worker consuming lanes, without their lanes), and warns about each
+    once.
     """
 
     def __init__(
@@ -217,6 +226,7 @@ class IntakeThread(threading.Thread):
         interval: float,
         app: Any = None,
         observer: Observer | None = None,
+        lanes: bool = False,
     ) -> None:
         super().__init__(name="celery-fair intake", daemon=True)
         self.intake = intake
@@ -224,6 +234,7 @@ class IntakeThread(threading.Thread):
         self.queues = queues
         self.interval = interval
         self.app = app
+        self.lanes = lanes
         self._next_check = time.monotonic() + FIRST_CHECK
         self._warned: dict[str, list[str]] = {}
         self._halt = threading.Event()
@@ -282,12 +293,23 @@ class IntakeThread(threading.Thread):
 
     def _check_consumers(self) -> None:
         try:
-            found = plain_consumers(self.app, self.queues())
+            found = plain_consumers(self.app, self.queues(), lanes=self.lanes)
         except Exception as exc:  # remote control off, or the broker away: try next time
             logger.debug("celery-fair: could not list the workers' queues (%s).", exc)
             return
         for queue, nodes in sorted(found.items()):
-            if self._warned.get(queue) != nodes:
+            if self._warned.get(queue) == nodes:
+                continue
+            if queue.endswith(" lanes"):
+                logger.warning(
+                    "celery-fair: %s consume(s) the shards of queue %r but not its lanes (a "
+                    "fair worker without the shared store, or with fair_lanes = 0?): it runs no "
+                    "job of a key that has a lane, and the workers that read the lanes run "
+                    "them all (docs/operations.md#lanes-heavy-keys-out-of-the-way).",
+                    ", ".join(nodes),
+                    queue.removesuffix(" lanes"),
+                )
+            else:
                 logger.warning(
                     "celery-fair: %s consume(s) queue %r but not its shards (a plain Celery "
                     "worker?): it takes that queue's messages without fairness, and jobs "

@@ -8,7 +8,11 @@
 --   behind what waits there.
 -- 'shard' (the reroute): the source is a shard. A message of a key with a lane (a straggler:
 --   it waited in the shard from before its key got the lane) moves to the *tail* of its lane,
---   the consuming end, oldest nearest, so it pops before the key's newer messages there.
+--   the consuming end, oldest nearest, so it pops before the key's newer messages there;
+--   unless the lane's next message is itself a straggler moved from this shard (its routing
+--   key is the shard's): then older stragglers still wait there, and these go to the head,
+--   behind everything, so that stragglers keep their order among themselves (producers that
+--   route by hash alone, of an older release, keep publishing the key to its shard).
 -- Every other message (no key, no lane in 'shard', not readable as JSON) stays, in its order.
 -- KEYS: the source's lists, one per step, highest priority first (S of them, with Kombu's key
 --       prefix); then the shards' lists: shard i, step s at S + i * S + s (i from 0); then
@@ -17,8 +21,8 @@
 -- ARGV[2]: N, the number of shards in KEYS (0 for 'shard'); ARGV[3]: S, the number of steps
 -- ARGV[4]: the most messages to look at in this call (over all steps)
 -- ARGV[5]: L, the number of lanes in KEYS; ARGV[6]: T, the lane threshold (0: none)
--- ARGV[7]: 'queue' or 'shard'
--- ARGV[8]: m, the number of keys with a lane; then m pairs: a key, its lane (below L)
+-- ARGV[7]: 'queue' or 'shard'; ARGV[8]: ('shard') the shard's name, its messages' routing key
+-- ARGV[9]: m, the number of keys with a lane; then m pairs: a key, its lane (below L)
 -- ('queue' only) A key without a lane that has more than T messages among those looked at in
 -- one step is heavy: the call then moves nothing and returns such keys, to be given lanes
 -- before the next call, so that no burst lands in a light key's shard.
@@ -34,14 +38,14 @@ if ARGV[1] ~= 'sha1-32' then
 end
 local n, steps, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local lanes, threshold = tonumber(ARGV[5]), tonumber(ARGV[6])
-local mode, m = ARGV[7], tonumber(ARGV[8])
+local mode, source, m = ARGV[7], ARGV[8], tonumber(ARGV[9])
 if mode ~= 'queue' and mode ~= 'shard' then
   return redis.error_reply('celery-fair intake: unknown source ' .. tostring(mode))
 end
 local reroute = mode == 'shard'
 if reroute then threshold = 0 end
 local lane_of = {}
-for i = 0, m - 1 do lane_of[ARGV[9 + 2 * i]] = tonumber(ARGV[10 + 2 * i]) end
+for i = 0, m - 1 do lane_of[ARGV[10 + 2 * i]] = tonumber(ARGV[11 + 2 * i]) end
 local marker = '"fairness_key": "'
 
 local function key_of(raw)
@@ -53,6 +57,26 @@ local function key_of(raw)
   local key = doc.headers.fairness_key
   if type(key) == 'string' and key ~= '' then return key end
   return nil
+end
+
+-- ('shard') Whether what moves to the lane list ``list`` goes to its tail: no straggler moved
+-- from this shard waits there next. Asked before anything is pushed to it in this call.
+local tail_of = {}
+local function to_tail(list)
+  local v = tail_of[list]
+  if v == nil then
+    v = true
+    local raw = redis.call('LINDEX', list, -1)
+    if raw then
+      local ok, doc = pcall(cjson.decode, raw)
+      if ok and type(doc) == 'table' and type(doc.properties) == 'table' then
+        local info = doc.properties.delivery_info
+        v = not (type(info) == 'table' and info.routing_key == source)
+      end
+    end
+    tail_of[list] = v
+  end
+  return v
 end
 
 local moved, looked = 0, 0
@@ -85,11 +109,24 @@ for s = 1, steps do
     end
     if any and reroute then
       for _ = 1, count do redis.call('RPOP', list) end
-      -- Newest first, each to the lane's tail: the oldest ends nearest it, and pops first.
+      -- To a lane's tail newest first (the oldest ends nearest it, and pops first); to its
+      -- head oldest first (the newest ends farthest from the tail).
       for j = 1, count do
         if keys[j] then
-          redis.call('RPUSH', KEYS[steps + n * steps + lane_of[keys[j]] * steps + s], tail[j])
-          moved = moved + 1
+          local lane = KEYS[steps + n * steps + lane_of[keys[j]] * steps + s]
+          if to_tail(lane) then
+            redis.call('RPUSH', lane, tail[j])
+            moved = moved + 1
+          end
+        end
+      end
+      for j = count, 1, -1 do
+        if keys[j] then
+          local lane = KEYS[steps + n * steps + lane_of[keys[j]] * steps + s]
+          if not to_tail(lane) then
+            redis.call('LPUSH', lane, tail[j])
+            moved = moved + 1
+          end
         end
       end
       for j = 1, count do
