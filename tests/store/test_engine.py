@@ -122,6 +122,28 @@ def test_a_type_cap_counts_every_worker(fleet, clock):
     assert started(two.run_inline()) == ["b0"]
 
 
+def test_a_worker_waiting_on_others_looks_again_about_as_often_as_their_jobs_end(fleet, clock):
+    # Given the first worker running the two clones the type's cap allows (each costs 1 s, its
+    # default), and the second worker holding one that the store refused for the cap,
+    one, two = fleet(2, poll_interval=5.0)
+    for i in range(2):
+        one.submit(f"a{i}", "clone", f"r{i}", "k", arrival=clock.now())
+    assert started(one.run_inline()) == ["a0", "a1"]
+    two.submit("b0", "clone", "x", "k", arrival=clock.now())
+    assert started(two.run_inline()) == []
+    clock.advance(5.0)  # (its first look: it knew nothing yet of what the others run)
+    assert started(two.run_inline()) == []
+    # when one of the first worker's clones ends,
+    one.finish("a1", 1.0, final=True)
+    one.run_inline()
+    # then the second looks again after about the time one of two 1 s jobs takes to end,
+    # half a second, not after fair_store_poll_interval (5 s here).
+    clock.advance(0.49)
+    assert started(two.run_inline()) == []
+    clock.advance(0.01)
+    assert started(two.run_inline()) == ["b0"]
+
+
 def test_a_key_cap_counts_every_worker_and_a_held_back_key_learns_when_it_frees(fleet, clock):
     one, two = fleet(2, keys={"tenant": {"max_concurrency": 2}})
     for i in range(3):

@@ -471,6 +471,14 @@ class Scheduler(Shared):
             raise UnknownJobType(f"unknown job type {type!r}")
         return self._estimates.peek((type, job_id), lane.type.default_cost)
 
+    def type_cost(self, type: str) -> float:
+        """What a job of ``type`` costs, as learned: its estimate without a resource, else
+        the mean over its resources, else its type's default. O(1)."""
+        lane = self._lanes.get(type)
+        if lane is None:
+            raise UnknownJobType(f"unknown job type {type!r}")
+        return self._estimates.guess((type, None), lane.type.default_cost)[0]
+
     def accumulated_cost(self, fairness_key: str) -> float:
         """The accumulated cost of ``fairness_key`` (0 if unknown or evicted)."""
         key = self._accounts.keys.get(fairness_key)

@@ -46,6 +46,10 @@ __all__ = ["OUTAGE_POLICIES", "Engine", "Mode", "Vetted"]
 
 logger = logging.getLogger(__name__)
 
+#: The shortest gap, in seconds, between two looks at the store for jobs that wait on other
+#: workers (``Engine._poll_gap``): at most 50 a second per worker, and only while they wait.
+MIN_POLL = 0.02
+
 
 @dataclass(slots=True)
 class _Tracked:
@@ -312,7 +316,7 @@ class Engine:
         if poll and not admissions and not self._done and self._fleet.keys_elsewhere:
             # What waits may wait for a key's jobs on other workers: a beat reads their
             # counts (an admit call without asks does not).
-            self._poll_due = now + self.poll_interval
+            self._poll_due = now + self._poll_gap()
             return Decision([], [], self._send(self._beat_call()))
         if admissions or self._done or poll:
             call = AdmitCall(self.worker)
@@ -324,7 +328,7 @@ class Engine:
             call.asks = [self._ask_now(jobs[a.uid], a) for a in admissions]
             if poll:
                 call.watch = self.core.held_elsewhere()
-                self._poll_due = now + self.poll_interval
+                self._poll_due = now + self._poll_gap()
             return Decision([], [], self._send(call))
         if now >= self._beat_due:
             return Decision([], [], self._send(self._beat_call()))
@@ -568,6 +572,22 @@ class Engine:
             if self.state.on(Event.LOST):
                 self.observer.lease_lost()
         self.epoch = epoch
+
+    def _poll_gap(self) -> float:
+        """Seconds to the next look at the store while jobs here wait on other workers: about
+        the time until one of the jobs they run ends (each type's count over its learned cost),
+        between ``MIN_POLL`` and ``poll_interval``. Each of their ends may free a place in a
+        cap they fill, and a look only every ``poll_interval`` left a free slot here idle that
+        long: with 20 ms jobs on three workers of two slots and a tier cap of 8 (reserved jobs
+        count), the fleet took 1.06-1.38 times plain Celery's time. O(types running)."""
+        rate = 0.0
+        core = self.core
+        for type, n in self._fleet.types_else.items():
+            if n > 0 and type in core.types:
+                rate += n / max(core.type_cost(type), MIN_POLL)
+        if rate <= 0.0:
+            return self.poll_interval
+        return min(self.poll_interval, max(MIN_POLL, 1.0 / rate))
 
     def _waits_on_others(self) -> bool:
         """Could something here start if other workers let go of what they run or hold?"""

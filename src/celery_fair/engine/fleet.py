@@ -24,6 +24,7 @@ class FleetMirror:
         "mine_tiers",
         "mine_types",
         "others_run",
+        "types_else",
         "workers",
     )
 
@@ -43,6 +44,8 @@ class FleetMirror:
         # keys_elsewhere: they run jobs of a key counted here.
         self.others_run = False
         self.keys_elsewhere = False
+        # types_else: jobs other workers run, by type, as the store last said.
+        self.types_else: dict[str, int] = {}
 
     def count(self, ask: Ask, n: int) -> None:
         """A job starts (1) or stops (-1) counting as running here in the store's eyes."""
@@ -75,7 +78,9 @@ class FleetMirror:
         mine_tiers = self.mine_tiers
         mine_types = self.mine_types
         tiers_else = {p: max(0, n - mine_tiers.get(p, 0)) for p, n in tiers.items()}
-        types_else = {t: max(0, n - mine_types.get(t, 0)) for t, n in types.items()}
+        types_else = self.types_else = {
+            t: max(0, n - mine_types.get(t, 0)) for t, n in types.items()
+        }
         mine_keys = self.mine_keys
         keys_else = {k: max(0, n - mine_keys.get(k, 0)) for k, n in self.fleet_keys.items()}
         if foreground:
