@@ -578,8 +578,9 @@ class Engine:
         the time until one of the jobs they run ends (each type's count over its learned cost),
         between ``MIN_POLL`` and ``poll_interval``. Each of their ends may free a place in a
         cap they fill, and a look only every ``poll_interval`` left a free slot here idle that
-        long: with 20 ms jobs on three workers of two slots and a tier cap of 8 (reserved jobs
-        count), the fleet took 1.06-1.38 times plain Celery's time. O(types running)."""
+        long (20 ms jobs on three RabbitMQ workers of two slots under a tier cap of 8, reserved
+        jobs counted: 1.91 times plain Celery's time, 1.68 with this; docs/benchmarks.md).
+        O(types running)."""
         rate = 0.0
         core = self.core
         for type, n in self._fleet.types_else.items():
