@@ -242,6 +242,17 @@ class Worker:
                 os.killpg(self.pid, signal.SIGKILL)
 
 
+def later_queue(run: Run) -> str:
+    """A queue of ``run``'s own that no worker reads until a test adds it (``add_consumer``),
+    deleted with the run. Its own: on RabbitMQ every run shares one vhost, and a queue named
+    alike in two tests running at once (``"later"``, as it was) let one test's worker take the
+    other's jobs (CI saw a job never received, twice)."""
+    name = f"{run.queue}-later"
+    if name not in run.extra_queues:
+        run.extra_queues.append(name)
+    return name
+
+
 def node(worker: Worker) -> str:
     """``worker``'s node name, as remote control and the logs name it."""
     return f"{worker.name}@{socket.gethostname()}"

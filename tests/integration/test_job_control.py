@@ -5,10 +5,9 @@ from __future__ import annotations
 import uuid
 
 from celery.canvas import StampingVisitor
-from harness import BACKEND, gate_stats, producers_at_once, wait_until
+from harness import BACKEND, gate_stats, later_queue, node, producers_at_once, wait_until
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
-from test_shards import node
 
 from celery_fair.control import cancel, reprioritize, status
 from celery_fair.routing import DEFAULT_SHARDS, shard_of
@@ -164,7 +163,7 @@ def test_cancel_answers_for_each_place_a_job_can_be_and_refunds_what_never_ran(
     # A job still in the broker (on a queue no worker reads yet: with the defaults, what a
     # burst beyond the worker's window is) is unknown to every worker, and the answer says
     # which workers will drop it when it arrives, and that the registry was not asked;
-    queued = clone.apply_async(["queued", 0.01], fairness_key="d", queue="later")
+    queued = clone.apply_async(["queued", 0.01], fairness_key="d", queue=later_queue(run))
     assert status(run.app, queued.id) == {
         "task_id": queued.id,
         "state": "unknown",
@@ -181,7 +180,7 @@ def test_cancel_answers_for_each_place_a_job_can_be_and_refunds_what_never_ran(
         "remembered_by": [node(worker)],
         "tracking": False,
     }
-    queued2 = clone.apply_async(["queued2", 0.01], fairness_key="d", queue="later")
+    queued2 = clone.apply_async(["queued2", 0.01], fairness_key="d", queue=later_queue(run))
     shown = fair_command(run, "cancel", queued2.id)  # (a second cancel says cancelled)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip() == (
@@ -190,8 +189,8 @@ def test_cancel_answers_for_each_place_a_job_can_be_and_refunds_what_never_ran(
         "it there)"
     )
     # then both are dropped when they arrive; the job behind them runs.
-    clone.apply_async(["behind", 0.01], fairness_key="d", queue="later")
-    run.app.control.add_consumer("later", destination=[node(worker)], reply=True)
+    clone.apply_async(["behind", 0.01], fairness_key="d", queue=later_queue(run))
+    run.app.control.add_consumer(later_queue(run), destination=[node(worker)], reply=True)
     wait_until(lambda: run.recorder.done_counts().get("behind") == 1, 20, "the job behind")
     # A running job cancelled with terminate=True is stopped.
     slow = clone.apply_async(["slow", 60.0], fairness_key="e")

@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import pytest
 from celery.signals import before_task_publish
-from harness import BACKEND, gate_stats, producers_at_once, queue_length, wait_until
+from harness import (
+    BACKEND,
+    gate_stats,
+    later_queue,
+    node,
+    producers_at_once,
+    queue_length,
+    wait_until,
+)
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
-from test_shards import node
 
 from celery_fair import QueueFull
 from celery_fair.control import cancel, reprioritize, status
@@ -28,7 +35,8 @@ def test_a_job_still_in_the_broker_is_queued_with_its_place_and_cancel_drops_it(
     long = clone.apply_async(["long", 2.0], fairness_key="a")
     wait_until(lambda: run.recorder.events(), 20, "the long job to start")
     later = [
-        clone.apply_async([f"later{i}", 0.01], fairness_key="k", queue="later") for i in range(3)
+        clone.apply_async([f"later{i}", 0.01], fairness_key="k", queue=later_queue(run))
+        for i in range(3)
     ]
     # then each is queued, with its place in its key and among everything not ended,
     found = status(run.app, later[1].id)
@@ -49,7 +57,7 @@ def test_a_job_still_in_the_broker_is_queued_with_its_place_and_cancel_drops_it(
         "state": "ok",
         "queued": True,
     }
-    run.app.control.add_consumer("later", destination=[node(worker)], reply=True)
+    run.app.control.add_consumer(later_queue(run), destination=[node(worker)], reply=True)
     wait_until(
         lambda: {"later0", "later2", "long"} <= set(run.recorder.done_counts()), 30, "the rest"
     )
@@ -70,7 +78,7 @@ def test_a_queued_job_is_expected_to_start_after_its_keys_jobs_ahead_at_their_pa
     clone = run.app.tasks["fairapp.clone"]
     for i in range(30):
         clone.apply_async([f"k{i}", 0.1], fairness_key="k")
-    later = clone.apply_async(["later", 0.01], fairness_key="k", queue="later")
+    later = clone.apply_async(["later", 0.01], fairness_key="k", queue=later_queue(run))
     # once k's jobs have ended for a second, its status says when it is expected to start:
     # its key's jobs ahead of it at the pace they end,
     found = wait_until(
