@@ -9,17 +9,17 @@ shard; the queue's backlog then drains at the intake's speed, not the pool's.
 On RabbitMQ, a low-priority consumer republishes them with publisher confirms (amqp.py). On
 a Redis broker one script call (move.lua) moves a batch, atomically and losslessly: each
 message is read where it lies and pushed, unchanged, to the head of its shard's list of the
-same priority step; what is not a keyed fair job stays, in its order.
+same priority step; what is not a keyed fair job stays, in its order. Every fair worker runs an
+intake for the queues it consumes (``IntakeThread``); their calls never overlap on Redis, so
+two intakes never move one message twice. A message keeps its routing key (the queue's): if
+Kombu restores it unacknowledged (a worker died), it goes back to the queue, and the intake
+moves it again.
 
 On Redis the same script also *reroutes*: a key that got its lane (core/lanes.py) may have
 left messages in its shard from before, stragglers, and a light key's message behind them
 waits for them all. When the gate receives one, it tells the intake (``reroute_soon``), which
 moves every straggler among the shard's oldest ``BATCH`` messages to the consuming end of its
-key's lane, in order, so they run before the key's newer messages there. Every fair worker runs an
-intake for the queues it consumes (``IntakeThread``); their calls never overlap on Redis, so
-two intakes never move one message twice. A message keeps its routing key (the queue's): if
-Kombu restores it unacknowledged (a worker died), it goes back to the queue, and the intake
-moves it again.
+key's lane, in order, so they run before the key's newer messages there.
 """
 
 from __future__ import annotations
@@ -80,7 +80,6 @@ class RedisIntake:
         self.lane_count = lane_count if lanes is not None else 0
         self._move = client.register_script(_SCRIPT)
         self.moved = 0  # messages moved by this intake
-        self.rerouted = 0  # stragglers moved to their lanes by this intake
 
     def move(self, queue: str, batch: int = BATCH) -> tuple[int, int]:
         """Move what is keyed among the oldest ``batch`` messages of ``queue``; returns
@@ -146,7 +145,6 @@ class RedisIntake:
             keys += self.lists(lane_name(base, j))
         head = [SHARD_HASH, 0, steps, batch, self.lane_count, 0, "shard", shard]
         moved, looked, _, _ = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
-        self.rerouted += int(moved)
         return int(moved), int(looked)
 
     def close(self) -> None:
@@ -190,21 +188,22 @@ class Intake(Protocol):
 
 def plain_consumers(
     app: Any, queues: Iterable[str], timeout: float = 1.0, lanes: bool = False
-) -> dict[str, list[str]]:
-    """The workers that consume one of ``queues`` but not its shards (plain Celery workers, or
-    fair workers with ``fair_shards = 1``), by queue, from ``inspect active_queues``. With
-    ``lanes``, also those that consume its shards but not its lanes, under ``<queue> lanes``
-    (fair workers without a shared store, or with ``fair_lanes = 0``)."""
+) -> dict[tuple[str, str], list[str]]:
+    """The workers that consume one of ``queues`` without the parts fair workers read, from
+    ``inspect active_queues``, by (queue, part): ``"shards"`` for those that consume the queue
+    but not its shards (plain Celery workers, or fair workers with ``fair_shards = 1``); with
+    ``lanes``, ``"lanes"`` for those that consume its shards but not its lanes (fair workers
+    without a shared store, or with ``fair_lanes = 0``)."""
     replies = app.control.inspect(timeout=timeout).active_queues() or {}
-    found: dict[str, list[str]] = {}
+    found: dict[tuple[str, str], list[str]] = {}
     for queue in queues:
         shard, lane = shard_name(queue, 0), lane_name(queue, 0)
         for node, consumed in sorted(replies.items()):
             names = {q.get("name") for q in consumed or ()}
             if queue in names and shard not in names:
-                found.setdefault(queue, []).append(node)
+                found.setdefault((queue, "shards"), []).append(node)
             elif lanes and shard in names and lane not in names:
-                found.setdefault(f"{queue} lanes", []).append(node)
+                found.setdefault((queue, "lanes"), []).append(node)
     return found
 
 
@@ -236,10 +235,11 @@ class IntakeThread(threading.Thread):
         self.app = app
         self.lanes = lanes
         self._next_check = time.monotonic() + FIRST_CHECK
-        self._warned: dict[str, list[str]] = {}
+        self._warned: dict[tuple[str, str], list[str]] = {}
         self._halt = threading.Event()
         self._wake = threading.Event()  # set by stop and by reroute_soon
         self._stragglers: set[str] = set()  # shards to reroute at the next turn
+        self._reroutes = hasattr(intake, "drain_shards")  # Redis's intake; RabbitMQ's reads past
         self._failing = False
 
     def run(self) -> None:
@@ -252,7 +252,7 @@ class IntakeThread(threading.Thread):
         """Stragglers wait in ``shard`` (a shard's queue name): move them to their lanes at the
         thread's next turn, at once. Called by the gate on the worker's event loop; O(1).
         ``False`` if this intake cannot (RabbitMQ's, whose gate reads past them)."""
-        if not hasattr(self.intake, "drain_shards"):
+        if not self._reroutes:
             return False
         self._stragglers.add(shard)  # a set's add is atomic: no lock needed
         self._wake.set()
@@ -297,17 +297,17 @@ class IntakeThread(threading.Thread):
         except Exception as exc:  # remote control off, or the broker away: try next time
             logger.debug("celery-fair: could not list the workers' queues (%s).", exc)
             return
-        for queue, nodes in sorted(found.items()):
-            if self._warned.get(queue) == nodes:
+        for (queue, part), nodes in sorted(found.items()):
+            if self._warned.get((queue, part)) == nodes:
                 continue
-            if queue.endswith(" lanes"):
+            if part == "lanes":
                 logger.warning(
                     "celery-fair: %s consume(s) the shards of queue %r but not its lanes (a "
                     "fair worker without the shared store, or with fair_lanes = 0?): it runs no "
                     "job of a key that has a lane, and the workers that read the lanes run "
                     "them all (docs/operations.md#lanes-heavy-keys-out-of-the-way).",
                     ", ".join(nodes),
-                    queue.removesuffix(" lanes"),
+                    queue,
                 )
             else:
                 logger.warning(
