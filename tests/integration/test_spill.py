@@ -19,7 +19,10 @@ def test_held_work_that_blocks_a_free_slot_is_spilled_so_a_job_behind_it_runs(
     make_run, start_worker, broker
 ):
     # Given a worker that may hold 4 messages, with one long job on linux running
-    run = make_run(conf={"fair_max_held": 4, "fair_spill_interval": 0.3})
+    # (spills are checked by the sweep: every 0.3 s here, as spills may come)
+    run = make_run(
+        conf={"fair_max_held": 4, "fair_spill_interval": 0.3, "fair_sweep_interval": 0.3}
+    )
     worker = start_worker(run, concurrency=2)
     clone = run.app.tasks["fairapp.clone"]
 

@@ -30,7 +30,7 @@ from celery_fair.worker.job_control import JobControl
 from celery_fair.worker.reserve import Reserve, plan_reserve
 from celery_fair.worker.runs import Runs
 from celery_fair.worker.shard_turns import ShardTurns, slot_of
-from celery_fair.worker.window import Windows, blocked_idle
+from celery_fair.worker.window import SETTLE, Windows, blocked_idle
 
 
 def headers(key: str = "a", job_type: str = "build", paused_spill: int | None = None) -> Any:
@@ -182,17 +182,22 @@ class QoS:
         self.value -= n
 
 
-def test_windows_bound_what_is_held_with_shards_on_redis_only_while_nothing_blocks() -> None:
-    qos, capacity, idle = QoS(), [3], [False]
-    redis = Windows(
-        lambda: qos, lambda: capacity[0], lambda: idle[0], max_held=100, shards=8, driver="redis"
-    )
+def test_windows_bound_what_is_held_with_shards_on_redis_and_open_sweep_by_sweep_while_blocked():
+    qos, capacity = QoS(), [3]
+    redis = Windows(lambda: qos, lambda: capacity[0], max_held=100, shards=8, driver="redis")
     assert redis.turns is not None
     assert redis.shard_window == 4
     assert redis.limit() == 3 + 8
-    idle[0] = True
-    assert redis.limit() == 100  # a slot idles: take more in to find work
-    idle[0] = False
+    # a process idles that no held job can take: each such sweep takes in more to find work,
+    seen = []
+    for _ in range(6):
+        redis.opening.observe(True)
+        seen.append(redis.limit())
+    assert seen == [3 + 8 + 8, 3 + 8 + 16, 3 + 8 + 32, 3 + 8 + 64, 100, 100]
+    # never beyond fair_max_held, and SETTLE calm sweeps close it again.
+    for _ in range(SETTLE):
+        redis.opening.observe(False)
+    assert redis.limit() == 3 + 8
     capacity[0] = 200
     assert redis.limit() == 100  # never beyond fair_max_held
     amqp = Windows(lambda: qos, lambda: 3, max_held=100, shards=8, driver="amqp")
@@ -227,10 +232,14 @@ def test_on_redis_a_held_lane_is_one_more_look_and_stragglers_leave_their_shard_
     assert turns.order(queues) == ["q.fair.5", "q.fair.lane.2"]
 
 
-def test_a_process_idles_blocked_only_if_a_real_slot_is_free() -> None:
-    assert blocked_idle(starved=True, running=1, capacity=3, lookahead=1)
-    assert not blocked_idle(starved=True, running=2, capacity=3, lookahead=1)  # reserve only
-    assert not blocked_idle(starved=False, running=0, capacity=3, lookahead=1)
+def test_a_process_idles_blocked_only_if_a_real_slot_is_free_and_no_decision_may_fill_it():
+    assert blocked_idle(starved=True, running=1, capacity=3, lookahead=1, deciding=False)
+    # a free place in the reserve only,
+    assert not blocked_idle(starved=True, running=2, capacity=3, lookahead=1, deciding=False)
+    assert not blocked_idle(starved=False, running=0, capacity=3, lookahead=1, deciding=False)
+    # and a free process that a decision due or in flight may fill (a job ended since the
+    # last one, here or elsewhere) are not.
+    assert not blocked_idle(starved=True, running=1, capacity=3, lookahead=1, deciding=True)
 
 
 # -- reserve.py ---------------------------------------------------------------------------

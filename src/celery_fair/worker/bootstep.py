@@ -295,10 +295,9 @@ class FairGateStep(bootsteps.StartStopStep):
         gate = self.gate
         if gate is None:
             return
-        settings = gate.settings
         windows = None
         if Shards.of(c.app).enabled:
-            windows = ShardWindows.install(c, gate.windows.shard_window, settings.max_held + 1)
+            windows = ShardWindows.install(c, gate.windows.shard_window)
             if gate.windows.turns is not None and c.task_consumer is not None:
                 order_redis_reads(c.task_consumer.channel, gate.windows.turns.order)
         # Everything the gate acts through on this connection, given before it starts: the

@@ -12,8 +12,9 @@ a place the newcomer's shard needs.
 Two things need a deeper look than that, and get it:
 
 - *Held work blocks the shard* (a pool process idles while every held job waits for a
-  conflict or a cap): every shard's window opens to ``fair_max_held`` (``wide``) until the
-  worker has gone ``SETTLE`` sweeps without idling so, then closes again.
+  conflict or a cap): every shard's window opens by the gate's opening (window.Opening:
+  doubled at each sweep that finds a process so idle, up to ``fair_max_held``), and closes
+  again once the worker has gone ``SETTLE`` sweeps without idling so.
 - *ETA and countdown tasks* stay unacknowledged in Celery's timer until they are due, and
   take their shard's places: each shard's window grows by what it has waiting so, in steps of
   ``CHUNK``.
@@ -51,32 +52,27 @@ from .internals import (
 )
 from .window import CHUNK
 
-__all__ = ["SETTLE", "ShardPrefetch", "ShardWindows"]
+__all__ = ["ShardPrefetch", "ShardWindows"]
 
 logger = get_logger(__name__)
-
-#: Sweeps in a row without a blocked, idle slot before the windows close again.
-SETTLE = 2
 
 
 class ShardPrefetch:
     """The per-consumer windows of one connection's shard consumers. Pure: the gate tells it
     what it sees at each sweep, and applies the changes it asks for.
 
-    >>> p = ShardPrefetch(narrow=3, wide=1001)
+    >>> p = ShardPrefetch(narrow=3)
     >>> p.limit_for("celery.fair.2"), p.limit_for("celery")  # a base queue: no window of its own
     (3, 0)
-    >>> p.observe(blocked_idle=True, eta={"celery.fair.2": 1})
+    >>> p.observe(opening=16, eta={"celery.fair.2": 1})
     ['celery.fair.2']
     >>> p.limit_for("celery.fair.2")
-    1009
+    27
     """
 
-    def __init__(self, narrow: int, wide: int) -> None:
+    def __init__(self, narrow: int) -> None:
         self.narrow = max(1, narrow)
-        self.wide = wide  # (at least narrow: _target takes the larger)
-        self.opened = False  # every shard's window is wide
-        self._calm = 0  # sweeps in a row without a blocked, idle slot
+        self.opening = 0  # what every shard's window has past narrow (window.Opening)
         # _limits: the window each consumed shard was consumed with.
         self._limits: dict[str, int] = {}
         self._eta: dict[str, int] = {}
@@ -97,26 +93,21 @@ class ShardPrefetch:
 
     def observe(
         self,
-        blocked_idle: bool,
+        opening: int,
         eta: Mapping[str, int],
         stragglers: Mapping[int, int] | None = None,
     ) -> list[str]:
-        """One sweep: whether a pool process idles that no held job can take, how many
-        ETA tasks wait in the timer per shard, and how many stragglers are held per shard
-        number. Returns the shards to consume again, whose window should change. O(shards)."""
-        if blocked_idle:
-            self._calm = 0
-            self.opened = True
-        elif self.opened:
-            self._calm += 1
-            if self._calm >= SETTLE:
-                self.opened = False
+        """What the gate sees now: how far the windows open while held work blocks a process
+        (window.Opening), how many ETA tasks wait in the timer per shard, and how many
+        stragglers are held per shard number. Returns the shards to consume again, whose
+        window should change. O(shards)."""
+        self.opening = opening
         self._eta = {q: n for q, n in eta.items() if n > 0}
         self._stragglers = stragglers or {}
         return [q for q, limit in self._limits.items() if self._target(q) != limit]
 
     def _target(self, queue: str) -> int:
-        base = max(self.wide, self.narrow) if self.opened else self.narrow
+        base = self.narrow + self.opening
         waiting = self._eta.get(queue, 0)
         extra = -(-waiting // CHUNK) * CHUNK
         shard = shard_index(queue)
@@ -135,15 +126,13 @@ class ShardWindows:
     channel-wide window: ``Tasks.qos_global``). Call ``follow`` from the event loop's thread,
     outside the gate's lock: consuming again dispatches the deliveries it meets."""
 
-    def __init__(
-        self, task_consumer: Any, narrow: int, wide: int, channel_window: Callable[[], int]
-    ) -> None:
-        self.prefetch = ShardPrefetch(narrow, wide)
+    def __init__(self, task_consumer: Any, narrow: int, channel_window: Callable[[], int]) -> None:
+        self.prefetch = ShardPrefetch(narrow)
         self._consumer = task_consumer
         consume_with_windows(task_consumer, self.prefetch.limit_for, channel_window)
 
     @classmethod
-    def install(cls, c: Any, narrow: int, wide: int) -> ShardWindows | None:
+    def install(cls, c: Any, narrow: int) -> ShardWindows | None:
         """Windows for ``c``'s shard consumers, where they work: RabbitMQ (``amqp``) with the
         channel-wide window Celery sets unless quorum queues make it per consumer, and an
         event loop to consume again from. Before the loop's first ``consume``."""
@@ -151,16 +140,16 @@ class ShardWindows:
             return None
         if c.task_consumer is None or not channel_window_is_global(c):
             return None
-        return cls(c.task_consumer, narrow, wide, lambda: applied_prefetch(c.qos))
+        return cls(c.task_consumer, narrow, lambda: applied_prefetch(c.qos))
 
     def follow(
-        self, blocked_idle: bool, narrow: int, stragglers: Mapping[int, int] | None = None
+        self, opening: int, narrow: int, stragglers: Mapping[int, int] | None = None
     ) -> None:
-        """One sweep: open, close or grow the windows as ``ShardPrefetch`` says. O(shards +
-        ETA tasks waiting)."""
+        """Open, close or grow the windows as ``ShardPrefetch`` says. O(shards + ETA tasks
+        waiting)."""
         self.prefetch.narrow = max(1, narrow)
         scheduled = scheduled_by_queue(self._consumer)
-        changed = self.prefetch.observe(blocked_idle, scheduled, stragglers)
+        changed = self.prefetch.observe(opening, scheduled, stragglers)
         if not changed:
             return
         try:

@@ -94,7 +94,6 @@ class Gate:
         self.windows = Windows(
             lambda: self.consumer.qos,
             lambda: self.scheduler.capacity,
-            lambda: views.idle_blocked(self._parts),
             max_held=settings.max_held,
             shards=settings.shards,
             driver=driver,
@@ -400,7 +399,10 @@ class Gate:
         with self._lock:
             house = self.housekeeping
             # As the last decision left things:
-            blocking = house.blocking(deciding=self.pacing.due or self.engine.busy)
+            deciding = self._deciding()
+            blocking = house.blocking(deciding=deciding)
+            self.windows.opening.observe(views.idle_blocked(self._parts, deciding=deciding))
+            self._adjust_qos()  # on Redis, the opening moves the limit
             self._pool_slots = slots_of(self.pool, self.settings)
             house.drop_revoked()
             for run in self.runs.revoked_in_line():  # revoked while waiting for a pool slot
@@ -412,6 +414,11 @@ class Gate:
             self.windows.prefetch.sweep(self._fair_inside())
         if threading.get_ident() == self.handoff.loop_thread:
             self._follow_shard_windows()
+
+    def _deciding(self) -> bool:
+        """A decision is due or the store is deciding: what the core last found may be out of
+        date. O(1)."""
+        return self.pacing.due or self.engine.busy
 
     def _forget(self, uid: str) -> None:
         self._drop_held(uid)
@@ -474,9 +481,8 @@ class Gate:
         if shards is None:
             return
         with self._lock:
-            idle = views.idle_blocked(self._parts)
             stragglers = self.lanes.crowding.stragglers() if self.lanes is not None else None
-        shards.follow(idle, self.windows.shard_window, stragglers)
+        shards.follow(self.windows.opening.extra, self.windows.shard_window, stragglers)
 
     def close(self) -> None:
         """The worker is shutting down: report what finished; later finishes are reported inline.

@@ -177,12 +177,14 @@ def look(parts: Parts, wall_now: float, pool_slots: int) -> GateLook:
     )
 
 
-def idle_blocked(parts: Parts) -> bool:
-    """A pool process idles that no held job can take (``window.blocked_idle``). O(1)."""
+def idle_blocked(parts: Parts, *, deciding: bool) -> bool:
+    """A pool process idles that no held job can take (``window.blocked_idle``); ``deciding``:
+    a decision is due or the store is deciding. O(1)."""
     scheduler = parts.scheduler
     return blocked_idle(
         starved=scheduler.starved,
         running=scheduler.running,
         capacity=scheduler.capacity,
         lookahead=parts.reserve.lookahead,
+        deciding=deciding,
     )

@@ -24,10 +24,13 @@ from typing import Any
 
 from .shard_turns import ShardTurns
 
-__all__ = ["CHUNK", "PrefetchWindow", "Windows", "blocked_idle"]
+__all__ = ["CHUNK", "SETTLE", "Opening", "PrefetchWindow", "Windows", "blocked_idle"]
 
 #: The smallest step the window moves by.
 CHUNK = 8
+
+#: Sweeps in a row without a blocked, idle process before an opening closes again.
+SETTLE = 2
 
 
 class PrefetchWindow:
@@ -81,17 +84,58 @@ class PrefetchWindow:
         self.raised = 0
 
 
-def blocked_idle(*, starved: bool, running: int, capacity: int, lookahead: int) -> bool:
+def blocked_idle(
+    *, starved: bool, running: int, capacity: int, lookahead: int, deciding: bool
+) -> bool:
     """A pool process idles that no held job can take: they all wait for conflicts or caps
     (``starved``). An empty place in the reserve is no reason: a cap may keep it empty while
-    every process is busy. O(1).
+    every process is busy. Nor is a process that a decision due or in flight may fill
+    (``deciding``): ``starved`` is the last decision's finding, and a job that ended since, or
+    a job that ended elsewhere, may have made a held job admissible. O(1).
 
-    >>> blocked_idle(starved=True, running=1, capacity=3, lookahead=1)
+    >>> blocked_idle(starved=True, running=1, capacity=3, lookahead=1, deciding=False)
     True
-    >>> blocked_idle(starved=True, running=2, capacity=3, lookahead=1)
+    >>> blocked_idle(starved=True, running=2, capacity=3, lookahead=1, deciding=False)
+    False
+    >>> blocked_idle(starved=True, running=1, capacity=3, lookahead=1, deciding=True)
     False
     """
-    return starved and running < capacity - lookahead
+    return starved and running < capacity - lookahead and not deciding
+
+
+class Opening:
+    """How far the windows open past what the worker can start while a pool process idles
+    that no held job can take (``blocked_idle``): a job that can run may lie deeper.
+
+    Each sweep that finds a process so idle doubles the opening (from ``CHUNK``, at most
+    ``most``), and ``SETTLE`` sweeps in a row without one close it. Opening all the way at
+    once would cost more than the job found: on a fleet, a process idles so at moments when
+    a fleet-wide cap is full (a tier's, counting reserved jobs, against more places than it
+    allows), and a worker that took in ``fair_max_held`` messages then would run them alone at
+    the burst's end while the others idled. Doubling reads past any number of blocked jobs in
+    a few sweeps and takes in at most twice what the search needed. O(1).
+
+    >>> o = Opening(most=100)
+    >>> [(o.observe(True), o.extra)[1] for _ in range(6)]
+    [8, 16, 32, 64, 100, 100]
+    >>> [(o.observe(False), o.extra)[1] for _ in range(SETTLE)]
+    [100, 0]
+    """
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.extra = 0  # messages past what the worker can start, per window
+        self._calm = 0  # sweeps in a row without a blocked, idle process
+
+    def observe(self, blocked_idle: bool) -> None:
+        """One sweep: whether a pool process idles that no held job can take."""
+        if blocked_idle:
+            self._calm = 0
+            self.extra = min(self.most, max(CHUNK, 2 * self.extra))
+        elif self.extra:
+            self._calm += 1
+            if self._calm >= SETTLE:
+                self.extra = self._calm = 0
 
 
 class Windows:
@@ -108,7 +152,6 @@ class Windows:
         self,
         qos: Callable[[], Any],
         capacity: Callable[[], int],
-        idle: Callable[[], bool] = lambda: False,
         *,
         max_held: int,
         shards: int,
@@ -116,11 +159,10 @@ class Windows:
         lanes: int = 0,
     ) -> None:
         """``qos``: the consumer's QoS now; ``capacity``: what the worker can start now (its
-        slots and reserve: the core's capacity); ``idle``: whether a pool process idles that
-        no held job can take now (``blocked_idle``), asked only where it matters."""
+        slots and reserve: the core's capacity)."""
         self._capacity = capacity
-        self._idle = idle
         self.prefetch = PrefetchWindow(qos, max_held)
+        self.opening = Opening(max_held)
         self.max_held = max_held
         self.shard_count = shards
         self.driver = driver
@@ -143,17 +185,18 @@ class Windows:
         window's freed places among the queues by lot, so a newcomer could lose several draws
         to the burst: there each shard's consumer has a window of its own instead
         (consumer_prefetch.py), and the channel's may reach ``fair_max_held``. While a process
-        idles that no held job can take, the gate may take in up to ``fair_max_held`` to find
-        one that can run. A lane the gate holds messages of is one more look (core/lanes.py).
+        idles that no held job can take, the gate takes in more, sweep by sweep, to find one
+        that can run (``Opening``). A lane the gate holds messages of is one more look
+        (core/lanes.py).
 
         Held stragglers (shard_turns.slot_of) take their places: places given to them would be
         taken by the next reads, from whatever queue has messages (a lane, once their shard is
         empty), and those then held past the limit would keep a newcomer's message unread
         until they ran. Their shard is read first instead (``ShardTurns.order``)."""
-        if self.shard_count <= 1 or self.driver != "redis" or self._idle():
+        if self.shard_count <= 1 or self.driver != "redis":
             return self.max_held
         looks = self.shard_count + (self.turns.lanes_held() if self.turns is not None else 0)
-        return min(self.max_held, self._capacity() + looks)
+        return min(self.max_held, self._capacity() + looks + self.opening.extra)
 
     def follow(self, held: int, fair_inside: bool) -> None:
         """Keep the channel's window ahead of ``held`` messages (``PrefetchWindow.follow``)."""
