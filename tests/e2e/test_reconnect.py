@@ -15,8 +15,9 @@ def test_connection_loss_drops_held_copies_and_each_job_still_runs_once(
         conf = {"broker_transport_options": dict(FAST_RESTORE)}
     run = make_run(conf=conf)
     worker = start_worker(run, concurrency=2)
-    # Given a running job and four held behind its conflict,
-    run.send("fairapp.clone", "blocker", 3.0, headers=fair_headers("clone", "k", "linux"))
+    # Given a running job and four held behind its conflict (long enough to be running still
+    # when the test cuts the connections: at 3 s it had ended first under CI's load),
+    run.send("fairapp.clone", "blocker", 10.0, headers=fair_headers("clone", "k", "linux"))
     wait_until(lambda: any(e["tag"] == "blocker" for e in run.recorder.events()), 20, "blocker")
     tags = [f"held{i}" for i in range(4)]
     for tag in tags:
