@@ -9,7 +9,7 @@ the channel's window if that is set again after it). So each shard's consumer ge
 of its own, what the worker can start plus one (``narrow``), and the burst's shard cannot fill
 a place the newcomer's shard needs.
 
-Two things need a deeper look than that, and get it:
+Three things need a deeper look than that, and get it:
 
 - *Held work blocks the shard* (a pool process idles while every held job waits for a
   conflict or a cap): every shard's window opens by the gate's opening (window.Opening:
