@@ -69,7 +69,7 @@ def depth_reader(app: Any, queue: str) -> Any:
     conn = app.connection_for_write()
     channel = conn.default_channel
     if conn.transport.driver_type == "redis":
-        from celery_fair.worker.internals import redis_broker_client
+        from celery_fair.redis_broker import redis_broker_client
 
         client = redis_broker_client(channel)
 

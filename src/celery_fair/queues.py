@@ -45,7 +45,7 @@ def _is_redis(connection: Any) -> bool:
 
 
 def _redis_reader(connection: Any, sample: int) -> Any:
-    from .worker.internals import redis_broker_client, redis_queue_lists
+    from .redis_broker import redis_broker_client, redis_queue_lists
 
     channel = connection.default_channel
     lists, client = redis_queue_lists(channel), redis_broker_client(channel)

@@ -45,6 +45,7 @@ from .protocol import (
     shard_name,
     shard_of,
 )
+from .redis_broker import MOVE_SCRIPT, laned_pairs, redis_broker_client, redis_queue_lists, reroute
 
 __all__ = [
     "DEFAULT_SHARDS",
@@ -141,7 +142,7 @@ class Shards:
         Counts the publish (a key that turns heavy asks for a lane)."""
         name = base_name(base if isinstance(base, str) else base.name)
         queue = self.app.amqp.queues[name]
-        lane = Lanes.of(self.app).lane_for(fairness_key)
+        lane = Lanes.of(self.app).lane_for(fairness_key, name)
         if lane is not None:
             return self.lane(queue, lane)
         return self.queues(queue)[shard_of(fairness_key, self.count)]
@@ -225,7 +226,9 @@ class Lanes:
     keys go to a lane of their own now. Use ``Lanes.of(app)``, one per app.
 
     Each publish counts (``HeavyKeys``); the publish that makes a key heavy asks the shared
-    store for its lane (one round trip, once per heavy episode). About once a second a publish
+    store for its lane (one round trip, once per heavy episode), and on a Redis broker moves
+    the key's messages already in its shard to the consuming end of the lane first (one more,
+    ``_reroute``), so they still start before it. About once a second a publish
     also renews the lanes of the keys still heavy here and reads the fleet's map if it changed
     (one round trip each). Otherwise a publish costs a dict lookup. No store (``fair_lanes``
     0, one shard, or no shared store): no lanes, every key to its shard. A store that fails
@@ -246,13 +249,20 @@ class Lanes:
         self._opened = False
         self._lock = threading.Lock()
         self._failing = False  # a store call failed, and none succeeded since (logged once)
+        self.lane_count = settings.lanes
+        self._mover: Any = None  # (move.lua on the broker, its lists), False: not Redis
+        self._mover_lock = threading.Lock()
+        self._moving_fails = False  # a reroute failed, and none succeeded since (logged once)
+        self.rerouted = 0  # stragglers this process moved to their lanes
 
     @classmethod
     def of(cls, app: Any) -> Lanes:
         return _one_per_app(_LANES, app, cls)
 
-    def lane_for(self, fairness_key: str) -> int | None:
-        """Count a publish of ``fairness_key``: the lane it goes to, or ``None`` (its shard)."""
+    def lane_for(self, fairness_key: str, base: str | None = None) -> int | None:
+        """Count a publish of ``fairness_key`` to queue ``base``: the lane it goes to, or
+        ``None`` (its shard). The publish that gives the key its lane first moves its
+        stragglers from its shard of ``base`` (``_reroute``)."""
         if not self.enabled:
             return None
         now = self._clock()
@@ -262,7 +272,55 @@ class Lanes:
         lane = self.map.lane_of(fairness_key)
         if lane is None and turned and self.enabled:
             lane = self.ask(fairness_key)
+            if lane is not None and base is not None:
+                self._reroute(shard_name(base, shard_of(fairness_key, shard_count(self.app.conf))))
         return lane
+
+    def _reroute(self, shard: str) -> None:
+        """A key just got its lane here, and this process published up to the threshold of
+        its messages to ``shard`` before it knew: on a Redis broker, move the messages of keys
+        with a lane among the shard's oldest to the consuming end of their lanes, oldest
+        nearest (``redis_broker.reroute``: one atomic script call), so that they pop before
+        the key's first message in its lane and its jobs start in the order it published
+        them. Another broker: nothing (RabbitMQ's gate reads past them and orders what it
+        holds, worker/consumer_prefetch.py). A broker that fails is logged once, never raised
+        into ``apply_async``: the stragglers then wait for a worker's intake, as before."""
+        try:
+            mover = self._open_mover()
+            if not mover:
+                return
+            move, lists = mover
+            laned = laned_pairs(self.map.lanes, self.lane_count)
+            self.rerouted += reroute(move, lists, shard, self.lane_count, laned)[0]
+        except Exception as exc:
+            if not self._moving_fails:
+                self._moving_fails = True
+                logger.warning(
+                    "celery-fair: could not move a key's messages from %s to its lane (%r); "
+                    "a worker's intake moves them when it reaches them.",
+                    shard,
+                    exc,
+                )
+            return
+        self._moving_fails = False
+
+    def _open_mover(self) -> Any:
+        """(move.lua registered on the broker's server, its lists of a queue), or ``False``
+        for a broker that is not Redis. Opened at the first use and kept."""
+        with self._mover_lock:
+            if self._mover is None:
+                connection = self.app.connection_for_write()
+                try:
+                    if connection.transport.driver_type != "redis":
+                        self._mover = False
+                    else:
+                        channel = connection.default_channel
+                        client = redis_broker_client(channel)
+                        lists = redis_queue_lists(channel)
+                        self._mover = (client.register_script(MOVE_SCRIPT), lists)
+                finally:
+                    connection.release()
+            return self._mover
 
     def current(self) -> LaneMap:
         """The fleet's map as this process knows it (read again if a second old), for a

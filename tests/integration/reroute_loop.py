@@ -11,9 +11,9 @@ import sys
 from fairapp import app
 
 from celery_fair.core.lanes import LaneMap
+from celery_fair.redis_broker import redis_broker_client, redis_queue_lists
 from celery_fair.routing import DEFAULT_SHARDS
 from celery_fair.worker.intake import RedisIntake
-from celery_fair.worker.internals import redis_broker_client, redis_queue_lists
 
 
 class OneLane:

@@ -23,12 +23,12 @@ import redis
 from harness import FAST_RESTORE, intervals, wait_until
 
 from celery_fair import fair_headers
-from celery_fair.core.lanes import DEFAULT_LANES, HeavyKeys, LaneMap
+from celery_fair.core.lanes import DEFAULT_LANES, HeavyKeys, LaneMap, LaneTable
 from celery_fair.protocol import lane_name
-from celery_fair.routing import DEFAULT_SHARDS, shard_name, shard_of
+from celery_fair.redis_broker import redis_broker_client, redis_queue_lists
+from celery_fair.routing import DEFAULT_SHARDS, Lanes, shard_name, shard_of
 from celery_fair.worker.intake import BATCH, RedisIntake
 from celery_fair.worker.intake.amqp import AmqpIntake
-from celery_fair.worker.internals import redis_broker_client, redis_queue_lists
 
 SHARDS = DEFAULT_SHARDS
 
@@ -416,3 +416,59 @@ def moved_so_far(run) -> int:
         return sum(client.llen(f"{run.prefix}:{q}") for q in shards)
     finally:
         client.close()
+
+
+class TableStore:
+    """The shared store's lane calls over one ``LaneTable`` (the memory store's rule): the
+    producer's side of it, without a fleet to announce lanes."""
+
+    def __init__(self) -> None:
+        self.table = LaneTable(size=4)
+
+    def lanes(self, version: int) -> LaneMap | None:
+        found = self.table.map()
+        return None if found.version == version else found
+
+    def ask_lane(self, fairness_key: str) -> int | None:
+        return self.table.ask(fairness_key, time.monotonic())
+
+    def renew_lanes(self, keys) -> None:
+        self.table.renew(keys, time.monotonic())
+
+
+@pytest.mark.parametrize("broker", ["redis"])
+def test_a_producer_that_gives_a_key_its_lane_first_moves_its_messages_left_in_its_shard(
+    redis_run,
+):
+    # Given a producer with lanes on a Redis broker (threshold 4), and in key A's shard, ahead
+    # of anything A publishes, two stragglers of B (B has lane 0 now, an older producer left
+    # them there),
+    run = redis_run(fair_lane_threshold=4)
+    lanes = Lanes.of(run.app)
+    store = lanes._store = TableStore()
+    lanes._opened = True
+    shard = shard_name(run.queue, shard_of("A", SHARDS))
+    keys = (f"k{i}" for i in range(400))
+    b, light = [k for k in keys if shard_of(k, SHARDS) == shard_of("A", SHARDS)][:2]
+    assert store.ask_lane(b) == 0
+    for i in range(2):
+        run.app.send_task(
+            "fairapp.clone", [f"{b}-{i}"], headers=fair_headers("clone", b), queue=shard
+        )
+    # when A publishes 4 jobs (to its shard), a light key in A's shard one, and A 6 more (A
+    # turns heavy at its fifth, within a second: it gets lane 1),
+    clone = run.app.tasks["fairapp.clone"]
+    for i in range(4):
+        clone.apply_async([f"A{i}"], fairness_key="A")
+    clone.apply_async(["light"], fairness_key=light)
+    for i in range(4, 10):
+        clone.apply_async([f"A{i}"], fairness_key="A")
+    # then the publish that gave A its lane moved A's four from the shard to the lane's
+    # consuming end before it went there: A's lane holds all ten in the order A published
+    # them; B's two went to B's lane; only the light key's message waits in the shard.
+    assert lanes.map.lane_of("A") == 1
+    tags = lambda queue: [tag for _, tag, _ in drain(run, queue)]  # noqa: E731
+    assert tags(lane_name(run.queue, 1)) == [f"A{i}" for i in range(10)]
+    assert tags(lane_name(run.queue, 0)) == [f"{b}-0", f"{b}-1"]
+    assert tags(shard) == ["light"]
+    assert lanes.rerouted == 6

@@ -176,3 +176,29 @@ def test_a_fair_worker_with_lanes_consumes_them_and_follows_add_and_cancel_consu
     assert {"q.fair.lane.0", "q.fair.lane.1"} <= consumed
     assert "q.fair.lane.2" not in consumed
     assert Shards.of(app).consumed_lanes == 2
+
+
+def test_a_broker_that_fails_to_move_a_keys_stragglers_is_logged_once_and_never_raised(
+    app, caplog
+) -> None:
+    # Given a producer whose broker refuses the move that goes with a new lane (a Redis
+    # broker that went away: the script call raises),
+    store, clock = TableStore(), Clock()
+    lanes = lanes_of(app, store, clock)
+    calls: list[str] = []
+
+    def move(keys: Any, args: Any) -> Any:
+        calls.append(args[7])  # the shard moved from
+        raise ConnectionError("broker down")
+
+    lanes._mover = (move, lambda queue: [queue])
+    # when two keys turn heavy, one after the other,
+    for key in ("A", "B"):
+        for _ in range(5):
+            lanes.lane_for(key, "q")
+    # then each asked to move from its own shard, the publishes went on to the lanes, and the
+    # failure was logged once.
+    assert calls == [shard_name("q", shard_of(k, 8)) for k in ("A", "B")]
+    assert (lanes.lane_for("A", "q"), lanes.lane_for("B", "q")) == (0, 1)
+    assert lanes.rerouted == 0
+    assert caplog.text.count("could not move") == 1

@@ -36,10 +36,11 @@ TABLE: dict[str, tuple[int, str]] = {
     "celery_fair.metrics": (3, ""),
     "celery_fair.fleet": (3, ""),
     "celery_fair.words": (3, ""),
-    # 4: app glue: settings, the store an app opens, an app's shard queues
+    # 4: app glue: settings, the store an app opens, an app's shard queues, a Redis broker's lists
     "celery_fair.settings": (4, ""),
     "celery_fair.connect": (4, ""),
     "celery_fair.routing": (4, ""),
+    "celery_fair.redis_broker": (4, ""),
     # 5: the producer side ...
     "celery_fair.api": (5, "producer"),
     "celery_fair.submissions": (5, "producer"),

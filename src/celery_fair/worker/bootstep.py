@@ -23,6 +23,7 @@ from ..core.clock import MonotonicClock
 from ..engine import Engine
 from ..metrics import GateLook, WorkerMetrics, serve
 from ..observe import Counters, Fanout, Observer
+from ..redis_broker import redis_broker_client, redis_queue_lists
 from ..routing import Lanes, Shards, follow_consumer_changes, is_part
 from ..settings import FairSettings
 from ..store.base import Store
@@ -31,7 +32,7 @@ from .consumer_prefetch import ShardWindows
 from .gate import Gate
 from .intake import Intake, IntakeThread, RedisIntake
 from .intake.amqp import AmqpIntake
-from .internals import order_redis_reads, redis_broker_client, redis_queue_lists
+from .internals import order_redis_reads
 from .lane_watch import LaneWatch, amqp_ready, redis_ready
 from .reserve import RESERVE_MAX, plan_reserve, slots_of
 

@@ -30,8 +30,6 @@ __all__ = [
     "order_redis_reads",
     "pool_size",
     "reconsume",
-    "redis_broker_client",
-    "redis_queue_lists",
     "request_of",
     "revoked_marker",
     "scheduled_by_queue",
@@ -130,25 +128,6 @@ def hit_time_limit(einfo: Any) -> bool:
     if not isinstance(kind, type):
         kind = type(getattr(einfo, "exception", einfo))
     return issubclass(kind, TimeLimitExceeded)
-
-
-def redis_queue_lists(channel: Any) -> Any:
-    """For a Kombu Redis channel: a function from a queue's name to the Redis keys of its
-    lists, one per priority step, highest priority first, with the transport's key prefix
-    (``Channel._q_for_pri``, ``priority_steps``, ``global_keyprefix``)."""
-    steps = list(channel.priority_steps)
-    prefix = channel.global_keyprefix or ""
-    name_of = channel._q_for_pri
-    return lambda queue: [prefix + name_of(queue, step) for step in steps]
-
-
-def redis_broker_client(channel: Any) -> Any:
-    """A redis-py client of a Kombu Redis channel's server, on a connection pool of its own
-    (``Channel._get_pool``: the broker URL's server, database, password, TLS, or the
-    Sentinels' master), without Kombu's key prefixing."""
-    import redis
-
-    return redis.Redis(connection_pool=channel._get_pool(asynchronous=False))
 
 
 class _OrderedCycle:

@@ -54,7 +54,7 @@ def empty_lanes(
 
 def redis_ready(client: Any, lists: Callable[[str], list[str]]) -> Callable[[list[str]], list[int]]:
     """``ready`` on a Redis broker: one pipeline of ``LLEN`` over each queue's lists (one per
-    priority step, ``internals.redis_queue_lists``)."""
+    priority step, ``redis_broker.redis_queue_lists``)."""
 
     def ready(names: list[str]) -> list[int]:
         keys = [lists(name) for name in names]

@@ -27,21 +27,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from importlib import resources
 from typing import Any, Protocol
 
 from celery.utils.log import get_logger
 
 from ...observe import Observer
 from ...protocol import SHARD_HASH, base_name, lane_name, shard_name
+from ...redis_broker import BATCH, MOVE_SCRIPT, laned_pairs, reroute
 
 __all__ = ["BATCH", "Intake", "IntakeThread", "RedisIntake", "plain_consumers"]
 
 logger = get_logger(__name__)
 
-#: The most messages one script call looks at: about 1 ms of Redis's time to look at them
-#: all, up to 8 ms to move them all.
-BATCH = 500
 #: Seconds between two looks for workers that consume a queue without its shards, and before
 #: the first.
 CHECK_EVERY = 300.0
@@ -49,7 +46,6 @@ FIRST_CHECK = 5.0
 #: Seconds the thread waits, once told of stragglers, for more before it reroutes them all: at
 #: most one reroute of a shard per gap, however many stragglers the gate receives.
 REROUTE_GAP = 0.01
-_SCRIPT = (resources.files(__package__) / "move.lua").read_text()
 
 
 class RedisIntake:
@@ -58,7 +54,7 @@ class RedisIntake:
     Args:
         client: A redis-py client of the broker's Redis (no key prefix of its own).
         lists: The Redis keys of a queue's lists, one per priority step, highest priority
-            first, with Kombu's key prefix (``internals.redis_queue_lists``).
+            first, with Kombu's key prefix (``redis_broker.redis_queue_lists``).
         shards: How many shards each queue has (``fair_shards``).
         lanes: The app's lanes (``routing.Lanes``) and how many of each queue's this worker
             consumes; a key with a lane moves to it, and a key without one that has more than
@@ -78,7 +74,7 @@ class RedisIntake:
         self.shards = shards
         self.lanes = lanes if lane_count > 0 else None
         self.lane_count = lane_count if lanes is not None else 0
-        self._move = client.register_script(_SCRIPT)
+        self._move = client.register_script(MOVE_SCRIPT)
         self.moved = 0  # messages moved by this intake
 
     def move(self, queue: str, batch: int = BATCH) -> tuple[int, int]:
@@ -121,31 +117,14 @@ class RedisIntake:
 
     def _laned(self) -> list[Any]:
         """The keys with a lane this worker consumes, each followed by its lane."""
-        laned: list[Any] = []
-        if self.lanes is not None:
-            for key, lane in self.lanes.current().lanes.items():
-                if lane < self.lane_count:
-                    laned += [key, lane]
-        return laned
+        if self.lanes is None:
+            return []
+        return laned_pairs(self.lanes.current().lanes, self.lane_count)
 
     def reroute(self, shard: str, batch: int = BATCH) -> tuple[int, int]:
         """Move the stragglers among the oldest ``batch`` messages of ``shard`` (a shard's
-        queue name): messages of keys that have a lane now, to the consuming end of their
-        lane, oldest nearest, so that they run before their key's newer messages and no
-        longer stand between a light key's message and the workers; or, if stragglers moved
-        from ``shard`` before still wait there next, to the far end, behind them (move.lua).
-        Returns (moved, looked at). One script call, O(looked at)."""
-        laned = self._laned()
-        if not laned:
-            return 0, 0
-        keys = list(self.lists(shard))
-        steps = len(keys)
-        base = base_name(shard)
-        for j in range(self.lane_count):
-            keys += self.lists(lane_name(base, j))
-        head = [SHARD_HASH, 0, steps, batch, self.lane_count, 0, "shard", shard]
-        moved, looked, _, _ = self._move(keys=keys, args=[*head, len(laned) // 2, *laned])
-        return int(moved), int(looked)
+        queue name) to their lanes (``redis_broker.reroute``). Returns (moved, looked at)."""
+        return reroute(self._move, self.lists, shard, self.lane_count, self._laned(), batch)
 
     def close(self) -> None:
         self.client.close()
