@@ -30,7 +30,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .api import FairTask, fair_headers, fair_task
+    from .api import FairTask, fair_headers, fair_task, send
     from .core import (
         Admission,
         BlockReason,
@@ -77,13 +77,14 @@ __all__ = [
     "fair_headers",
     "fair_router",
     "fair_task",
+    "send",
     "slot",
 ]
 
 #: Where each lazily loaded public name lives, and whether it needs Celery (then the fair pool
 #: is registered when it is first used).
 _LAZY: dict[str, tuple[str, bool]] = {
-    **dict.fromkeys(("FairTask", "fair_headers", "fair_task"), (".api", True)),
+    **dict.fromkeys(("FairTask", "fair_headers", "fair_task", "send"), (".api", True)),
     **dict.fromkeys(
         (
             "Admission",

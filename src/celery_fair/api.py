@@ -29,7 +29,7 @@ from .protocol import (
 from .routing import Shards, resolve_base
 from .submissions import submit_once, submit_tracked
 
-__all__ = ["FairTask", "declared_types", "fair_headers", "fair_task"]
+__all__ = ["FairTask", "declared_types", "fair_headers", "fair_task", "send"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -150,72 +150,28 @@ class FairTask(Task):
                 published or recorded.
             SchedulerError: ``fair_priority`` is not a declared priority: the same.
         """
-        headers = dict(options.pop("headers", None) or {})
-        if fair_priority is not None:
-            check_declared_priority(fair_priority, _declared_priorities(self.app))
-            headers[PRIORITY] = fair_priority
-        headers.setdefault(JOB_TYPE, self.job_type_name())
-        if fairness_key is not None:
-            headers[FAIRNESS_KEY] = fairness_key
-        elif FAIRNESS_KEY not in headers:
-            inherited = _current_fairness_key()
-            if inherited is not None:
-                headers[FAIRNESS_KEY] = inherited
-        if job_id is not None:
-            headers[JOB_ID] = job_id
-        for name in (FAIRNESS_KEY, JOB_ID):  # before the shard hash or the store meets them
-            check_text(name, headers.get(name))
-        check_text("task_id", options.get("task_id", task_id))
-        # A retry keeps the first submission time: the job has waited that long already.
-        if SUBMITTED not in headers:
-            retry = bool(options.get("retries")) and options.get("task_id", task_id) is not None
-            inherited_clock = _inherited_submitted(self.app, retry)
-            headers[SUBMITTED] = time.time() if inherited_clock is None else inherited_clock
-        shards = Shards.of(self.app)
-        key = headers.get(FAIRNESS_KEY)
-        if isinstance(key, str) and key and shards.enabled:
-            # To its key's shard of the queue Celery would use (a retry comes with its shard).
-            own = getattr(self, "queue", None)  # the task's own queue, if it names one
-            queue = {"queue": own} if own else {}
-            base = resolve_base(self.app, self.name, args, kwargs, {**queue, **options})
-            shards.route(options, key, base)
-        tracking = settings_of(self.app).tracking
-        if idempotency_key is None and not tracking:
-            return super().apply_async(
-                args, kwargs, task_id, producer, link, link_error, shadow, headers=headers,
-                **options,
-            )  # fmt: skip
-        tid = task_id or uuid()
-        publish = super().apply_async
-        fairness = _key_of(self.app, headers.get(FAIRNESS_KEY))
+        parent = super().apply_async
 
-        def send() -> Any:
-            return publish(
-                args, kwargs, tid, producer, link, link_error, shadow, headers=headers, **options
+        def publish(tid: str | None, headers: dict[str, Any], opts: dict[str, Any]) -> Any:
+            return parent(
+                args, kwargs, tid, producer, link, link_error, shadow, headers=headers, **opts
             )
 
-        def send_tracked() -> Any:
-            return submit_tracked(self.app, fairness, tid, send, self._one_job_time(job_id))
-
-        submit = send_tracked if tracking else send
-        if idempotency_key is None:
-            return submit()
-        return submit_once(self.app, fairness, idempotency_key, tid, submit, self.AsyncResult)
-
-    def _one_job_time(self, job_id: str | None) -> Callable[[Any], float]:
-        """``QueueFull.retry_after``: the fleet's learned estimate of one job of this type (on
-        this resource), else the type's default cost."""
-        name = self.job_type_name()
-
-        def hint(store: Any) -> float:
-            declared = self.declared_job_type() or settings_of(self.app).types.get(name)
-            default = declared.default_cost if declared is not None else 1.0
-            try:
-                return float(store.estimate(name, job_id, default))
-            except Exception:  # a hint only: the refusal stands without one
-                return float(default)
-
-        return hint
+        own = getattr(self, "queue", None)  # the task's own queue, if it names one
+        return _submit(
+            self.app,
+            publish,
+            route=(self.name, args, kwargs, {"queue": own} if own else {}),
+            job_type=self.job_type_name(),
+            task_id=task_id,
+            fairness_key=fairness_key,
+            job_id=job_id,
+            idempotency_key=idempotency_key,
+            fair_priority=fair_priority,
+            options=options,
+            result=self.AsyncResult,
+            one_job_time=_one_job_time(self.app, self.job_type_name(), job_id, type(self)),
+        )
 
     def run_sync(
         self,
@@ -276,6 +232,154 @@ class FairTask(Task):
             check_priority(priority)
             options["fair_priority"] = priority
         return self.signature(options=options)
+
+
+def send(
+    app: Celery,
+    name: str,
+    args: Any = None,
+    kwargs: Any = None,
+    *,
+    job_type: str | None = None,
+    fairness_key: str | None = None,
+    job_id: str | None = None,
+    idempotency_key: str | None = None,
+    fair_priority: int | None = None,
+    task_id: str | None = None,
+    **options: Any,
+) -> Any:
+    """``app.send_task`` for a fair job named ``name``, through the fair task's own submit
+    path: its headers (as ``fair_headers`` writes them), its key's shard or lane, and the
+    submit controls of ``FairTask.apply_async``: ``idempotency_key`` (one publish per
+    ``(fairness_key, idempotency_key)`` within ``fair_idempotency_seconds``) and, with
+    ``fair_track_submissions``, the queue limits (``QueueFull``). For a producer that does not
+    import the task's code. ``job_type``: the type's name, by default the type of the fair
+    task registered here as ``name``, if any (a worker takes a message without one as of its
+    task's type). Other options are Celery's own ``send_task`` options.
+
+    Raises:
+        MessageError: ``fairness_key``, ``job_id``, ``job_type`` or ``task_id`` is not
+            Unicode text: nothing is published or recorded.
+        SchedulerError: ``fair_priority`` is not a declared priority: the same.
+        QueueFull, StoreUnavailable, SubmissionPending: as ``FairTask.apply_async``.
+
+    Example:
+        >>> send(app, "repos.clone", ["linux"], job_type="sync-clone",
+        ...      fairness_key="10.0.0.7", job_id="linux", idempotency_key="r42")  # doctest: +SKIP
+    """
+    check_text(JOB_TYPE, job_type)
+    task = app.tasks.get(name)
+    fair = type(task) if isinstance(task, FairTask) else None
+    if job_type is None and fair is not None:
+        job_type = fair.job_type_name()
+
+    def publish(tid: str | None, headers: dict[str, Any], opts: dict[str, Any]) -> Any:
+        return app.send_task(name, args, kwargs, task_id=tid, headers=headers, **opts)
+
+    own = getattr(task, "queue", None) if task is not None else None
+    return _submit(
+        app,
+        publish,
+        route=(name, args, kwargs, {"queue": own} if own else {}),
+        job_type=job_type,
+        task_id=task_id,
+        fairness_key=fairness_key,
+        job_id=job_id,
+        idempotency_key=idempotency_key,
+        fair_priority=fair_priority,
+        options=options,
+        result=app.AsyncResult,
+        one_job_time=_one_job_time(app, job_type, job_id, fair),
+    )
+
+
+def _submit(
+    app: Celery,
+    publish: Callable[[str | None, dict[str, Any], dict[str, Any]], Any],
+    *,
+    route: tuple[str, Any, Any, dict[str, Any]],
+    job_type: str | None,
+    task_id: str | None,
+    fairness_key: str | None,
+    job_id: str | None,
+    idempotency_key: str | None,
+    fair_priority: int | None,
+    options: dict[str, Any],
+    result: Callable[[str], Any],
+    one_job_time: Callable[[Any], float],
+) -> Any:
+    """The one submit path of a fair job (``FairTask.apply_async`` and ``send``): its
+    headers, its key's shard or lane of the queue Celery would use (``route``: the task's
+    name, its arguments, and its own queue option), then ``publish(task_id, headers,
+    options)``, through the idempotency record and the queue limits when asked for. Nothing
+    is published or recorded when a check refuses."""
+    headers = dict(options.pop("headers", None) or {})
+    if fair_priority is not None:
+        check_declared_priority(fair_priority, _declared_priorities(app))
+        headers[PRIORITY] = fair_priority
+    if job_type is not None:
+        headers.setdefault(JOB_TYPE, job_type)
+    if fairness_key is not None:
+        headers[FAIRNESS_KEY] = fairness_key
+    elif FAIRNESS_KEY not in headers:
+        inherited = _current_fairness_key()
+        if inherited is not None:
+            headers[FAIRNESS_KEY] = inherited
+    if job_id is not None:
+        headers[JOB_ID] = job_id
+    for header in (FAIRNESS_KEY, JOB_ID):  # before the shard hash or the store meets them
+        check_text(header, headers.get(header))
+    check_text("task_id", options.get("task_id", task_id))
+    # A retry keeps the first submission time: the job has waited that long already.
+    if SUBMITTED not in headers:
+        retry = bool(options.get("retries")) and options.get("task_id", task_id) is not None
+        inherited_clock = _inherited_submitted(app, retry)
+        headers[SUBMITTED] = time.time() if inherited_clock is None else inherited_clock
+    shards = Shards.of(app)
+    key = headers.get(FAIRNESS_KEY)
+    if isinstance(key, str) and key and shards.enabled:
+        # To its key's shard of the queue Celery would use (a retry comes with its shard).
+        name, args, kwargs, own = route
+        base = resolve_base(app, name, args, kwargs, {**own, **options})
+        shards.route(options, key, base)
+    tracking = settings_of(app).tracking
+    if idempotency_key is None and not tracking:
+        return publish(task_id, headers, options)
+    tid = task_id or uuid()
+    fairness = _key_of(app, headers.get(FAIRNESS_KEY))
+
+    def send() -> Any:
+        return publish(tid, headers, options)
+
+    def send_tracked() -> Any:
+        return submit_tracked(app, fairness, tid, send, one_job_time)
+
+    submit = send_tracked if tracking else send
+    if idempotency_key is None:
+        return submit()
+    return submit_once(app, fairness, idempotency_key, tid, submit, result)
+
+
+def _one_job_time(
+    app: Celery, name: str | None, job_id: str | None, task: type[FairTask] | None
+) -> Callable[[Any], float]:
+    """``QueueFull.retry_after``: the fleet's learned estimate of one job of type ``name``
+    (on this resource), else the type's default cost (as ``task`` or ``fair_types``
+    declares it), else 1 s."""
+
+    def hint(store: Any) -> float:
+        declared = task.declared_job_type() if task is not None else None
+        if declared is None and name is not None:
+            declared = settings_of(app).types.get(name)
+        default = declared.default_cost if declared is not None else 1.0
+        if name is None:
+            return float(default)
+        try:
+            return float(store.estimate(name, job_id, default))
+        except Exception:  # a hint only: the refusal stands without one
+            return float(default)
+
+    return hint
 
 
 def _declared_priorities(app: Celery) -> frozenset[int]:

@@ -6,6 +6,7 @@ still in the broker and a limit refuses a submit before anything is published. R
 from __future__ import annotations
 
 import pytest
+from celery import Celery
 from celery.signals import before_task_publish
 from harness import (
     BACKEND,
@@ -19,7 +20,7 @@ from harness import (
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 
-from celery_fair import QueueFull
+from celery_fair import QueueFull, send
 from celery_fair.control import cancel, reprioritize, status
 
 
@@ -227,3 +228,42 @@ def test_a_copy_dropped_while_its_job_runs_leaves_the_running_jobs_entry(
     wait_until(lambda: store.queued(first.id) is None, 20, "the job's end to forget it")
     assert run.recorder.done_counts()["long"] == 1
     store.close()
+
+
+def test_a_producer_by_task_name_gets_idempotency_and_the_queue_limits_through_send(
+    make_run, start_worker, broker
+):
+    # Given a producer app that has none of the tasks' code (it publishes by name), a limit
+    # of 3 jobs submitted and not ended per fairness key, and no worker yet,
+    run = make_run(conf=fleet_conf(broker, fair_max_queued_per_key=3, fair_shards=1))
+    producer = Celery("producer", broker=run.url, set_as_current=False)
+    producer.conf.update(task_default_queue=run.queue, **run.conf)
+    try:
+        # when it sends one job twice under one idempotency key,
+        first = send(
+            producer, "fairapp.clone", ["a0", 0.01], job_type="clone", fairness_key="a",
+            job_id="repo-0", idempotency_key="request-1",
+        )  # fmt: skip
+        again = send(
+            producer, "fairapp.clone", ["a0", 0.01], job_type="clone", fairness_key="a",
+            job_id="repo-0", idempotency_key="request-1",
+        )  # fmt: skip
+        # then the second publishes nothing and answers with the first's result,
+        assert again.id == first.id
+        assert queue_length(run, run.queue) == 1
+        # and the key's limit holds for it as for a fair task: the fourth is refused before
+        # anything is published;
+        for i in (1, 2):
+            send(producer, "fairapp.clone", [f"a{i}", 0.01], job_type="clone", fairness_key="a")
+        with pytest.raises(QueueFull) as refused:
+            send(producer, "fairapp.clone", ["a3", 0.01], job_type="clone", fairness_key="a")
+        assert (refused.value.scope, refused.value.count, refused.value.limit) == ("key", 3, 3)
+        assert refused.value.retry_after == 1.0  # clone's default cost (fair_types knows none)
+        assert queue_length(run, run.queue) == 3
+        # the worker runs what was published, each once, as jobs of the type named.
+        start_worker(run, concurrency=2)
+        wait_until(lambda: len(run.recorder.done_counts()) == 3, 30, "the three jobs")
+        assert run.recorder.done_counts() == {"a0": 1, "a1": 1, "a2": 1}
+        assert {e["type"] for e in run.recorder.events()} == {"clone"}
+    finally:
+        producer.close()

@@ -15,9 +15,11 @@ from celery_fair import (
     fair_headers,
     fair_router,
     fair_task,
+    send,
 )
 from celery_fair.api import declared_types
 from celery_fair.core import Aging
+from celery_fair.routing import shard_of
 
 
 @pytest.fixture
@@ -216,3 +218,31 @@ def test_a_retry_and_with_inherit_aging_a_child_keep_the_callers_aging_clock(app
     parent.apply(headers={"fair_submitted": 1000.0})
     child, retry = published(app, 2)
     assert child["fair_submitted"] == retry["fair_submitted"] == 1000.0
+
+
+def test_send_publishes_by_name_with_the_fair_headers_and_refuses_what_apply_async_refuses(app):
+    # A producer without the task's code names the type; one that has it gets its type.
+    send(app, "repos.clone", ["x"], job_type="sync-clone", fairness_key="k", job_id="x")
+    send(app, make_clone(app).name, ["y"], fairness_key="k2")
+    first, second = published(app, 2)
+    assert (first["job_type"], first["fairness_key"], first["job_id"]) == ("sync-clone", "k", "x")
+    assert isinstance(first["fair_submitted"], float)
+    assert (second["job_type"], second["fairness_key"]) == ("sync-clone", "k2")
+    # What a fair task refuses, send refuses before publishing anything.
+    lone = json.loads('"\\ud800"')
+    with pytest.raises(SchedulerError):
+        send(app, "repos.clone", ["z"], job_type="sync-clone", fair_priority=3)
+    with pytest.raises(MessageError, match="not Unicode text"):
+        send(app, "repos.clone", ["z"], job_type="sync-clone", fairness_key=lone)
+    with pytest.raises(MessageError, match="not Unicode text"):
+        send(app, "repos.clone", ["z"], job_type=lone)
+    with app.connection_for_read() as conn:
+        assert conn.SimpleQueue("q").qsize() == 0
+
+
+def test_send_goes_to_its_keys_shard_as_a_fair_task_does(app):
+    app.conf.fair_shards = 8
+    send(app, "repos.clone", ["x"], job_type="sync-clone", fairness_key="tenant-7")
+    with app.connection_for_read() as conn:
+        found = {q: conn.SimpleQueue(q).qsize() for q in ["q", *shard_queues(8)]}
+    assert found == {q: int(q == f"q.fair.{shard_of('tenant-7', 8)}") for q in found}
