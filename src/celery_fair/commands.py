@@ -303,6 +303,63 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
         click.echo(line)
 
 
+@fair.command(cls=_Command)
+@click.option("--key", default=None, help="only this fairness key's jobs")
+@click.option(
+    "--state",
+    type=click.Choice(["running", "reserved", "held"]),
+    default=None,
+    help="only jobs in this state",
+)
+@click.option("--type", "job_type", default=None, help="only jobs of this type")
+@click.option("--limit", default=100, show_default=True, help="at most this many jobs")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
+@click.option("--timeout", default=1.0, show_default=True, help="seconds to wait for workers")
+@click.pass_context
+def jobs(
+    ctx: click.Context,
+    key: str | None,
+    state: str | None,
+    job_type: str | None,
+    limit: int,
+    as_json: bool,
+    timeout: float,
+) -> None:
+    """The fair jobs the workers run, have reserved or hold, fleet-wide, filtered."""
+    from .control import jobs as fleet_jobs
+
+    try:
+        found = fleet_jobs(
+            ctx.obj.app, key=key, state=state, type=job_type, limit=limit, timeout=timeout
+        )
+    except ConfigurationError as exc:
+        raise click.UsageError(f"celery-fair: {exc}") from None
+    if as_json:
+        click.echo(json.dumps(found, indent=1, sort_keys=True, default=str))
+        return
+    for line in jobs_lines(found):
+        click.echo(line)
+
+
+def jobs_lines(found: dict[str, Any]) -> list[str]:
+    """``fair jobs``'s lines for ``found``, what ``celery_fair.control.jobs`` answered."""
+    from .core import key_label
+
+    lines = []
+    for job in found["jobs"]:
+        took = job.get("running", job.get("waited", 0.0))
+        verb = "running for" if job["state"] == "running" else f"{job['state']},"
+        on = f" {job['job_id']}" if job.get("job_id") is not None else ""
+        lines.append(
+            f"{job['task_id']}  {job['type']}{on}  key {key_label(job['fairness_key'])}  "
+            f"priority {job['priority']}  {verb} {took:.1f} s  on {job['worker']}"
+        )
+    shown, matched = len(found["jobs"]), found["matched"]
+    more = f" (the first {shown})" if shown < matched else ""
+    lines.append(f"{matched} jobs{more} on {found['workers']} fair workers")
+    return lines
+
+
 def job_lines(task_id: str, found: dict[str, Any]) -> list[str]:
     """``fair job``'s words for ``found``, what ``celery_fair.control.status`` answered."""
     from .core import key_label

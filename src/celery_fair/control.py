@@ -79,9 +79,9 @@ from .connect import settings_of, tracked_store, untrack
 from .core.inspect import why_from_dict
 from .core.types import BlockReason, check_priority
 from .errors import ConfigurationError, StoreUnavailable
-from .protocol import ControlAnswer
+from .protocol import JOB_STATES, ControlAnswer
 
-__all__ = ["cancel", "reprioritize", "status"]
+__all__ = ["cancel", "jobs", "reprioritize", "status"]
 
 #: What the result backend's state says of a job no worker has.
 _BACKEND_STATES = {
@@ -199,6 +199,58 @@ def _tracked(app: Any, task_id: str) -> Any:
     if not _tracking(app):
         return None
     return tracked_store(app).queued(task_id)
+
+
+def jobs(
+    app: Any,
+    *,
+    key: str | None = None,
+    state: str | None = None,
+    type: str | None = None,
+    limit: int = 100,
+    timeout: float = 1.0,
+) -> dict[str, Any]:
+    """The fair jobs every fair worker runs, has reserved or holds, fleet-wide (seed 002's
+    ``list(tenant, filters)``), filtered by fairness ``key``, ``state`` (``running``,
+    ``reserved`` or ``held``) and job ``type``; ``None``: any. One remote-control command,
+    ``fair_jobs``, which each worker answers from its gate in O(held + running).
+
+    Returns ``{"jobs": [...], "matched": n, "workers": w}``: the first ``limit`` jobs, running
+    first, then reserved, then held, each longest first, each with its ``task_id``,
+    ``worker``, ``state``, ``fairness_key``, ``type``, ``job_id``, ``priority`` and
+    ``running`` or ``waited`` (seconds); ``matched``: how many matched in all; ``workers``:
+    how many fair workers answered. Jobs still in the broker are not listed (a worker holds
+    about a window of a burst; ``status`` finds one by its task id).
+
+    Raises:
+        ConfigurationError: ``state`` is not one of those, or ``limit`` is not an int >= 0.
+    """
+    if state is not None and state not in JOB_STATES:
+        raise ConfigurationError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+    replies = app.control.broadcast(
+        "fair_jobs",
+        arguments={"key": key, "job_state": state, "type": type, "limit": limit},
+        reply=True,
+        timeout=timeout,
+    )
+    found: list[dict[str, Any]] = []
+    matched = workers = 0
+    for reply in replies or ():
+        for worker, answer in reply.items():
+            if not isinstance(answer, dict) or "jobs" not in answer:
+                continue  # not a fair worker (or an older release)
+            workers += 1
+            matched += int(answer.get("matched", 0))
+            found += [{**job, "worker": worker} for job in answer["jobs"]]
+    found.sort(
+        key=lambda job: (
+            JOB_STATES.index(job["state"]),
+            -float(job.get("running", job.get("waited", 0.0))),
+        )
+    )
+    return {"jobs": found[:limit], "matched": matched, "workers": workers}
 
 
 def cancel(

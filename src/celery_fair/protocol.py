@@ -25,6 +25,7 @@ __all__ = [
     "ERROR",
     "FAIRNESS_KEY",
     "JOB_ID",
+    "JOB_STATES",
     "JOB_TYPE",
     "ON_DEMAND",
     "PAUSED_SPILL",
@@ -164,6 +165,11 @@ def shard_count(conf: Mapping[str, Any]) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"fair_shards: expected an integer >= 1, got {value!r}")
     return value
+
+
+#: The states job control's ``fair_jobs`` lists a job in (a worker runs it, has admitted it
+#: and waits for a free process, or holds it), in the order it lists them.
+JOB_STATES = ("running", "reserved", "held")
 
 
 class ControlAnswer(str, enum.Enum):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from celery.canvas import StampingVisitor
@@ -9,7 +10,7 @@ from harness import BACKEND, gate_stats, later_queue, node, producers_at_once, w
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 
-from celery_fair.control import cancel, reprioritize, status
+from celery_fair.control import cancel, jobs, reprioritize, status
 from celery_fair.routing import DEFAULT_SHARDS, shard_of
 
 # A producer of its own: it builds the test's app from the environment (fairapp.py), waits
@@ -328,3 +329,53 @@ def test_a_job_published_at_a_priority_of_its_own_goes_before_the_keys_that_used
     # then it starts right after the long job, before the jobs published before it.
     wait_until(lambda: len(run.recorder.done_counts()) == 6, 30, "every job")
     assert starts(run)[:2] == ["long", "urgent"], starts(run)
+
+
+def test_jobs_lists_a_tenants_jobs_across_the_fleet_by_state_and_type(
+    make_run, start_worker, broker
+):
+    # Given two workers of one process each, one reading the run's queue, the other a queue of
+    # its own, both busy with a long job of tenant acme (a clone on one, a snapshot on the
+    # other), and behind the clone acme's and bob's clones of the same repository, held,
+    run = make_run(conf=fleet_conf(broker, fair_shards=1))
+    other = later_queue(run)
+    workers = [start_worker(run, concurrency=1), start_worker(run, concurrency=1, queues=(other,))]
+    clone = run.app.tasks["fairapp.clone"]
+    snapshot = run.app.tasks["fairapp.snapshot"]
+    # (a minute, ended by the test once it has looked)
+    clone.apply_async(["long-clone", 60.0], fairness_key="acme", job_id="linux")
+    snapshot.apply_async(["long-snap", 60.0], fairness_key="acme", queue=other)
+    wait_until(lambda: len(run.recorder.events()) == 2, 30, "both long jobs to start")
+    waiting = {
+        clone.apply_async([f"{key}-{i}", 0.01], fairness_key=key, job_id="linux").id: key
+        for key in ("acme", "bob")
+        for i in range(3)
+    }
+    held = lambda: jobs(run.app, state="held")["jobs"]  # noqa: E731
+    wait_until(lambda: len(held()) == 6, 20, "every waiting job held by a worker")
+    # when job control lists acme's jobs,
+    found = jobs(run.app, key="acme")
+    # then it has them from both workers, running first, each named by its worker,
+    assert found["workers"] == 2
+    assert found["matched"] == 5
+    assert [j["state"] for j in found["jobs"]] == ["running"] * 2 + ["held"] * 3
+    assert {j["worker"] for j in found["jobs"][:2]} == {node(w) for w in workers}
+    acme = {task_id for task_id, key in waiting.items() if key == "acme"}
+    assert {j["task_id"] for j in found["jobs"][2:]} == acme
+    # by type, and no more than asked (with how many matched);
+    snaps = jobs(run.app, key="acme", type="snapshot")["jobs"]
+    assert [(j["type"], j["state"]) for j in snaps] == [("snapshot", "running")]
+    page = jobs(run.app, limit=4)
+    assert (len(page["jobs"]), page["matched"]) == (4, 8)
+    # and the command line says the same.
+    shown = fair_command(run, "jobs", "--key", "bob", "--json")
+    assert shown.returncode == 0, shown.stderr
+    listed = json.loads(shown.stdout)
+    assert {j["task_id"] for j in listed["jobs"]} == set(waiting) - acme
+    words = fair_command(run, "jobs", "--state", "running")
+    assert words.returncode == 0, words.stderr
+    assert "2 jobs on 2 fair workers" in words.stdout
+    run.recorder.release("long-clone")
+    run.recorder.release("long-snap")
+    wait_until(lambda: len(run.recorder.done_counts()) == 8, 30, "every job")
+    assert jobs(run.app)["matched"] == 0

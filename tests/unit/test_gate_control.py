@@ -174,3 +174,42 @@ def test_a_priority_given_before_a_job_arrives_puts_it_first_when_it_does() -> N
     assert (arrived["place"], arrived["priority"]) == (1, 9)
     w.pool.finish(long)
     assert w.pool.ids() == ["long", "queued"]
+
+
+def test_jobs_lists_what_runs_is_reserved_and_is_held_filtered_longest_first() -> None:
+    # Given one process running a job of key a, one job of key b admitted ahead of it, and
+    # three held (two of key a, delivered a second apart, and one of key c on a repository),
+    w = World(slots=1, lookahead=1)
+    w.deliver("run", key="a")
+    w.deliver("ahead", key="b")
+    w.deliver("held-a1", key="a")
+    w.clock.advance(1.0)
+    w.deliver("held-a2", key="a")
+    w.deliver("held-c", key="c", job_id="linux")
+    w.clock.advance(2.0)
+    # then the worker lists them all, running first, then reserved, then held, longest first,
+    found, matched = w.gate.jobs()
+    assert [(j["task_id"], j["state"]) for j in found] == [
+        ("run", "running"),
+        ("ahead", "reserved"),
+        ("held-a1", "held"),
+        ("held-a2", "held"),
+        ("held-c", "held"),
+    ]
+    assert matched == 5
+    held_c = found[-1]
+    assert (held_c["fairness_key"], held_c["type"], held_c["job_id"]) == ("c", "build", "linux")
+    assert (held_c["waited"], found[2]["waited"], found[0]["running"]) == (2.0, 3.0, 3.0)
+    assert held_c["priority"] == 8
+    # by key, by state and by type, and no more than asked, with how many matched;
+    assert [j["task_id"] for j in w.gate.jobs(key="a")[0]] == ["run", "held-a1", "held-a2"]
+    assert [j["task_id"] for j in w.gate.jobs(state="held", key="a")[0]] == ["held-a1", "held-a2"]
+    assert [j["task_id"] for j in w.gate.jobs(state="reserved")[0]] == ["ahead"]
+    assert w.gate.jobs(type="other") == ([], 0)
+    assert ([j["task_id"] for j in w.gate.jobs(limit=2)[0]], w.gate.jobs(limit=2)[1]) == (
+        ["run", "ahead"],
+        5,
+    )
+    # and a job that ended is listed no more.
+    w.pool.finish(w.pool.running()[0])
+    assert "run" not in [j["task_id"] for j in w.gate.jobs()[0]]

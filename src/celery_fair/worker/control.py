@@ -1,8 +1,9 @@
 """The remote-control commands a fair worker answers from its gate (job control, issue 22).
 
-``fair_status``, ``fair_cancel`` and ``fair_reprioritize`` are Celery remote-control commands,
+``fair_status``, ``fair_jobs``, ``fair_cancel`` and ``fair_reprioritize`` are Celery
+remote-control commands,
 registered when this module is imported (the gate's bootstep does); the clients that broadcast
-them and read the answers are ``celery_fair.control``'s ``status``, ``cancel`` and
+them and read the answers are ``celery_fair.control``'s ``status``, ``jobs``, ``cancel`` and
 ``reprioritize`` (producer side), which says what each answer means.
 """
 
@@ -17,7 +18,7 @@ from celery.worker.control import revoke as celery_revoke
 from ..errors import SchedulerError
 from ..protocol import ControlAnswer
 
-__all__ = ["fair_cancel", "fair_reprioritize", "fair_status"]
+__all__ = ["fair_cancel", "fair_jobs", "fair_reprioritize", "fair_status"]
 
 
 @inspect_command(variadic="ids", signature="[id1 [id2 [... [idN]]]]")  # type: ignore[untyped-decorator]
@@ -32,6 +33,29 @@ def fair_status(state: Any, ids: Any, **kwargs: Any) -> dict[str, Any]:
         if found is not None:
             out[str(uid)] = found
     return out
+
+
+@inspect_command(  # type: ignore[untyped-decorator]
+    args=[("key", str), ("job_state", str), ("type", str), ("limit", int)],
+    signature="[key [job_state [type [limit]]]]",
+)
+def fair_jobs(
+    state: Any,
+    key: str | None = None,
+    job_state: str | None = None,
+    type: str | None = None,
+    limit: int = 100,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """The fair jobs this worker runs, has reserved or holds, filtered (worker side; views.py
+    ``jobs``): ``{"jobs": [...], "matched": n}``, or ``{}`` (not a fair worker)."""
+    gate = getattr(state.consumer, "fair_gate", None)
+    if gate is None:
+        return {}
+    found, matched = gate.jobs(
+        key=key or None, state=job_state or None, type=type or None, limit=limit
+    )
+    return {"jobs": found, "matched": matched}
 
 
 @control_command(  # type: ignore[untyped-decorator]

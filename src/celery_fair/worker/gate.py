@@ -515,6 +515,11 @@ class Gate:
         with self._lock:
             return views.job_status(self._parts, uid, self._monotonic.now(), self._pool_slots)
 
+    def jobs(self, **filters: Any) -> tuple[list[dict[str, Any]], int]:
+        """The fair jobs here, filtered (views.py ``jobs``). O(held + running)."""
+        with self._lock:
+            return views.jobs(self._parts, self._monotonic.now(), **filters)
+
     def pool_info(self) -> dict[str, Any]:
         """Flat statistics for ``inspect stats`` (views.py ``pool_info``). O(held)."""
         with self._lock:

@@ -1,8 +1,10 @@
 """What the gate reads of Celery's and Kombu's insides that is not their public API.
 
 Each helper names the internal it relies on, and nothing else in celery-fair reaches past
-Celery's and Kombu's public API. Checked against celery 5.7.0, kombu 5.7.0 and billiard 4.3.2
-(the versions ``tests/unit/test_internals.py`` runs on, with Celery's own Request classes).
+Celery's and Kombu's public API but ``redis_broker.py``, which names those of the Kombu Redis
+channel that producers need too (its lists' names, its server's connection pool). Checked
+against celery 5.7.0, kombu 5.7.0 and billiard 4.3.2 (the versions
+``tests/unit/test_internals.py`` runs on, with Celery's own Request classes).
 """
 
 from __future__ import annotations

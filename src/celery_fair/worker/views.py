@@ -17,6 +17,7 @@ from ..core.inspect import why_to_dict
 from ..engine import Engine
 from ..metrics import GateLook, top_allocations
 from ..observe import Counters
+from ..protocol import JOB_STATES
 from ..store.base import conflict_field
 from .held import HeldJobs
 from .lanes_here import LanesHere
@@ -24,7 +25,7 @@ from .reserve import Reserve
 from .runs import Runs
 from .window import Windows, blocked_idle
 
-__all__ = ["Parts", "idle_blocked", "job_status", "look", "pool_info"]
+__all__ = ["Parts", "idle_blocked", "job_status", "jobs", "look", "pool_info"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,63 @@ class Parts:
 
     def type_priority(self, name: str) -> int:
         return self.types[name].priority
+
+
+def jobs(
+    parts: Parts,
+    now: float,
+    *,
+    key: str | None = None,
+    state: str | None = None,
+    type: str | None = None,
+    limit: int = 100,
+) -> tuple[list[dict[str, Any]], int]:
+    """The fair jobs this worker runs, has reserved or holds, filtered by fairness ``key``,
+    ``state`` (``JOB_STATES``) and job ``type`` (``None``: any): the first ``limit`` in the
+    order running, reserved, held, each oldest first, and how many matched in all. ``now``:
+    monotonic. O(held + running), once per call of job control, never on a hot path."""
+    found: list[tuple[int, float, dict[str, Any]]] = []
+    if state in (None, "running"):
+        for run in parts.runs:
+            view = parts.scheduler.status(run.uid) if run.uid is not None else None
+            if view is None or not _matches(view.fairness_key, view.type, key, type):
+                continue
+            entry = {
+                "task_id": getattr(run.req, "id", None),
+                "state": "running",
+                "fairness_key": view.fairness_key,
+                "type": view.type,
+                "job_id": view.job_id,
+                "priority": view.priority,
+                "running": round(run.elapsed(now), 3),
+            }
+            found.append((0, run.dispatched, entry))
+    if state in (None, "reserved", "held"):
+        for uid, held in parts.held.items():
+            where = "reserved" if uid in parts.reserve else "held"
+            headers = held.headers
+            if state not in (None, where) or not _matches(
+                headers.fairness_key, headers.job_type, key, type
+            ):
+                continue
+            entry = {
+                "task_id": getattr(held.req, "id", None),
+                "state": where,
+                "fairness_key": headers.fairness_key,
+                "type": headers.job_type,
+                "job_id": headers.job_id,
+                "priority": parts.type_priority(headers.job_type)
+                if held.priority is None
+                else held.priority,
+                "waited": round(now - held.received, 3),
+            }
+            found.append((JOB_STATES.index(where), held.received, entry))
+    found.sort(key=lambda item: (item[0], item[1]))
+    return [entry for _, _, entry in found[: max(0, limit)]], len(found)
+
+
+def _matches(fairness_key: str, job_type: str, key: str | None, type: str | None) -> bool:
+    return (key is None or fairness_key == key) and (type is None or job_type == type)
 
 
 def job_status(parts: Parts, uid: str, now: float, pool_slots: int) -> dict[str, Any] | None:
