@@ -251,8 +251,9 @@ def send(
     """``app.send_task`` for a fair job named ``name``, through the fair task's own submit
     path: its headers (as ``fair_headers`` writes them), its key's shard or lane, and the
     submit controls of ``FairTask.apply_async``: ``idempotency_key`` (one publish per
-    ``(fairness_key, idempotency_key)`` within ``fair_idempotency_seconds``) and, with
-    ``fair_track_submissions``, the queue limits (``QueueFull``). For a producer that does not
+    ``(fairness_key, idempotency_key)`` within ``fair_idempotency_seconds``), the registry
+    of submissions (``fair_track_submits``) and its limits (``fair_max_queued``,
+    ``fair_max_queued_per_key``: ``QueueFull``). For a producer that does not
     import the task's code. ``job_type``: the type's name, by default the type of the fair
     task registered here as ``name``, if any (a worker takes a message without one as of its
     task's type). Other options are Celery's own ``send_task`` options.
