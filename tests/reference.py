@@ -61,6 +61,8 @@ class RefScheduler:
     aging: dict | None = None
     # Each key's allocation (core/allocation.py, tested on its own) is its soft cap.
     allocation_caps: bool = False
+    # "global": priority first, then fairness; "key": fairness first, then priority.
+    priority_scope: str = "global"
 
     def __post_init__(self) -> None:
         self.pending: list[RefJob] = []
@@ -122,9 +124,34 @@ class RefScheduler:
                     if floor > self.acc[key]:
                         self.acc[key] = floor
         self.pending.append(
-            RefJob(ref, type, job_id, key, arrival, self.seq, cost, priority=priority)
+            RefJob(
+                ref,
+                type,
+                job_id,
+                key,
+                arrival,
+                self.seq,
+                cost,
+                priority=self.bounded(type, key, priority),
+            )
         )
         self.seq += 1
+
+    def bounded(self, type: str, key: str, priority: int | None) -> int | None:
+        """The job's own priority: as asked (``None``: its type's), or its key's
+        max_priority if that is lower."""
+        bound = self.policy(key).get("max_priority")
+        asked = self.types[type].priority if priority is None else priority
+        return bound if bound is not None and asked > bound else priority
+
+    def set_keys(self, keys: dict[str, dict]) -> None:
+        """New policies; a pending job above its key's max_priority now is lowered to it,
+        keeping its arrival."""
+        self.keys = keys
+        for job in self.pending:
+            bound = self.policy(job.key).get("max_priority")
+            if bound is not None and self.base(job) > bound:
+                job.priority = bound
 
     def reprioritize(self, ref, priority, now) -> str:
         """A pending job takes ``priority`` and is taken as new: it arrives now."""
@@ -133,7 +160,7 @@ class RefScheduler:
             return "running"
         for job in self.pending:
             if job.ref == ref:
-                job.priority = priority
+                job.priority = self.bounded(job.type, job.key, priority)
                 job.arrival = now
                 job.seq = self.seq
                 self.seq += 1
@@ -238,9 +265,18 @@ class RefScheduler:
         return own if own is not None else self.aging
 
     def effective(self, job: RefJob, now: float) -> tuple[int, bool]:
-        """(effective priority, urgent): base + floor((wait - grace) / interval) once the
-        wait passes grace, capped by the ceiling (never below base); urgent once it has risen
-        above base to the urgent threshold or beyond."""
+        """(effective priority, urgent), as ``aged`` says, and no higher than the key's
+        max_priority unless urgent."""
+        level, urgent = self.aged(job, now)
+        bound = self.policy(job.key).get("max_priority")
+        if not urgent and bound is not None and level > bound:
+            level = max(self.base(job), bound)
+        return level, urgent
+
+    def aged(self, job: RefJob, now: float) -> tuple[int, bool]:
+        """(level, urgent): base + floor((wait - grace) / interval) once the wait passes
+        grace, capped by the ceiling (never below base); urgent once it has risen above base
+        to the urgent threshold or beyond."""
         base = self.base(job)
         aging = self.aging_of(job.type)
         if aging is None:
@@ -264,11 +300,19 @@ class RefScheduler:
             if aging is None or job.key in self.paused_keys or job.type in self.paused_types:
                 continue
             base = self.base(job)
-            level, urgent = self.effective(job, now)
+            level, urgent = self.aged(job, now)
             ceiling = aging.get("ceiling")
             if urgent or (ceiling is not None and level + 1 > ceiling):
                 continue
             target = aging.get("grace", 0) + (level + 1 - base) * aging["interval"]
+            bound = self.policy(job.key).get("max_priority")
+            if bound is not None and level >= bound:  # it moves again when urgent, if ever
+                threshold = aging.get("urgent")
+                if threshold is None or max(threshold, base + 1) > (ceiling or math.inf):
+                    continue
+                target = (
+                    aging.get("grace", 0) + (max(threshold, base + 1) - base) * aging["interval"]
+                )
             times.append(now + (target - self.wait(job, now)))
         return min(times, default=None)
 
@@ -302,6 +346,8 @@ class RefScheduler:
         level, urgent = self.effective(job, now)
         if urgent:  # before everything that is not, oldest first
             return (-math.inf, 0, 0.0, job.arrival, job.seq)
+        if self.priority_scope == "key":  # the key first, then priority within it
+            return (self.rank(job.key), self.acc[job.key], -level, job.arrival, job.seq)
         return (-level, self.rank(job.key), self.acc[job.key], job.arrival, job.seq)
 
     def next_admission(self, now) -> RefJob | None:
@@ -353,6 +399,9 @@ class RefScheduler:
         self.running.remove(job)
         self.pending.append(job)
         self.acc[job.key] = self.acc[job.key] - job.charge
+        bound = self.policy(job.key).get("max_priority")
+        if bound is not None and self.base(job) > bound:  # it fell while the job ran
+            job.priority = bound
 
     def set_accumulated(self, key: str, value: float) -> None:
         if key in self.acc:
@@ -389,6 +438,7 @@ def reference_simulate(trace: dict) -> list[dict]:
         keys=dict(trace.get("keys", {})),
         aging=trace.get("aging"),
         allocation_caps=trace.get("allocation_caps", False),
+        priority_scope=trace.get("priority_scope", "global"),
     )
     jobs = trace["jobs"]
     start: dict[int, float] = {}
@@ -439,6 +489,7 @@ def reference_simulate(trace: dict) -> list[dict]:
                     j["arrival"],
                     j.get("cost"),
                     t,
+                    j.get("priority"),
                 )
         for job in ref.schedule(t):
             start[job.ref] = t

@@ -40,8 +40,9 @@ WEIGHTS = [1, 0.5, 2, 3, 0.3]
 
 
 @st.composite
-def key_policies(draw, *, runnable=False):
-    """Policies by fairness key, as a trace's ``keys``: exact names, a pattern, a default."""
+def key_policies(draw, *, runnable=False, bounds=False):
+    """Policies by fairness key, as a trace's ``keys``: exact names, a pattern, a default;
+    with ``bounds``, some with a ``max_priority``."""
     names = draw(st.lists(st.sampled_from([*KEYS, "[ab]", "?", "*"]), max_size=4, unique=True))
     out = {}
     for name in names:
@@ -52,6 +53,8 @@ def key_policies(draw, *, runnable=False):
             policy["max_concurrency"] = draw(st.integers(1 if runnable else 0, 3))
         if draw(st.booleans()):
             policy["min_slots"] = draw(st.integers(0, 3))
+        if bounds and draw(st.booleans()):
+            policy["max_priority"] = draw(st.sampled_from(PRIORITIES))
         out[name] = policy
     return out
 
@@ -94,11 +97,15 @@ def traces(
     policies=False,
     aging=False,
     allocation_caps=False,
+    bounds=False,
+    by_key=False,
 ):
     """A random trace; ``runnable`` makes every type able to run (caps >= 1); ``policies``
     adds weights and caps by key, and pauses (only ones that end, with ``runnable``);
     ``aging`` adds aging for the trace and some types, and draws every time from
-    ``quarter_times``; ``allocation_caps`` makes each key's allocation its soft cap."""
+    ``quarter_times``; ``allocation_caps`` makes each key's allocation its soft cap;
+    ``bounds`` gives some jobs a priority of their own and (with ``policies``) some keys a
+    ``max_priority``; ``by_key`` sets the priority scope ``"key"``."""
     when = quarter_times if aging else times
     types = draw(job_types())
     if aging:
@@ -123,6 +130,8 @@ def traces(
         cost = draw(costs)
         if cost is not None:
             job["cost"] = cost
+        if bounds and draw(st.integers(0, 2)) == 0:
+            job["priority"] = draw(st.sampled_from(PRIORITIES))
         jobs.append(job)
     trace = {"capacity": capacity, "types": types, "jobs": jobs}
     if draw(st.booleans()):
@@ -144,7 +153,7 @@ def traces(
             life["advance_idle"] = True
         trace["lifecycle"] = life
     if policies:
-        trace["keys"] = draw(key_policies(runnable=runnable))
+        trace["keys"] = draw(key_policies(runnable=runnable, bounds=bounds))
         trace["pauses"] = [
             p for p in draw(pauses(types, when)) if not runnable or p.get("until") is not None
         ]
@@ -152,4 +161,6 @@ def traces(
         trace["aging"] = draw(agings())
     if allocation_caps:
         trace["allocation_caps"] = True
+    if by_key:
+        trace["priority_scope"] = "key"
     return trace

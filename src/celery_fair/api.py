@@ -12,10 +12,10 @@ from celery.canvas import Signature
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.utils.uuid import uuid
 
-from .connect import declared_types, settings_of
+from .connect import declared_types, key_policies, settings_of
 from .core import Aging, JobType
 from .core.types import check_declared_priority, check_priority
-from .errors import ConfigurationError, RunTimeout
+from .errors import ConfigurationError, RunTimeout, SchedulerError
 from .protocol import (
     FAIRNESS_KEY,
     JOB_ID,
@@ -148,7 +148,8 @@ class FairTask(Task):
             MessageError: ``fairness_key``, ``job_id`` or the task id is not Unicode text
                 (a lone surrogate, as ``json.loads('"\\ud800"')`` gives): nothing is
                 published or recorded.
-            SchedulerError: ``fair_priority`` is not a declared priority: the same.
+            SchedulerError: ``fair_priority`` is not a declared priority, or is above the
+                fairness key's ``max_priority``: the same.
         """
         parent = super().apply_async
 
@@ -261,7 +262,8 @@ def send(
     Raises:
         MessageError: ``fairness_key``, ``job_id``, ``job_type`` or ``task_id`` is not
             Unicode text: nothing is published or recorded.
-        SchedulerError: ``fair_priority`` is not a declared priority: the same.
+        SchedulerError: ``fair_priority`` is not a declared priority, or is above the
+            fairness key's ``max_priority``: the same.
         QueueFull, StoreUnavailable, SubmissionPending: as ``FairTask.apply_async``.
 
     Example:
@@ -330,6 +332,8 @@ def _submit(
         headers[JOB_ID] = job_id
     for header in (FAIRNESS_KEY, JOB_ID):  # before the shard hash or the store meets them
         check_text(header, headers.get(header))
+    if fair_priority is not None:
+        _check_bound(app, _key_of(app, headers.get(FAIRNESS_KEY)), fair_priority)
     check_text("task_id", options.get("task_id", task_id))
     # A retry keeps the first submission time: the job has waited that long already.
     if SUBMITTED not in headers:
@@ -381,6 +385,17 @@ def _one_job_time(
             return float(default)
 
     return hint
+
+
+def _check_bound(app: Celery, fairness_key: str, priority: int) -> None:
+    """Refuse ``priority`` above ``fairness_key``'s ``max_priority`` (``fair_keys`` and the
+    runtime policies as this producer last read them): the worker would lower it."""
+    bound = key_policies(app).for_key(fairness_key).max_priority
+    if bound is not None and priority > bound:
+        raise SchedulerError(
+            f"fair_priority {priority} is above fairness key {fairness_key!r}'s "
+            f"max_priority {bound}: give {bound} or less, or no fair_priority"
+        )
 
 
 def _declared_priorities(app: Celery) -> frozenset[int]:

@@ -227,6 +227,8 @@ class _PolicyWatch:
 @click.option("--min-slots", type=int, help="while it runs fewer, its jobs go first")
 @click.option("--max-concurrency", type=int, help="the most of its jobs that run at once")
 @click.option("--no-cap", is_flag=True, help="remove the runtime max_concurrency")
+@click.option("--max-priority", type=int, help="the highest priority its jobs may have")
+@click.option("--no-max-priority", is_flag=True, help="remove the runtime max_priority")
 @click.option("--reset", is_flag=True, help="drop NAME's runtime policy: its configured one again")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.pass_context
@@ -237,11 +239,14 @@ def weights(
     min_slots: int | None,
     max_concurrency: int | None,
     no_cap: bool,
+    max_priority: int | None,
+    no_max_priority: bool,
     reset: bool,
     as_json: bool,
 ) -> None:
     """Show, or change while the fleet runs, a fairness key's (or pattern's) weight, minimum
-    of slots and cap. Every worker follows within about a second (docs/configuration.md).
+    of slots, cap and highest priority. Every worker follows within about a second
+    (docs/configuration.md).
 
     With no NAME: every policy entry in force, fair_keys' and runtime ones. With NAME alone:
     the policy key NAME gets, and where each value comes from."""
@@ -254,6 +259,10 @@ def weights(
         options["max_concurrency"] = max_concurrency
     if no_cap:
         options["max_concurrency"] = None
+    if max_priority is not None:
+        options["max_priority"] = max_priority
+    if no_max_priority:
+        options["max_priority"] = None
     if (options or reset) and name is None:
         raise click.UsageError("give the key (or pattern) to change: fair weights NAME ...")
     if options and reset:
@@ -564,13 +573,17 @@ def _show_policies(version: int, configured: Any, runtime: Any, as_json: bool) -
     click.echo(f"  paused types: {', '.join(sorted(runtime.paused_types)) or 'none'}")
 
 
+_NONE_SHOWN = {"max_concurrency": "no cap", "max_priority": "no bound"}
+"""How a key option that is ``None`` is shown."""
+
+
 def policy_lines(found: list[dict[str, Any]]) -> list[str]:
     """``policies.entries`` as lines: each entry, what it sets, and where it comes from."""
     lines = []
     for entry in found:
         name = "* (any other key)" if entry["name"] == "*" else entry["name"]
         if entry["from"] == "default":
-            lines.append(f"  {name}: weight=1.0, min_slots=0, no cap (the defaults)")
+            lines.append(f"  {name}: weight=1.0, min_slots=0, no cap, no bound (the defaults)")
             continue
         where = entry["from"]
         if entry["replaces"] is not None:
@@ -603,7 +616,7 @@ def key_lines(found: dict[str, Any], version: int) -> list[str]:
         source = found["sources"][option]
         if source != "default":
             source = f"{source} {entry!r}"
-        shown = "no cap" if option == "max_concurrency" and value is None else value
+        shown = _NONE_SHOWN.get(option, "none") if value is None else value
         lines.append(f"  {option}: {shown} ({source})")
     lines.append(f"  paused: {'yes' if found['paused'] else 'no'}")
     return lines

@@ -9,6 +9,7 @@ startup with ``open_store``, checked before it consumes anything.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -16,14 +17,16 @@ from urllib.parse import quote
 
 from celery.utils.log import get_logger
 
-from .core import JobType
+from .core import JobType, KeyPolicies
 from .errors import ConfigurationError, StoreUnavailable
+from .runtime_policies import RuntimePolicies
 from .settings import FairSettings, merge_type
 from .store.redis import RedisStore
 
 __all__ = [
     "app_store",
     "declared_types",
+    "key_policies",
     "open_store",
     "settings_of",
     "shared_store",
@@ -142,6 +145,44 @@ def shared_store(app: Any) -> Any | None:
         if store_url(settings_of(app), app) is not None:
             logger.warning("celery-fair: the shared store cannot be used: %s", exc)
         return None
+
+
+POLICIES_EVERY = 1.0
+"""A producer reads the runtime policies again at most this often (seconds), as workers do."""
+
+# Each app's key policies as a producer last read them: (read at, version, policies).
+_policies: weakref.WeakKeyDictionary[Any, tuple[float, int, KeyPolicies]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def key_policies(app: Any) -> KeyPolicies:
+    """The key policies in force as this producer knows them: ``fair_keys``, with the shared
+    store's runtime policies on top, read again at most once per ``POLICIES_EVERY`` (one
+    round trip, only when asked). Without a shared store, ``fair_keys`` alone; while it
+    cannot be reached, what was last read."""
+    now = time.monotonic()
+    known = _policies.get(app)
+    if known is not None and now - known[0] < POLICIES_EVERY:
+        return known[2]
+    configured: KeyPolicies = settings_of(app).keys
+    store = shared_store(app)
+    if store is None:
+        _policies[app] = (now, 0, configured)
+        return configured
+    try:
+        version, doc = store.policies()
+    except StoreUnavailable as exc:
+        logger.warning("celery-fair: runtime policies not read (fair_keys apply): %s", exc)
+        policies = configured if known is None else known[2]
+        _policies[app] = (now, 0 if known is None else known[1], policies)
+        return policies
+    if known is not None and known[1] == version:
+        policies = known[2]
+    else:
+        policies = RuntimePolicies.from_json(doc).merged(configured)
+    _policies[app] = (now, version, policies)
+    return policies
 
 
 def tracked_store(app: Any) -> Any:

@@ -113,6 +113,8 @@ DROPPED = _Spec("dropped", "Fair messages dropped unrun: a copy of a job held, r
 REPAIRED = _Spec("headers_repaired", "Fairness headers the gate repaired and ran the job "
                  "with: malformed ones, and those out of bounds (an undeclared fair_priority, "
                  "a fair_submitted before the horizon).", ("header",))  # fmt: skip
+LOWERED = _Spec("priority_lowered", "Fair jobs asked above their fairness key's "
+                "max_priority and given that bound instead.", ("job_type",))  # fmt: skip
 GIVEN_BACK = _Spec("given_back", "Admitted jobs that had not started, given back to let a "
                    "newcomer go first, or because the worker's lease may have lapsed since "
                    "their admission.")  # fmt: skip
@@ -130,7 +132,7 @@ CONTROLLED = _Spec("job_control", "Job control's requests this worker's gate ans
                    "(fair cancel, fair reprioritize), by operation and answer; elsewhere: "
                    "it did not have the job.", ("operation", "answer"))  # fmt: skip
 SPECS = (WAIT, STARTED, RUNTIME, RELEASED, REFUSED, DECISION, CALLS, ERRORS, LEASE, OUTAGES,
-         RETURNED, DROPPED, REPAIRED, GIVEN_BACK, MOVED, REROUTED, AGED, URGENT,
+         RETURNED, DROPPED, REPAIRED, LOWERED, GIVEN_BACK, MOVED, REROUTED, AGED, URGENT,
          CONTROLLED)  # fmt: skip
 
 
@@ -239,6 +241,9 @@ class WorkerMetrics(Observer):
 
     def repaired(self, header: str) -> None:
         self._add(REPAIRED, (header,))
+
+    def priority_lowered(self, job_type: str) -> None:
+        self._add(LOWERED, (job_type,))
 
     def revoked_held(self) -> None:
         self._add(DROPPED, ("revoked",))

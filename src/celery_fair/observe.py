@@ -58,6 +58,7 @@ GATE_COUNTS = (
     "refreshed",
     "dead_lettered",
     "repaired",
+    "priority_lowered",
     "revoked_held",
     "duplicates",
     "moved",
@@ -149,6 +150,10 @@ class Observer:
     def repaired(self, header: str) -> None:
         """A message's ``header`` was bad or out of bounds and the gate repaired it (the
         default key, the type's priority, the horizon...); the job goes on (headers.py)."""
+
+    def priority_lowered(self, job_type: str) -> None:
+        """A job asked a priority above its fairness key's ``max_priority`` and was given
+        that bound instead (its producer does not know the bound)."""
 
     def revoked_held(self) -> None:
         """A held job was revoked or expired and dropped from the gate."""
@@ -246,6 +251,9 @@ class Counters(Observer):
 
     def repaired(self, header: str) -> None:
         self.counts["repaired"] += 1
+
+    def priority_lowered(self, job_type: str) -> None:
+        self.counts["priority_lowered"] += 1
 
     def revoked_held(self) -> None:
         self.counts["revoked_held"] += 1

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeGuard
 
 from .core import JobType, KeyPolicies, KeyPolicy
+from .core.types import KEY_OPTIONS
 
 __all__ = ["Recorder", "key_policies_spec", "parse_duration", "settings_config"]
 
@@ -188,14 +189,15 @@ def _policy_spec(policy: KeyPolicy) -> dict[str, Any]:
     plain = KeyPolicy()
     return {
         name: getattr(policy, name)
-        for name in ("weight", "min_slots", "max_concurrency")
+        for name in KEY_OPTIONS
         if getattr(policy, name) != getattr(plain, name)
     }
 
 
 def settings_config(settings: Any) -> dict[str, Any]:
     """The trace's top-level fields for what ``settings`` (``FairSettings``) sets that the
-    simulator models: tier caps, aging, alpha, allocation caps and the cost lifecycle."""
+    simulator models: tier caps, aging, alpha, allocation caps, the priority scope and the cost
+    lifecycle."""
     out: dict[str, Any] = {"alpha": settings.alpha}
     if settings.tier_caps:
         out["tier_caps"] = {str(p): cap for p, cap in sorted(settings.tier_caps.items())}
@@ -203,6 +205,8 @@ def settings_config(settings: Any) -> dict[str, Any]:
         out["aging"] = asdict(settings.aging)
     if settings.allocation_caps:
         out["allocation_caps"] = True
+    if settings.priority_scope != "global":
+        out["priority_scope"] = settings.priority_scope
     out["lifecycle"] = asdict(settings.lifecycle)
     return out
 

@@ -24,12 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core import KeyPolicies, KeyPolicy
-from .core.types import DEFAULT_KEY_POLICY
+from .core.types import DEFAULT_KEY_POLICY, KEY_OPTIONS
 from .errors import ConfigurationError
 
 __all__ = ["RuntimePolicies", "apply_to", "describe", "entries", "explain"]
-
-_OPTIONS = ("weight", "min_slots", "max_concurrency")
 
 
 @dataclass(frozen=True)
@@ -89,9 +87,9 @@ class RuntimePolicies:
         option given as ``None`` is removed (``max_concurrency=None``: no cap)."""
         current = dict(self.keys.get(name, {}))
         for option, value in options.items():
-            if option not in _OPTIONS:
+            if option not in KEY_OPTIONS:
                 raise ConfigurationError(
-                    f"key policy {name!r}: unknown option {option!r}; expected {_OPTIONS}"
+                    f"key policy {name!r}: unknown option {option!r}; expected {KEY_OPTIONS}"
                 )
             if value is None:
                 current.pop(option, None)
@@ -121,7 +119,7 @@ def _checked(name: object, options: object) -> dict[str, Any]:
         raise ConfigurationError(f"runtime policies: a key name or pattern is a string: {name!r}")
     if not isinstance(options, dict):
         raise ConfigurationError(f"runtime policies: {name!r} must map options to values")
-    unknown = set(options) - set(_OPTIONS)
+    unknown = set(options) - set(KEY_OPTIONS)
     if unknown:
         raise ConfigurationError(f"key policy {name!r}: unknown option(s) {sorted(unknown)}")
     try:
@@ -166,7 +164,7 @@ def _given(policy: KeyPolicy) -> dict[str, Any]:
     """The options of a configured entry that differ from the default policy."""
     return {
         option: getattr(policy, option)
-        for option in _OPTIONS
+        for option in KEY_OPTIONS
         if getattr(policy, option) != getattr(DEFAULT_KEY_POLICY, option)
     }
 
@@ -221,10 +219,10 @@ def explain(configured: KeyPolicies, runtime: RuntimePolicies, key: str) -> dict
         "entry": name,
         "from": entry["from"],
         "replaces": entry["replaces"],
-        "policy": {option: getattr(policy, option) for option in _OPTIONS},
+        "policy": {option: getattr(policy, option) for option in KEY_OPTIONS},
         "sources": {
             option: entry["from"] if option in entry["options"] else "default"
-            for option in _OPTIONS
+            for option in KEY_OPTIONS
         },
         "paused": key in runtime.paused_keys,
     }

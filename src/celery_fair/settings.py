@@ -25,8 +25,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {
         "fair_types": {},  # {name: {"priority": int, "max_concurrency": ..., ...}}
         "fair_tier_caps": {},  # {priority: cap or None}
-        # policies by fairness key: {name, glob pattern or "*": {"weight": w,
-        # "max_concurrency": n}}; exact names first, then patterns in order, then "*"
+        # policies by fairness key: {name, glob pattern or "*": {"weight": w, "min_slots": m,
+        # "max_concurrency": n, "max_priority": p}}; exact names first, then patterns in
+        # order, then "*"
         "fair_keys": {},
         # priority aging for every type that sets none of its own: {"interval": s, "grace": s,
         # "max_effective_priority": p, "urgent_threshold": p}; None = no aging
@@ -37,6 +38,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # each fairness key's slot allocation (minimums, weights, caps) is its soft cap: a key
         # at its allocation yields to keys below theirs, and takes a slot nobody else can
         "fair_allocation_caps": False,
+        # what a priority orders: "global" (every job of a higher priority first) or "key"
+        # (the key to serve by fairness first; priority orders that key's own jobs)
+        "fair_priority_scope": "global",
         "fair_pool": "prefork",  # the real pool that runs tasks
         "fair_capacity": None,  # slots; None = the pool's size, following autoscale
         # jobs admitted ahead of a free slot; None = sized by fair_reserve_seconds (1 to 8)
@@ -132,6 +136,7 @@ class FairSettings:
     aging: Aging | None = None
     inherit_aging: bool = False
     allocation_caps: bool = False
+    priority_scope: str = "global"
     pool: str = "prefork"
     capacity: int | None = None
     lookahead: int | None = None
@@ -212,6 +217,10 @@ class FairSettings:
             aging=_parse_aging("fair_aging", v["fair_aging"]),
             inherit_aging=_bool("fair_inherit_aging", v["fair_inherit_aging"]),
             allocation_caps=_bool("fair_allocation_caps", v["fair_allocation_caps"]),
+            priority_scope=_setting(
+                "fair_priority_scope",
+                lambda: SchedulerConfig(1, priority_scope=v["fair_priority_scope"]).priority_scope,
+            ),
             pool=_text("fair_pool", v["fair_pool"]),
             capacity=_optional_int("fair_capacity", v["fair_capacity"], minimum=1),
             lookahead=_optional_int("fair_lookahead", v["fair_lookahead"], minimum=0),
@@ -295,6 +304,7 @@ class FairSettings:
             keys=self.keys,
             aging=self.aging,
             allocation_caps=self.allocation_caps,
+            priority_scope=self.priority_scope,
         )
 
     def describe(self) -> dict[str, object]:
@@ -305,6 +315,7 @@ class FairSettings:
             "keys": _describe_keys(self.keys),
             "aging": None if self.aging is None else describe_aging(self.aging),
             "allocation_caps": self.allocation_caps,
+            "priority_scope": self.priority_scope,
             "pool": self.pool,
             "capacity": self.capacity or "pool size",
             "lookahead": self.lookahead if self.lookahead is not None else "adaptive",

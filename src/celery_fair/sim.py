@@ -45,7 +45,16 @@ __all__ = [
 ]
 
 _TYPE_FIELDS = {"priority", "max_concurrency", "conflict_group", "default_cost", "aging"}
-_JOB_FIELDS = {"name", "type", "job_id", "fairness_key", "arrival", "duration", "cost"}
+_JOB_FIELDS = {
+    "name",
+    "type",
+    "job_id",
+    "fairness_key",
+    "arrival",
+    "duration",
+    "cost",
+    "priority",
+}
 _TOP_FIELDS = {
     "capacity",
     "types",
@@ -57,6 +66,7 @@ _TOP_FIELDS = {
     "pauses",
     "aging",
     "allocation_caps",
+    "priority_scope",
 }
 _PAUSE_FIELDS = {"key", "type", "at", "until"}
 _LIFECYCLE_FIELDS = {"cost_ttl", "estimate_ttl", "reset_interval", "advance_idle"}
@@ -71,6 +81,7 @@ class TraceJob:
     arrival: float
     duration: float
     cost: float | None
+    priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +239,10 @@ def _parse_job(raw: object, where: str, known: set[str], names: set[str], warn: 
     cost = spec.get("cost")
     if cost is not None:
         cost = _number(cost, f"{where}.cost")
-    return TraceJob(name, str(jtype), job_id, key, arrival, duration, cost)
+    priority = spec.get("priority")
+    if priority is not None and not (type(priority) is int and priority >= 1):
+        raise TraceError(f"{where}.priority: must be a positive int or null, got {priority!r}")
+    return TraceJob(name, str(jtype), job_id, key, arrival, duration, cost, priority)
 
 
 def _parse_config(top: dict[str, Any], capacity: int, warn: Any) -> SchedulerConfig:
@@ -268,6 +282,7 @@ def _parse_config(top: dict[str, Any], capacity: int, warn: Any) -> SchedulerCon
             keys=keys,
             aging=aging,
             allocation_caps=top.get("allocation_caps", False),
+            priority_scope=top.get("priority_scope", "global"),
         )
     except ConfigurationError as exc:
         raise TraceError(str(exc)) from None
@@ -356,6 +371,7 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
                 job.fairness_key,
                 arrival=job.arrival,
                 cost=job.cost,
+                priority=job.priority,
             )
             nxt += 1
             if progress is not None and not nxt & 4095:
@@ -385,13 +401,14 @@ OVERRIDABLE = (
     "pauses",
     "aging",
     "allocation_caps",
+    "priority_scope",
 )
 
 
 def with_overrides(data: object, overrides: object) -> object:
     """``data`` (a decoded trace) with an alternative configuration on top: ``capacity``,
-    ``alpha``, ``tier_caps``, ``lifecycle``, ``keys``, ``pauses``, ``aging`` and
-    ``allocation_caps`` replace the trace's;
+    ``alpha``, ``tier_caps``, ``lifecycle``, ``keys``, ``pauses``, ``aging``,
+    ``allocation_caps`` and ``priority_scope`` replace the trace's;
     ``types`` are merged type by type, option by option (``{"repack": {"max_concurrency": 1}}``
     changes one cap). The jobs stay. The result is checked by ``parse_trace`` like any trace.
 

@@ -78,3 +78,40 @@ def test_allocation_caps_leave_no_job_unrun_that_could_run(trace):
 @given(traces(aging=True, policies=True, lifecycle=True, allocation_caps=True, max_jobs=40))
 def test_allocation_caps_with_aging_and_the_cost_lifecycle_equal_the_reference(trace):
     assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(policies=True, bounds=True))
+def test_max_priority_by_key_equals_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(aging=True, policies=True, bounds=True, max_jobs=40))
+def test_max_priority_with_aging_equals_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(policies=True, bounds=True, by_key=True))
+def test_priority_scope_key_equals_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(runnable=True, policies=True, bounds=True, by_key=True))
+def test_priority_scope_key_leaves_no_job_unrun_that_could_run(trace):
+    jobs = run(trace)
+    assert jobs == reference_simulate(trace)
+    assert all(j["start"] is not None for j in jobs)
+
+
+@given(
+    traces(
+        aging=True,
+        policies=True,
+        lifecycle=True,
+        allocation_caps=True,
+        bounds=True,
+        by_key=True,
+        max_jobs=40,
+    )
+)
+def test_priority_scope_key_with_aging_caps_and_the_cost_lifecycle_equals_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)

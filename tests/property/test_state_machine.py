@@ -43,10 +43,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         estimate_ttl=st.sampled_from([None, 2.0]),
         reset_interval=st.sampled_from([None, 3.0]),
         advance_idle=st.booleans(),
-        keys=st.one_of(st.just({}), key_policies()),
+        keys=st.one_of(st.just({}), key_policies(bounds=True)),
         aging=st.one_of(st.none(), agings()),
         type_aging=st.lists(st.one_of(st.none(), agings()), min_size=4, max_size=4),
         allocation_caps=st.booleans(),
+        priority_scope=st.sampled_from(["global", "key"]),
     )
     def setup(
         self,
@@ -61,6 +62,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         aging,
         type_aging,
         allocation_caps,
+        priority_scope,
     ):
         self.clock = SimClock()
         life = CostLifecycle(cost_ttl, estimate_ttl, reset_interval, advance_idle)
@@ -83,6 +85,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 keys=KeyPolicies.from_mapping(keys),
                 aging=None if aging is None else Aging.from_mapping(aging),
                 allocation_caps=allocation_caps,
+                priority_scope=priority_scope,
             ),
             self.clock,
             jtypes,
@@ -108,6 +111,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             keys=keys,
             aging=aging,
             allocation_caps=allocation_caps,
+            priority_scope=priority_scope,
         )
         self.types = sorted(types)
         self.policies_changed = False  # a cap lowered under running jobs may be exceeded
@@ -146,8 +150,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             view = self.core.status(ref)
             assert view is not None
             assert view.arrival == self.now
-            want = self.core.types[view.type].priority if priority is None else priority
-            assert view.priority == want
+            mine = next(j for j in self.ref.pending if j.ref == ref)
+            assert view.priority == self.ref.base(mine)  # as asked, or its key's bound
 
     @precondition(lambda self: self.pending)
     @rule(data=st.data())
@@ -252,10 +256,10 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     # Policies and pauses, changed while jobs wait and run.
 
-    @rule(keys=key_policies())
+    @rule(keys=key_policies(bounds=True))
     def set_key_policies(self, keys):
         self.core.set_key_policies(KeyPolicies.from_mapping(keys))
-        self.ref.keys = keys
+        self.ref.set_keys(keys)
         self.policies_changed = True
 
     @rule(key=st.sampled_from(KEYS), pause=st.booleans())

@@ -86,7 +86,7 @@ def test_weights_lists_the_fair_keys_entries_and_the_runtime_ones_on_top():
         "  tenant:big: weight=5 (runtime; replaces fair_keys' max_concurrency=8, weight=3)",
         "  tenant:*: max_concurrency=4 (fair_keys)",
         "  ci-*: min_slots=1 (runtime)",
-        "  * (any other key): weight=1.0, min_slots=0, no cap (the defaults)",
+        "  * (any other key): weight=1.0, min_slots=0, no cap, no bound (the defaults)",
     ]
     # and with nothing set at run time, fair_keys is still shown (not "keys: none").
     assert commands.policy_lines(entries(CONFIGURED, RuntimePolicies()))[:2] == [
@@ -103,6 +103,7 @@ def test_weights_of_one_key_names_the_entry_it_follows_and_where_each_value_come
         "  weight: 1.0 (default)",
         "  min_slots: 0 (default)",
         "  max_concurrency: 4 (fair_keys 'tenant:*')",
+        "  max_priority: no bound (default)",
         "  paused: no",
     ]
     # a runtime entry of its own name replaces the pattern for it: the cap is gone, and it says so;
@@ -113,6 +114,7 @@ def test_weights_of_one_key_names_the_entry_it_follows_and_where_each_value_come
         "  weight: 2 (runtime 'tenant:acme')",
         "  min_slots: 0 (default)",
         "  max_concurrency: no cap (default)",
+        "  max_priority: no bound (default)",
         "  paused: yes",
     ]
     # a runtime entry that replaces a fair_keys one names what it replaced;

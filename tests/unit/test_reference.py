@@ -155,3 +155,59 @@ def test_reference_aging_by_hand():
     ref.acc["k"] = 100.0
     assert ref.next_rise(15) == 17
     assert [j.ref for j in ref.schedule(17)] == ["b"]  # urgent: before f2, whatever it used
+
+
+# -- a key's max_priority, and the priority scope (issue 34) --
+
+
+def test_a_jobs_own_priority_above_its_keys_bound_is_the_bound():
+    # t is at 8; key "cheap" may reach 4: its job waits in tier 4, behind bg's job at 6.
+    ref = make(capacity=1, t=(8,), bg=(6,))
+    ref.keys = {"cheap": {"max_priority": 4}}
+    ref.submit("c", "t", None, "cheap", 0, None, now=0, priority=9)
+    ref.submit("b", "bg", None, "other", 1, None, now=1)
+    assert ref.base(ref.pending[0]) == 4
+    assert [j.ref for j in ref.schedule(1)] == ["b"]
+
+
+def test_aging_raises_a_bounded_job_to_its_bound_and_no_higher_until_it_is_urgent():
+    # base 2, one level a second after no grace; bound 4; urgent at 9, which it reaches at 7 s.
+    ref = make(capacity=1, t=(2,))
+    ref.aging = {"interval": 1, "urgent": 9}
+    ref.keys = {"k": {"max_priority": 4}}
+    ref.submit("j", "t", None, "k", 0, None, now=0)
+    job = ref.pending[0]
+    assert ref.effective(job, 1.5) == (3, False)
+    assert ref.effective(job, 5.0) == (4, False)  # 7 by aging, held at its bound
+    assert ref.effective(job, 7.0) == (9, True)  # urgency is not bounded
+    # and the next change the simulator waits for, from 5 s on, is urgency at 7 s
+    assert ref.next_rise(5.0) == 7.0
+
+
+def test_a_lowered_bound_lowers_pending_jobs_and_keeps_their_arrival():
+    ref = make(capacity=0, t=(8,))
+    ref.submit("j", "t", None, "k", 3, None, now=3)
+    ref.set_keys({"k": {"max_priority": 2}})
+    assert (ref.base(ref.pending[0]), ref.pending[0].arrival) == (2, 3)
+    ref.set_keys({})  # raising it lifts nothing
+    assert ref.base(ref.pending[0]) == 2
+
+
+def test_priority_scope_key_chooses_the_key_by_cost_and_priority_only_inside_it():
+    # a has used 10, b nothing; each job costs 1. Both scopes start b8: b has used less, and
+    # of b's two jobs the priority-8 one goes first, though the priority-2 one came earlier.
+    # Then b has used 1, a 10. Global: a8 (priority 8) before b2 (priority 2). Key: b2, as b
+    # has still used less than a, and a8 last.
+    jobs = [("a8", "hi", "a", 1), ("b2", "lo", "b", 0), ("b8", "hi", "b", 2)]
+    for scope, want in [("global", ["b8", "a8", "b2"]), ("key", ["b8", "b2", "a8"])]:
+        ref = make(capacity=1, hi=(8,), lo=(2,))
+        ref.priority_scope = scope
+        ref.acc["a"] = 10.0
+        for name, jtype, key, at in jobs:
+            ref.submit(name, jtype, None, key, at, 1.0, now=3)
+        order = []
+        for _ in jobs:
+            job = ref.next_admission(3)
+            order.append(job.ref)
+            ref.complete(job.ref, None, 3)
+        assert order == want

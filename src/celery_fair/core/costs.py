@@ -193,7 +193,9 @@ class KeyState:
         ``max_concurrency``, ``UNLIMITED`` for none) less what other workers run of it
         (``elsewhere``), and 0 while ``paused``; while ``running >= cap`` the key is *blocked*
         and ``blocked`` lists the key queues taken out of their heaps for it (each with
-        ``KeyQueue.blocked`` set), which go back as soon as the key is below its cap again.
+        ``KeyQueue.blocked`` set), which go back as soon as the key is below its cap again;
+      - ``max_priority`` (its policy's, ``None``: none) bounds its pending jobs' own
+        priorities, and what aging raises them to short of urgency.
     """
 
     __slots__ = (
@@ -203,6 +205,7 @@ class KeyState:
         "elsewhere",
         "lent",
         "limit",
+        "max_priority",
         "min_slots",
         "name",
         "paused",
@@ -221,7 +224,7 @@ class KeyState:
         self.acc = acc
         self.pending = 0
         self.running = 0
-        self.lent: list[tuple[tuple[int, float], int, Any]] = []
+        self.lent: list[tuple[tuple[float, float], int, Any]] = []
         self.queues: list[Any] | None = None
         self.weight = 1.0
         self.limit = self.cap = UNLIMITED
@@ -230,6 +233,7 @@ class KeyState:
         self.pauses: Any = None  # aging.PauseLog, from its first pause on
         self.blocked: list[Any] | None = None
         self.min_slots = 0
+        self.max_priority: int | None = None
         self.rank = 1
         self.share = UNLIMITED
         self.share_frac = 0.0

@@ -221,7 +221,7 @@ class KeyedQueue:
         conflicts: dict[ConflictKey, Conflict] | None = None,
         cl: ConflictLane | None = None,
     ) -> None:
-        self.heap: list[tuple[float, int, float, float, int, int, KeyQueue]] = []
+        self.heap: list[tuple[float, float, float, float, int, int, KeyQueue]] = []
         self.queues: dict[KeyState, KeyQueue] = {}
         self.size = 0
         self.conflicts: dict[ConflictKey, Conflict] = {} if conflicts is None else conflicts
@@ -256,7 +256,10 @@ class KeyedQueue:
                 kq.ver = ver = _next_id()
                 kq.rec_arrival = arrival
                 kq.rec_seq = seq
-                heappush(self.heap, (lane.neg_base, key.rank, key.acc, arrival, seq, ver, kq))
+                if lane.by_key:
+                    heappush(self.heap, (key.rank, key.acc, lane.neg_base, arrival, seq, ver, kq))
+                else:
+                    heappush(self.heap, (lane.neg_base, key.rank, key.acc, arrival, seq, ver, kq))
             else:  # a blocked queue's head may be an older job than this one
                 self.enter(kq, kq.head(False) if kq.blocked else job)  # type: ignore[arg-type]
 
@@ -288,8 +291,10 @@ class KeyedQueue:
         heap = self.heap
         lane = self.lane
         ages = lane.aging is not None
+        by_key = lane.by_key
         while heap:
-            level, rank, acc, _, seq, ver, kq = heap[0]
+            # The place's three parts: (-level, rank, acc), or (rank, acc, -level) by key.
+            p0, p1, p2, _, seq, ver, kq = heap[0]
             if ver != kq.ver:
                 heappop(heap)
                 continue
@@ -302,12 +307,17 @@ class KeyedQueue:
                 continue
             key = kq.key
             if ages:
-                true_level, true_rank, true_acc = lane.place(job)
-                held = key_holds(key, true_level)
+                t0, t1, t2 = lane.place(job)
+                held = key_holds(key, t0)
             else:
-                true_level = level
-                true_rank = key.rank
-                true_acc = key.acc
+                if by_key:
+                    t0 = key.rank
+                    t1 = key.acc
+                    t2 = p2
+                else:
+                    t0 = p0
+                    t1 = key.rank
+                    t2 = key.acc
                 held = key.running >= key.cap  # key_holds, for a lane that never ages
             if held:  # the key is blocked: its whole queue leaves the heap
                 heappop(heap)
@@ -317,12 +327,12 @@ class KeyedQueue:
                 if ages:
                     _book(lane, kq, job, True)
                 continue
-            if true_acc == acc and job.seq == seq and true_rank == rank and true_level == level:
+            if t2 == p2 and job.seq == seq and t1 == p1 and t0 == p0:
                 return job
             kq.ver = ver = _next_id()
             kq.rec_arrival = job.arrival
             kq.rec_seq = job.seq
-            heapreplace(heap, (true_level, true_rank, true_acc, job.arrival, job.seq, ver, kq))
+            heapreplace(heap, (t0, t1, t2, job.arrival, job.seq, ver, kq))
             if ages:
                 _book(lane, kq, job, False)
         return None
@@ -516,6 +526,9 @@ def _book(lane: Lane, kq: KeyQueue, job: Job, urgent_only: bool) -> None:
     if aging.is_urgent(base, level):
         kq.due = 0
         return
+    bound = job.key.max_priority
+    if bound is not None and level >= bound:
+        urgent_only = True  # held at its key's bound: it moves again only when urgent
     ceiling = aging.max_effective_priority
     if urgent_only:
         threshold = aging.urgent_threshold
@@ -618,7 +631,16 @@ class ConflictLane:
         if len(loans) > 64:  # drop loans long moved on, which no charge may ever reach
             key.lent = loans = [e for e in loans if e[2].bound_id == e[1]]
             heapify(loans)
-        level = bound[0] if self.lane.aging is None else self.lane.place(lent)[0]
+        lane = self.lane
+        if lane.by_key:  # (rank, acc, -level): a charge moves it past the others' (rank, acc)
+            mine = lane.place(lent)[0]
+            if mine == _NEG_URGENT or bound[0] == _NEG_URGENT:
+                # It is urgent and goes by age, or they are: no charge can move the loan.
+                heappush(loans, (_NO_BOUND if mine == _NEG_URGENT else (-1, 0.0), ident, self))
+            else:
+                heappush(loans, ((bound[0], bound[1]), ident, self))
+            return
+        level = bound[0] if lane.aging is None else lane.place(lent)[0]
         if bound[0] == level and level != _NEG_URGENT:
             heappush(loans, ((bound[1], bound[2]), ident, self))
         elif bound[0] > level:

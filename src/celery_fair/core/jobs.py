@@ -36,10 +36,12 @@ __all__ = [
     "Tier",
 ]
 
-Place = tuple[float, int, float]
-"""The part of a job's place in the order that its key queue shares: ``(-level, rank, acc)``.
-``level`` is its effective priority (``URGENT`` once it has aged into urgency, when ``rank``
-and ``acc`` no longer count and are 0)."""
+Place = tuple[float, float, float]
+"""The part of a job's place in the order that its key queue shares: ``(-level, rank, acc)``
+with priority scope ``"global"``, ``(rank, acc, -level)`` with ``"key"``. ``level`` is its
+effective priority. Once it has aged into urgency the place is ``(-URGENT, 0, 0)`` in both
+scopes (``rank``, ``acc`` and ``level`` no longer count), so ``place[0] == -URGENT`` says
+urgent whatever the scope."""
 
 ConflictKey = tuple[str, str]
 """``(conflict group, job_id)``."""
@@ -122,10 +124,9 @@ class Job:
         self.token: int
         self.admitted_at: float
 
-    def order(self) -> tuple[float, int, float, float, int]:
+    def order(self) -> tuple[float, float, float, float, int]:
         """The job's place in the dispatch order at the lane agenda's ``now``, smallest first."""
-        level, rank, acc = self.lane.place(self)
-        return (level, rank, acc, self.arrival, self.seq)
+        return (*self.lane.place(self), self.arrival, self.seq)
 
     def __repr__(self) -> str:
         return (
@@ -163,12 +164,14 @@ class Lane:
     ``fairqueue.KeyedQueue``). ``limit``, ``elsewhere`` and ``cap`` as for ``Tier``; a
     ``paused`` type has ``cap`` 0, so a decision skips its lane in O(1) like a full one.
     ``aging`` is how its jobs rise (``None``: they do not), ``agenda`` the scheduler's, and
-    ``pauses`` the log of the type's pauses (``None`` until it is first paused).
+    ``pauses`` the log of the type's pauses (``None`` until it is first paused). ``by_key``
+    says the priority scope is ``"key"`` (``Place``).
     """
 
     __slots__ = (
         "agenda",
         "aging",
+        "by_key",
         "cap",
         "elsewhere",
         "limit",
@@ -189,9 +192,11 @@ class Lane:
         agenda: Agenda,
         queue: Callable[[Lane], PendingQueue],
         aging: Aging | None = None,
+        by_key: bool = False,
     ) -> None:
         self.type = jtype
         self.tier = tier
+        self.by_key = by_key
         cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
         self.limit = self.cap = cap
         self.elsewhere = 0
@@ -219,22 +224,32 @@ class Lane:
         return wait
 
     def effective(self, job: Job) -> tuple[int, bool]:
-        """``job``'s effective priority now, and whether it has aged into urgency."""
+        """``job``'s effective priority now, and whether it has aged into urgency. Short of
+        urgency, it rises no higher than its key's ``max_priority``."""
         aging = self.aging
         base = self.tier.priority
         if aging is None:
             return base, False
         level = aging.effective(base, self.wait(job))
-        return level, aging.is_urgent(base, level)
+        if aging.is_urgent(base, level):
+            return level, True
+        bound = job.key.max_priority
+        if bound is not None and level > bound:
+            level = max(base, bound)
+        return level, False
 
     def place(self, job: Job) -> Place:
-        """``(-level, rank, acc)`` of ``job`` now: what its key queue's entry records."""
+        """``job``'s ``Place`` now: what its key queue's entry records."""
         key = job.key
         if self.aging is None:
+            if self.by_key:
+                return (key.rank, key.acc, self.neg_base)
             return (self.neg_base, key.rank, key.acc)
         level, urgent = self.effective(job)
         if urgent:
             return (_NEG_URGENT, 0, 0.0)
+        if self.by_key:
+            return (key.rank, key.acc, -level)
         return (-level, key.rank, key.acc)
 
 
@@ -283,6 +298,7 @@ class SideLane(Lane):
         self.home = home
         self.type = home.type
         self.tier = tier
+        self.by_key = home.by_key
         self.neg_base = -tier.priority
         self.agenda = home.agenda
         self.aging = aging if aging is not None and aging.ages(tier.priority) else None

@@ -75,6 +75,8 @@ class KeyRules:
         policy = self.policies.for_key(name)
         key.weight = float(policy.weight)
         key.min_slots = policy.min_slots
+        bound = key.max_priority
+        key.max_priority = policy.max_priority
         cap = policy.max_concurrency
         key.limit = UNLIMITED if cap is None else cap
         key.paused = name in self.paused_keys
@@ -82,6 +84,10 @@ class KeyRules:
         key.elsewhere = self.elsewhere.get(name, 0)
         limits_changed(key)
         self.reshare_due = self.sharing
+        if bound != key.max_priority and self.agenda.active:
+            # Its aged heads stood at the old bound: a raised one lets them rise at once
+            # (fresh entries and bookings), a lowered one puts them lower. O(q log n).
+            resume_aging(key)
 
     def set_policies(self, policies: KeyPolicies) -> None:
         """Replace the policies; every known key follows at once. O(keys · patterns), plus

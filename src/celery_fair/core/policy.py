@@ -41,8 +41,8 @@ _NEG_URGENT = -URGENT
 
 def comes_before(a: Job, b: Job) -> bool:
     """Whether pending ``a`` precedes pending ``b`` in their tier: by place (effective
-    priority, rank, accumulated cost of the key; urgent jobs first), then arrival, then
-    submission order. O(1)."""
+    priority, rank, accumulated cost of the key, in the order of the priority scope; urgent
+    jobs first), then arrival, then submission order. O(1)."""
     if a.lane.aging is not None or b.lane.aging is not None:
         return (*a.lane.place(a), a.arrival, a.seq) < (*b.lane.place(b), b.arrival, b.seq)
     a_key = a.key
@@ -87,7 +87,9 @@ def select(
     tiers: list[Tier], free_slots: int, aging: bool = False, urgent_passes: bool = True
 ) -> Job | None:
     """The first admissible pending job in the order
-    ``(-effective priority, rank[key], acc[key], arrival, seq)``, urgent jobs first by age.
+    ``(-effective priority, rank[key], acc[key], arrival, seq)`` (priority scope ``"global"``)
+    or ``(rank[key], acc[key], -effective priority, arrival, seq)`` (``"key"``), urgent jobs
+    first by age.
 
     A job is admissible when a global slot is free, its tier runs fewer jobs than the tier
     cap, its type runs fewer than ``max_concurrency`` and is not paused, its fairness key
@@ -98,8 +100,9 @@ def select(
     frees. So a blocked job never blocks the jobs behind it, and the cost of a decision does
     not grow with blocked jobs.
 
-    With ``aging`` (some lane ages), a lane's best job may have risen above its tier, so every
-    tier with room is looked at and the lanes' best jobs compared by their places. An urgent
+    With ``aging`` (some lane ages, or the scope is ``"key"``), a lane's best job may come
+    before a higher tier's, so every tier with room is looked at and the lanes' best jobs
+    compared by their places (``Lane.place``, in the scope's order). An urgent
     job counts only this scheduler's own running jobs against its tier's and type's caps: what
     other workers run of them is the store's to weigh, which holds the next slot to free for it
     (docs/design.md 5e); so a tier or type full only by other workers' jobs is looked at too,
@@ -131,7 +134,7 @@ def select(
 
 def _select_aged(tiers: list[Tier], urgent_passes: bool) -> Job | None:
     best: Job | None = None
-    best_place: tuple[float, int, float, float, int] | None = None
+    best_place: tuple[float, float, float, float, int] | None = None
     for tier in tiers:
         if tier.pending == 0:
             continue
@@ -147,10 +150,10 @@ def _select_aged(tiers: list[Tier], urgent_passes: bool) -> Job | None:
                 continue
             job = queue.best(True)
             if job is not None:
-                level, rank, acc = lane.place(job)
-                if full and level != _NEG_URGENT:
+                p0, p1, p2 = lane.place(job)
+                if full and p0 != _NEG_URGENT:
                     continue  # full but for other workers' jobs, which only urgent jobs pass
-                place = (level, rank, acc, job.arrival, job.seq)
+                place = (p0, p1, p2, job.arrival, job.seq)
                 if best_place is None or place < best_place:
                     best = job
                     best_place = place
@@ -199,8 +202,11 @@ def goes_before(
     ``job`` goes before an admission when it is urgent and the admission is not (or is, but
     arrived later), when it is of a higher effective priority, or of the same and its key,
     even charged ``cost``, has used no more than the admission's key had before it was
-    charged (``keys``: the keys by name, as the admissions' keys are now).
+    charged (``keys``: the keys by name, as the admissions' keys are now). With priority
+    scope ``"key"`` the cost comes first: it goes before when its key, charged ``cost``, has
+    used less, or as much and its priority is no lower.
     """
+    by_key = job.lane.by_key
     priority, urgent = job.lane.effective(job)
     used = job.key.acc + cost
     ahead = 0.0  # the estimates of the admissions ``job`` goes before
@@ -212,9 +218,14 @@ def goes_before(
             theirs = other.effective_priority
             if theirs is None:
                 theirs = other.priority
-            if priority < theirs:
+            if by_key:
+                key = keys.get(other.fairness_key)
+                before = (0.0 if key is None else key.acc) - other.estimate
+                if used > before or (used == before and priority < theirs):
+                    continue
+            elif priority < theirs:
                 continue
-            if priority == theirs:
+            elif priority == theirs:
                 key = keys.get(other.fairness_key)
                 if used > (0.0 if key is None else key.acc) - other.estimate:
                     continue

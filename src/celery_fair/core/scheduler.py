@@ -13,8 +13,9 @@ from collections.abc import Hashable, Iterable
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJobType
 from . import inspect
 from .allocation import Allocation
+from .costs import KeyState
 from .inspect import Why
-from .jobs import ELSEWHERE, Job
+from .jobs import ELSEWHERE, Job, Lane
 from .policy import conflict_held, goes_before, key_blocks, select
 from .shared import Shared
 from .state import _INF, _NUMBER, _type_of
@@ -103,6 +104,8 @@ class Scheduler(Shared):
             cost: If given, the estimate to charge at admission instead of the learned one.
             priority: The job's own priority, if not its type's: it is then ordered, aged and
                 counted against the tier cap at that priority, and against its type's cap.
+                Either is lowered to its key's ``max_priority`` if above it
+                (``priority_for``).
 
         Raises:
             DuplicateJob: ``uid`` is already pending or running.
@@ -116,20 +119,22 @@ class Scheduler(Shared):
             raise UnknownJobType(f"unknown job type {type!r}")
         if cost is not None and not (_type_of(cost) in _NUMBER and 0 <= cost < _INF):
             raise SchedulerError(f"job {uid!r}: cost must be a finite number >= 0, got {cost!r}")
-        if priority is not None:
-            check_priority(priority)
-            lane = self._lane_at(lane, priority)
+        check_priority(priority)
         now = self._clock.now()
-        self._maintain(now)
         if arrival is None:
             arrival = now
         elif not (_type_of(arrival) in _NUMBER and -_INF < arrival < _INF):
             raise SchedulerError(f"job {uid!r}: arrival must be a finite number, got {arrival!r}")
+        self._maintain(now)
         accounts = self._accounts
         key = accounts.keys.get(fairness_key)
         if key is None:
             key = accounts.get(fairness_key)
             self._keys.adopt(key)
+        if key.max_priority is not None:
+            priority = _bounded(lane, key.max_priority, priority)
+        if priority is not None:
+            lane = self._lane_at(lane, priority)
         if key.pending == 0 and key.running == 0:
             accounts.activate(key)
         if self._keys.sharing:
@@ -143,6 +148,24 @@ class Scheduler(Shared):
         lane.tier.pending += 1
         self._pending += 1
         self._enqueue(job)
+
+    def priority_for(self, type: str, fairness_key: str, priority: int | None) -> int | None:
+        """The own priority ``submit`` gives a job of ``type`` asked at ``priority``
+        (``None``: its type's): ``priority``, or its key's ``max_priority`` if the job would
+        be above it. O(1) for a known key, O(patterns) otherwise.
+
+        Raises:
+            UnknownJobType: ``type`` was never registered.
+        """
+        lane = self._lanes.get(type)
+        if lane is None:
+            raise UnknownJobType(f"unknown job type {type!r}")
+        key = self._accounts.keys.get(fairness_key)
+        if key is not None:
+            bound = key.max_priority
+        else:
+            bound = self._keys.policies.for_key(fairness_key).max_priority
+        return priority if bound is None else _bounded(lane, bound, priority)
 
     def cancel(self, uid: Hashable) -> CancelOutcome:
         """Withdraw a pending job. O(log n) (O(1) unless it was lent by a conflict)."""
@@ -172,7 +195,8 @@ class Scheduler(Shared):
         """Give pending job ``uid`` the priority ``priority`` (``None``: its type's own).
 
         It is then ordered, aged and counted against the tier cap at ``priority`` (its type's
-        cap still counts it). It is taken as new: it arrives now, so its aging starts over
+        cap still counts it), or at its key's ``max_priority`` if that is lower. It is taken
+        as new: it arrives now, so its aging starts over
         and it goes behind the jobs its key already has waiting at that priority. Whoever
         asks for this asks for that job to move, and the clock that raised it is the one it
         had at its old priority. O(log n) (a tier's first side lane: O(tiers)).
@@ -193,15 +217,9 @@ class Scheduler(Shared):
         if job.state is JobState.RUNNING:
             return PriorityOutcome.RUNNING
         old = job.lane
-        lane = self._lane_at(old, priority)
-        self._unqueue(job)
-        old.tier.pending -= 1
-        lane.tier.pending += 1
-        # A new record: entries of the old one left behind in its queue stay dead (they would
-        # come alive at its old place if the same record came back to the same queue).
-        moved = Job(uid, lane, job.job_id, job.key, now, next(self._seq), job.cost, job.ckey)
-        self._jobs[uid] = moved
-        self._enqueue(moved)
+        if job.key.max_priority is not None:
+            priority = _bounded(old, job.key.max_priority, priority)
+        self._move(job, self._lane_at(old, priority), now, next(self._seq))
         return PriorityOutcome.OK
 
     def complete(self, uid: Hashable, elapsed: float) -> Release:
@@ -246,8 +264,35 @@ class Scheduler(Shared):
     def set_key_policies(self, policies: KeyPolicies) -> None:
         """Replace the policies by fairness key; every known key follows at once (a key
         below a raised cap runs again, a key above a lowered one runs nothing more until it
-        is below it). O(keys · patterns), plus O(q log n) for each key that unblocks."""
+        is below it). O(keys · patterns), plus O(q log n) for each key that unblocks.
+
+        A key whose ``max_priority`` falls has its pending jobs above it lowered to it, each
+        keeping its place in its key's order (its arrival); one raised lifts none of them.
+        O(pending jobs of those keys · log n), once per change."""
+        before = {key: key.max_priority for key in self._accounts.keys.values() if key.pending}
         self._keys.set_policies(policies)
+        fell = [
+            key
+            for key, was in before.items()
+            if key.max_priority is not None and (was is None or key.max_priority < was)
+        ]
+        if fell:
+            self._lower(fell)
+
+    def _lower(self, keys: list[KeyState]) -> None:
+        """Move the pending jobs of ``keys`` whose priority is above their key's bound down
+        to it. O(their pending jobs · log n)."""
+        for key in keys:
+            bound = key.max_priority
+            assert bound is not None
+            above = [
+                job
+                for kq in key.queues or ()
+                if kq.owner.lane.tier.priority > bound
+                for job in kq.entries()
+            ]
+            for job in above:
+                self._move(job, self._lane_at(job.lane, bound), job.arrival, job.seq)
 
     def key_terms(self, fairness_key: str) -> tuple[int | None, float]:
         """``fairness_key``'s cap (``None``: none) and weight, as its policy gives them.
@@ -326,7 +371,10 @@ class Scheduler(Shared):
         if keys.reshare_due:
             keys.reshare(self._capacity)
         job = select(
-            self._tiers, self._capacity - self._running, self._agenda.active, self._urgent_passes
+            self._tiers,
+            self._capacity - self._running,
+            self._agenda.active or self._by_key,
+            self._urgent_passes,
         )
         if job is None:
             self._starved = self._pending > 0 and self._running < self._capacity
@@ -342,11 +390,10 @@ class Scheduler(Shared):
         if keys.reshare_due:
             keys.reshare(self._capacity)
         tiers = self._tiers
+        compare_all = self._agenda.active or self._by_key
         admitted: list[Admission] = []
         while True:
-            job = select(
-                tiers, self._capacity - self._running, self._agenda.active, self._urgent_passes
-            )
+            job = select(tiers, self._capacity - self._running, compare_all, self._urgent_passes)
             if job is None:
                 self._starved = self._pending > 0 and self._running < self._capacity
                 return admitted
@@ -563,3 +610,9 @@ class Scheduler(Shared):
             self._conflicts,
             self._urgent_passes,
         )
+
+
+def _bounded(lane: Lane, bound: int, priority: int | None) -> int | None:
+    """A job's own priority in ``lane``'s type asked at ``priority`` (``None``: the type's),
+    under its key's ``max_priority`` ``bound``: the one rule of that bound."""
+    return bound if (lane.type.priority if priority is None else priority) > bound else priority

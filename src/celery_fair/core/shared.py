@@ -33,8 +33,9 @@ class Shared(State):
     def revert(self, uid: Hashable) -> None:
         """Undo the admission of running job ``uid``, as if it had never been admitted.
 
-        The job is pending again at its old place (same arrival and submission order), its
-        slot and conflict are released, and its charge is refunded. The engine calls this
+        The job is pending again at its old place (same arrival and submission order; lowered
+        to its key's ``max_priority`` if that fell meanwhile), its slot and conflict are
+        released, and its charge is refunded. The engine calls this
         when the store refuses an admission; when the refusal is a conflict held elsewhere,
         it calls ``hold_elsewhere`` first, and the job then waits on that conflict at once.
         O((1 + q) log n), q the key queues of its key.
@@ -68,6 +69,9 @@ class Shared(State):
         else:
             lane.queue.push(job)
         self._set_acc(key, key.acc - job.charge)
+        bound = key.max_priority
+        if bound is not None and lane.tier.priority > bound:  # it fell while the job ran
+            self._move(job, self._lane_at(lane, bound), job.arrival, job.seq)
 
     def set_accumulated(self, fairness_key: str, value: float) -> None:
         """Make ``fairness_key``'s accumulated cost ``value`` (the fleet's, from a store).

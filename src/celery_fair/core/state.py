@@ -84,6 +84,8 @@ class State:
         self._agenda = Agenda(now)
         # The keys' terms by name: policies, pauses, counts elsewhere, shares (keys.py).
         self._keys = KeyRules(self._accounts, config.keys, config.allocation_caps, self._agenda)
+        # Priority orders only a key's own jobs (``Place``): every decision compares lanes.
+        self._by_key = config.priority_scope == "key"
         # Whether urgent jobs pass what other workers run against tier and type caps (the
         # store weighs it for them), or must keep within it (a share set while it is away).
         self._urgent_passes = True
@@ -107,7 +109,7 @@ class State:
                 )
             return
         tier = self._tier(jtype.priority)
-        lane = Lane(jtype, tier, self._agenda, self._queue, self._aging_of(jtype))
+        lane = Lane(jtype, tier, self._agenda, self._queue, self._aging_of(jtype), self._by_key)
         if lane.aging is not None:
             self._agenda.active = True
         if jtype.name in self._keys.paused_types:
@@ -177,6 +179,19 @@ class State:
             park_on(conflict, job)
         else:
             job.lane.queue.push(job)
+
+    def _move(self, job: Job, lane: Lane, arrival: float, seq: int) -> None:
+        """Put pending ``job`` in ``lane`` (another priority of its type) as arrived at
+        ``arrival``, ``seq``. O(log n)."""
+        old = job.lane
+        self._unqueue(job)
+        old.tier.pending -= 1
+        lane.tier.pending += 1
+        # A new record: entries of the old one left behind in its queue stay dead (they would
+        # come alive at its old place if the same record came back to the same queue).
+        moved = Job(job.uid, lane, job.job_id, job.key, arrival, seq, job.cost, job.ckey)
+        self._jobs[job.uid] = moved
+        self._enqueue(moved)
 
     def _admit(self, job: Job, now: float) -> Admission:
         effective, urgent = job.lane.effective(job)

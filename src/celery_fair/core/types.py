@@ -14,6 +14,8 @@ from ..errors import ConfigurationError, SchedulerError
 
 __all__ = [
     "BLOCK_ORDER",
+    "KEY_OPTIONS",
+    "PRIORITY_SCOPES",
     "Admission",
     "Aging",
     "BlockReason",
@@ -273,6 +275,9 @@ class KeyPolicy:
         max_concurrency: Jobs of this key that may run at once (fleet-wide with a shared
             store); ``None`` for no limit. A key at its cap is a blocker: its queued jobs wait
             and cost no decision anything until one of its jobs ends.
+        max_priority: The highest priority the key's jobs may have: a job asked above it
+            (by its producer, or by its type) gets it instead, and aging raises it no higher
+            (urgency still applies: docs/design.md 5g). ``None`` for no bound. A positive int.
 
     Example:
         >>> KeyPolicy(weight=3).weight
@@ -282,6 +287,7 @@ class KeyPolicy:
     weight: float = 1.0
     min_slots: int = 0
     max_concurrency: int | None = None
+    max_priority: int | None = None
 
     def __post_init__(self) -> None:
         if not _is_number(self.weight) or self.weight <= 0:
@@ -291,6 +297,14 @@ class KeyPolicy:
         cap = self.max_concurrency
         if cap is not None and (not _is_int(cap) or cap < 0):
             raise ConfigurationError(f"max_concurrency must be an int >= 0 or None, got {cap!r}")
+        bound = self.max_priority
+        if bound is not None and (not _is_int(bound) or bound < 1):
+            raise ConfigurationError(f"max_priority must be an int >= 1 or None, got {bound!r}")
+
+
+KEY_OPTIONS = ("weight", "min_slots", "max_concurrency", "max_priority")
+"""The options of a key's policy (``KeyPolicy``'s fields), as ``fair_keys`` and the runtime
+policies name them."""
 
 
 DEFAULT_KEY_POLICY = KeyPolicy()
@@ -330,7 +344,8 @@ class KeyPolicies:
 
     @classmethod
     def from_mapping(cls, spec: Mapping[str, Mapping[str, object] | KeyPolicy]) -> KeyPolicies:
-        """From ``{name or pattern: {"weight": .., "min_slots": .., "max_concurrency": ..}}``.
+        """From ``{name or pattern: {"weight": .., "min_slots": .., "max_concurrency": ..,
+        "max_priority": ..}}``.
         A name with ``*``, ``?`` or ``[`` is a pattern; ``"*"`` alone is the default."""
         exact: dict[str, KeyPolicy] = {}
         patterns: list[tuple[str, KeyPolicy]] = []
@@ -339,11 +354,11 @@ class KeyPolicies:
             if isinstance(value, KeyPolicy):
                 policy = value
             elif isinstance(value, Mapping):
-                unknown = set(value) - {"weight", "min_slots", "max_concurrency"}
+                unknown = set(value) - set(KEY_OPTIONS)
                 if unknown:
                     raise ConfigurationError(
                         f"key policy {name!r}: unknown option(s) {sorted(unknown)}; "
-                        "expected weight, min_slots, max_concurrency"
+                        f"expected {', '.join(KEY_OPTIONS)}"
                     )
                 policy = KeyPolicy(**value)  # type: ignore[arg-type]
             else:
@@ -366,7 +381,7 @@ class KeyPolicies:
 
         Example:
             >>> KeyPolicies.from_mapping({"tenant:*": {"weight": 2}}).match("tenant:acme")
-            ('tenant:*', KeyPolicy(weight=2, min_slots=0, max_concurrency=None))
+            ('tenant:*', KeyPolicy(weight=2, min_slots=0, max_concurrency=None, max_priority=None))
         """
         policy = self.exact.get(name)
         if policy is not None:
@@ -389,6 +404,10 @@ class KeyPolicies:
         return not self.exact and not self.patterns and self.default == DEFAULT_KEY_POLICY
 
 
+PRIORITY_SCOPES = ("global", "key")
+"""What a job's priority may order (``SchedulerConfig.priority_scope``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Scheduler-wide settings.
@@ -406,6 +425,12 @@ class SchedulerConfig:
             cap: within a tier, a key running fewer jobs than its allocation goes before the
             keys running their allocation or more, which take a slot only when no key below
             its allocation can. Nothing idles for it (work-conserving). Off by default.
+        priority_scope: What a priority orders. ``"global"`` (the default): every job of a
+            higher (effective) priority goes before every job of a lower one, and fairness
+            orders keys within a priority. ``"key"``: the key to serve is chosen by fairness
+            first (minimum slots, then weighted accumulated cost), and priority orders only
+            that key's own jobs. Urgent jobs go first in both; caps and conflicts hold in
+            both (docs/design.md 5g says when to choose which).
     """
 
     capacity: int
@@ -415,8 +440,14 @@ class SchedulerConfig:
     keys: KeyPolicies = field(default_factory=KeyPolicies)
     aging: Aging | None = None
     allocation_caps: bool = False
+    priority_scope: str = "global"
 
     def __post_init__(self) -> None:
+        if self.priority_scope not in PRIORITY_SCOPES:
+            raise ConfigurationError(
+                f"priority_scope must be one of {', '.join(map(repr, PRIORITY_SCOPES))}, "
+                f"got {self.priority_scope!r}"
+            )
         if not isinstance(self.allocation_caps, bool):
             raise ConfigurationError(
                 f"allocation_caps must be True or False, got {self.allocation_caps!r}"

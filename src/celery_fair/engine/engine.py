@@ -177,7 +177,8 @@ class Engine:
         priority: int | None = None,
     ) -> None:
         """A job to schedule. ``uid`` is its identity (the store knows it as ``str(uid)``);
-        ``priority`` is its own if not its type's (``Scheduler.submit``).
+        ``priority`` is its own if not its type's (``Scheduler.submit``). A job above its
+        key's ``max_priority`` is lowered to it, and the observer told (``priority_lowered``).
 
         A job cancelled while its admission was in flight may be submitted again (its message
         came back): the new submission takes over that admission.
@@ -192,6 +193,10 @@ class Engine:
         if uid in self._stalled:
             raise DuplicateJob(f"job {uid!r} is already held by the engine")
         core = self.core
+        own = core.priority_for(type, fairness_key, priority)
+        if own != priority:
+            self.observer.priority_lowered(type)
+            priority = own
         core.submit(uid, type, job_id, fairness_key, arrival=arrival, cost=cost, priority=priority)
         if self.store is None:
             return
@@ -228,6 +233,7 @@ class Engine:
         outcome = PriorityOutcome.OK if uid in self._stalled else core.reprioritize(uid, priority)
         if outcome is PriorityOutcome.OK and job is not None:
             job.arrival = core.now()  # as the core took it: a new arrival
+            priority = core.priority_for(job.ask.type, job.ask.fairness_key, priority)
             job.priority = priority
             jtype = core.types[job.ask.type]
             own = jtype.priority if priority is None else priority
@@ -475,6 +481,9 @@ class Engine:
         key's cap (docs/design.md 5e), so the store must not count the key against it, and
         claims the next free slot of a full tier or type for as long as a few polls take."""
         ask = job.ask
+        if admission.priority != ask.priority:  # its key's max_priority fell since its submit
+            own = admission.priority
+            ask = job.ask = ask._replace(priority=own, tier_cap=self.core.config.tier_cap(own))
         key_cap, weight = self.core.key_terms(ask.fairness_key)
         claim = None
         if admission.urgent:
