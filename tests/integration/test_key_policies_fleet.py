@@ -69,3 +69,30 @@ def test_weights_3_and_1_share_the_slots_3_to_1_across_the_fleet(make_run, start
         used["big" if tag.startswith("big") else "small"] += end - start
     ratio = used["big"] / used["small"]
     assert 2.7 <= ratio <= 3.3, (ratio, used)
+
+
+def test_with_priority_scope_key_tenants_at_priority_9_and_1_share_the_slots_by_weight(
+    make_run, start_worker, broker
+):
+    # Given two workers with 4 slots between them, priorities ordering only a key's own jobs,
+    # and tiers 9 and 1 declared without caps (the cap of tier 1 would be 1),
+    conf = fleet_conf(broker, fair_priority_scope="key", fair_tier_caps={9: None, 1: None})
+    run = make_run(conf=conf)
+    even = run.app.tasks["fairapp.even"]  # charged its real cost from the first job
+    # when tenant A publishes 150 jobs at priority 9 and tenant B 150 at priority 1, 50 ms
+    # each, before any worker runs (both wait from the first start),
+    for i in range(150):
+        even.apply_async([f"A{i}", 0.05], fairness_key="A", fair_priority=9)
+    for i in range(150):
+        even.apply_async([f"B{i}", 0.05], fairness_key="B", fair_priority=1)
+    start_fleet(run, start_worker, n=2)
+    wait_until(lambda: len(run.recorder.done_counts()) == 300, 120, "all 300 jobs")
+    # then while both had work waiting (the first 150 starts), each got half the slot-time,
+    # within 10% (with the default "global" scope, A would have had them all).
+    spans = intervals(run.recorder.events())
+    first = sorted(spans.items(), key=lambda item: item[1][0])[:150]
+    used = {"A": 0.0, "B": 0.0}
+    for tag, (start, end) in first:
+        used[tag[0]] += end - start
+    share = used["A"] / (used["A"] + used["B"])
+    assert 0.45 <= share <= 0.55, (share, used)
