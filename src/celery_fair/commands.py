@@ -316,9 +316,9 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
 @click.option("--key", default=None, help="only this fairness key's jobs")
 @click.option(
     "--state",
-    type=click.Choice(["running", "reserved", "held"]),
+    type=click.Choice(["running", "reserved", "held", "queued"]),
     default=None,
-    help="only jobs in this state",
+    help="only jobs in this state (queued: in the broker, with fair_track_submits)",
 )
 @click.option("--type", "job_type", default=None, help="only jobs of this type")
 @click.option("--limit", default=100, show_default=True, help="at most this many jobs")
@@ -334,14 +334,15 @@ def jobs(
     as_json: bool,
     timeout: float,
 ) -> None:
-    """The fair jobs the workers run, have reserved or hold, fleet-wide, filtered."""
+    """The fair jobs the workers run, have reserved or hold, fleet-wide, and those still in
+    the broker (with fair_track_submits), filtered."""
     from .control import jobs as fleet_jobs
 
     try:
         found = fleet_jobs(
             ctx.obj.app, key=key, state=state, type=job_type, limit=limit, timeout=timeout
         )
-    except ConfigurationError as exc:
+    except (ConfigurationError, StoreUnavailable) as exc:
         raise click.UsageError(f"celery-fair: {exc}") from None
     if as_json:
         click.echo(json.dumps(found, indent=1, sort_keys=True, default=str))
@@ -357,6 +358,12 @@ def jobs_lines(found: dict[str, Any]) -> list[str]:
     lines = []
     for job in found["jobs"]:
         took = job.get("running", job.get("waited", 0.0))
+        if job["state"] == "queued":  # in the broker: the registry knows its key alone
+            lines.append(
+                f"{job['task_id']}  key {key_label(job['fairness_key'])}  queued, "
+                f"{took:.1f} s since its submit"
+            )
+            continue
         verb = "running for" if job["state"] == "running" else f"{job['state']},"
         on = f" {job['job_id']}" if job.get("job_id") is not None else ""
         lines.append(

@@ -70,6 +70,7 @@ These are the clients (producer side); the remote-control commands that each wor
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery.backends.base import DisabledBackend
@@ -201,6 +202,15 @@ def _tracked(app: Any, task_id: str) -> Any:
     return tracked_store(app).queued(task_id)
 
 
+#: The states ``jobs`` lists: the workers' (``JOB_STATES``), then ``queued``: in the broker,
+#: as the producers' registry of submissions says.
+LIST_STATES = (*JOB_STATES, "queued")
+
+#: At most this many jobs a worker lists when ``jobs`` needs every one it has, to tell them
+#: from the queued ones (a worker holds at most ``fair_max_held``, 1,000 by default).
+_EVERY = 100_000
+
+
 def jobs(
     app: Any,
     *,
@@ -210,28 +220,49 @@ def jobs(
     limit: int = 100,
     timeout: float = 1.0,
 ) -> dict[str, Any]:
-    """The fair jobs every fair worker runs, has reserved or holds, fleet-wide (seed 002's
-    ``list(tenant, filters)``), filtered by fairness ``key``, ``state`` (``running``,
-    ``reserved`` or ``held``) and job ``type``; ``None``: any. One remote-control command,
-    ``fair_jobs``, which each worker answers from its gate in O(held + running).
+    """The fair jobs every fair worker runs, has reserved or holds, fleet-wide, and those
+    still in the broker (seed 002's ``list(tenant, filters)``), filtered by fairness ``key``,
+    ``state`` (``running``, ``reserved``, ``held`` or ``queued``) and job ``type``; ``None``:
+    any. One remote-control command, ``fair_jobs``, which each worker answers from its gate
+    in O(held + running); for queued jobs, one read of the producers' registry of submissions
+    (``fair_track_submits``), which knows a job's key and not its type.
 
     Returns ``{"jobs": [...], "matched": n, "workers": w}``: the first ``limit`` jobs, running
-    first, then reserved, then held, each longest first, each with its ``task_id``,
-    ``worker``, ``state``, ``fairness_key``, ``type``, ``job_id``, ``priority`` and
-    ``running`` or ``waited`` (seconds); ``matched``: how many matched in all; ``workers``:
-    how many fair workers answered. Jobs still in the broker are not listed (a worker holds
-    about a window of a burst; ``status`` finds one by its task id).
+    first, then reserved, held and queued, each longest first, each with its ``task_id``,
+    ``state``, ``fairness_key`` and ``running`` or ``waited`` (seconds), and for a worker's
+    ``worker``, ``type``, ``job_id`` and ``priority``; ``matched``: how many matched in all;
+    ``workers``: how many fair workers answered. Queued jobs are listed when ``state`` is
+    ``queued``, or ``None`` with the registry on and no ``type``; they are the registry's
+    submissions not ended that no worker that answered has (their count: the registry's less
+    what the workers have, which assumes every producer tracks its submissions).
 
     Raises:
-        ConfigurationError: ``state`` is not one of those, or ``limit`` is not an int >= 0.
+        ConfigurationError: ``state`` is not one of those, ``limit`` is not an int >= 0, or
+            queued jobs are asked for without the registry or by type.
     """
-    if state is not None and state not in JOB_STATES:
-        raise ConfigurationError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
+    if state is not None and state not in LIST_STATES:
+        raise ConfigurationError(f"state must be one of {', '.join(LIST_STATES)}, got {state!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+    if state == "queued" and not _tracking(app):
+        raise ConfigurationError(
+            "queued jobs are listed from the producers' registry of submissions: set "
+            "fair_track_submits = True (docs/configuration.md)"
+        )
+    if state == "queued" and type is not None:
+        raise ConfigurationError(
+            "queued jobs cannot be listed by type: the registry of submissions keeps a job's "
+            "key, not its type"
+        )
+    queued = state == "queued" or (state is None and type is None and _tracking(app))
     replies = app.control.broadcast(
         "fair_jobs",
-        arguments={"key": key, "job_state": state, "type": type, "limit": limit},
+        arguments={
+            "key": key,
+            "job_state": None if state == "queued" else state,
+            "type": type,
+            "limit": _EVERY if queued else limit,
+        },
         reply=True,
         timeout=timeout,
     )
@@ -244,9 +275,26 @@ def jobs(
             workers += 1
             matched += int(answer.get("matched", 0))
             found += [{**job, "worker": worker} for job in answer["jobs"]]
+    if queued:
+        have = {job["task_id"] for job in found}
+        if state == "queued":
+            found, matched = [], 0
+        page, tracked = tracked_store(app).tracked(key, limit + len(have))
+        now = time.time()
+        found += [
+            {
+                "task_id": t.task_id,
+                "state": "queued",
+                "fairness_key": t.fairness_key,
+                "waited": round(max(0.0, now - t.at), 3),
+            }
+            for t in page
+            if t.task_id not in have
+        ][:limit]
+        matched += max(0, tracked - len(have))
     found.sort(
         key=lambda job: (
-            JOB_STATES.index(job["state"]),
+            LIST_STATES.index(job["state"]),
             -float(job.get("running", job.get("waited", 0.0))),
         )
     )

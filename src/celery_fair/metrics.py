@@ -123,6 +123,12 @@ MOVED = _Spec("intake_moved", "Messages the intake moved from a queue into its f
 REROUTED = _Spec("lane_rerouted", "Stragglers the intake moved from a shard to their key's "
                  "lane (Redis): messages of a key that waited in its shard from before the key "
                  "got its lane.", ("queue",))  # fmt: skip
+HEAD_WAIT = _Spec("key_head_wait_to_admission_seconds", "Time a fair job waited at the "
+                  "head of its fairness key's queue before this worker admitted it: from its "
+                  "publish (time in the broker included), or from the previous admission of "
+                  "its key here if that came later. The first fair_metrics_top_keys keys "
+                  'admitted here by name, every other as key="other".', ("key",),
+                  WAIT_BUCKETS)  # fmt: skip
 AGED = _Spec("aging_promotions", "Levels fair jobs had risen by aging when they were admitted "
              "(a job admitted at effective priority 5 of base 2 counts 3).",
              ("job_type",))  # fmt: skip
@@ -132,8 +138,8 @@ CONTROLLED = _Spec("job_control", "Job control's requests this worker's gate ans
                    "(fair cancel, fair reprioritize), by operation and answer; elsewhere: "
                    "it did not have the job.", ("operation", "answer"))  # fmt: skip
 SPECS = (WAIT, STARTED, RUNTIME, RELEASED, REFUSED, DECISION, CALLS, ERRORS, LEASE, OUTAGES,
-         RETURNED, DROPPED, REPAIRED, LOWERED, GIVEN_BACK, MOVED, REROUTED, AGED, URGENT,
-         CONTROLLED)  # fmt: skip
+         RETURNED, DROPPED, REPAIRED, LOWERED, GIVEN_BACK, MOVED, REROUTED, HEAD_WAIT, AGED,
+         URGENT, CONTROLLED)  # fmt: skip
 
 
 class WorkerMetrics(Observer):
@@ -164,6 +170,8 @@ class WorkerMetrics(Observer):
         self.counts: dict[_Spec, dict[tuple[str, ...], Any]] = {spec: {} for spec in SPECS}
         self._wait, self._started = self.counts[WAIT], self.counts[STARTED]
         self._decisions = self.counts[DECISION]
+        self.top_keys = top_keys
+        self._key_labels: dict[str, str] = {}  # a key -> its label in HEAD_WAIT
         info = p.Info("worker", "This worker and celery-fair's version.",
                       namespace="celery_fair", registry=self.registry)  # fmt: skip
         info.info({"version": __version__, "worker": worker})
@@ -192,6 +200,17 @@ class WorkerMetrics(Observer):
 
     def admitted(self, job_type: str, priority: int, wait: float) -> None:
         self._observe(self._wait, WAIT, (job_type, str(priority)), wait)
+
+    def head_waited(self, fairness_key: str, seconds: float) -> None:
+        # A key keeps the label it was first given, so every series only grows: the first
+        # top_keys keys by name, then every other as "other" (its own series, never moved).
+        label = self._key_labels.get(fairness_key)
+        if label is None:
+            named = len(self._key_labels) < self.top_keys and fairness_key != OTHER
+            label = fairness_key if named else OTHER
+            if named:
+                self._key_labels[fairness_key] = label
+        self._observe(self.counts[HEAD_WAIT], HEAD_WAIT, (label,), seconds)
 
     def promoted(self, job_type: str, levels: int, urgent: bool) -> None:
         if levels:

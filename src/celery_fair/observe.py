@@ -91,6 +91,12 @@ class Observer:
         """A job was admitted ``levels`` above its own priority, raised there by aging
         (``urgent``: it had reached the urgent threshold)."""
 
+    def head_waited(self, fairness_key: str, seconds: float) -> None:
+        """A job of ``fairness_key`` was admitted ``seconds`` after it became the head of its
+        key's queue here: after its publish, or after the previous admission of its key by
+        this worker if that came later (seed 004's "dequeue time for the tip of each
+        queue"; the time in the broker counts, from the producer's ``fair_submitted``)."""
+
     def started(self, job_type: str, priority: int) -> None:
         """An admitted job was handed to the pool."""
 

@@ -84,6 +84,10 @@ def test_a_worker_serves_its_queue_waits_held_and_blocked_jobs_and_store_calls(
     # The waiter's wait (over a second behind the holder) is in the top buckets, not the first.
     assert sample(after, "celery_fair_queue_wait_seconds_bucket", le="0.5", **CLONE) <= 4
     assert sample(after, "celery_fair_queue_wait_seconds_sum", **CLONE) >= 1.0
+    # (and the same wait at the head of the key's queue: no key named, all as other)
+    hist = "celery_fair_key_head_wait_to_admission_seconds"
+    assert sample(after, f"{hist}_count", key="other") == 5
+    assert sample(after, f"{hist}_bucket", le="0.5", key="other") <= 4
     assert sample(after, "celery_fair_held_jobs", **CLONE) in (None, 0)
     mode = "shared" if run.broker == "redis" else "alone"  # Redis: the broker's Redis is the store
     assert sample(after, "celery_fair_store_mode", mode=mode) == 1
@@ -143,6 +147,12 @@ def test_the_wait_of_each_keys_oldest_held_job_shows_for_the_keys_waiting_longes
 
     after = wait_until(nothing_held, 20, "nothing held")
     assert not [k for (n, k) in after if n == "celery_fair_key_head_wait_seconds"]
+    # Each admission's wait at the head of its key's queue: the first two keys admitted here
+    # by name (z, then a), b and c as other; a's, behind the busy job, over half a second.
+    hist = "celery_fair_key_head_wait_to_admission_seconds"
+    counts = {k: sample(after, f"{hist}_count", key=k) for k in ("z", "a", "b", "c", "other")}
+    assert counts == {"z": 1, "a": 1, "b": None, "c": None, "other": 2}
+    assert sample(after, f"{hist}_sum", key="a") >= 0.5
 
 
 def test_the_intakes_moves_show_by_queue_as_inspect_stats_counts_them(make_run, start_worker):

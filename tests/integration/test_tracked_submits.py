@@ -20,8 +20,8 @@ from harness import (
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, store_of
 
-from celery_fair import QueueFull, send
-from celery_fair.control import cancel, reprioritize, status
+from celery_fair import ConfigurationError, QueueFull, send
+from celery_fair.control import cancel, jobs, reprioritize, status
 
 
 def test_a_job_still_in_the_broker_is_queued_with_its_place_and_cancel_drops_it(
@@ -267,3 +267,47 @@ def test_a_producer_by_task_name_gets_idempotency_and_the_queue_limits_through_s
         assert {e["type"] for e in run.recorder.events()} == {"clone"}
     finally:
         producer.close()
+
+
+def test_jobs_lists_a_keys_jobs_still_in_the_broker_after_those_the_workers_have(
+    make_run, start_worker, broker
+):
+    # Given producers that track their submissions, a worker of one process running a long
+    # job of key "k" and holding two more of k's, and three of k's on a queue no worker reads
+    # yet (in the broker),
+    run = make_run(conf=fleet_conf(broker, fair_track_submits=True))
+    worker = start_worker(run, concurrency=1)
+    clone = run.app.tasks["fairapp.clone"]
+    clone.apply_async(["long", 60.0], fairness_key="k")  # ended by the test once it looked
+    wait_until(lambda: run.recorder.events(), 20, "the long job to start")
+    held = [clone.apply_async([f"held{i}", 0.01], fairness_key="k").id for i in range(2)]
+    wait_until(lambda: len(jobs(run.app, state="held")["jobs"]) == 2, 20, "both held")
+    later = [
+        clone.apply_async([f"later{i}", 0.01], fairness_key="k", queue=later_queue(run)).id
+        for i in range(3)
+    ]
+    clone.apply_async(["other", 0.01], fairness_key="o", queue=later_queue(run))
+    # then the queued ones are the registry's that no worker has, oldest first,
+    queued = jobs(run.app, state="queued", key="k")
+    assert [j["task_id"] for j in queued["jobs"]] == later
+    assert queued["matched"] == 3
+    assert {(j["state"], j["fairness_key"]) for j in queued["jobs"]} == {("queued", "k")}
+    # with every state, after the workers' jobs, and within the limit asked;
+    every = jobs(run.app, key="k")
+    assert [j["state"] for j in every["jobs"]] == ["running"] + ["held"] * 2 + ["queued"] * 3
+    assert [j["task_id"] for j in every["jobs"][1:3]] == held
+    assert every["matched"] == 6
+    assert [j["task_id"] for j in jobs(run.app, state="queued", limit=2)["jobs"]] == later[:2]
+    assert jobs(run.app, state="queued")["matched"] == 4  # o's too
+    # by type, the registry cannot say (it keeps the key alone);
+    with pytest.raises(ConfigurationError, match="cannot be listed by type"):
+        jobs(run.app, state="queued", type="clone")
+    # and the command line says the same.
+    shown = fair_command(run, "jobs", "--state", "queued", "--key", "k")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("queued, ") == 3
+    assert "3 jobs on 1 fair workers" in shown.stdout
+    run.recorder.release("long")
+    run.app.control.add_consumer(later_queue(run), destination=[node(worker)], reply=True)
+    wait_until(lambda: len(run.recorder.done_counts()) == 7, 30, "every job")
+    wait_until(lambda: jobs(run.app)["matched"] == 0, 20, "every job forgotten")

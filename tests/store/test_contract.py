@@ -641,3 +641,24 @@ def test_the_holder_of_a_conflict_is_named_with_its_worker_and_since_when(make_s
     wait_until(lambda: w2.holder(field).held_for >= 0.2, 10, "time to pass")
     w1.finish("w1", [Done("u1", reply.grants[0].token, 0.3, final=True)])
     assert w2.holder(field) is None
+
+
+def test_tracked_submissions_are_listed_oldest_first_by_key_or_in_all_with_their_count(
+    make_store,
+):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)  # two producers
+    # (ids in the order tracked: two tracked within one tick of the clock go by their id)
+    for task_id, key in [("t1", "alice"), ("t2", "bob"), ("t3", "alice"), ("t4", "alice|0")]:
+        assert one.track(key, task_id).added
+    found, n = two.tracked("alice")
+    assert ([t.task_id for t in found], n) == (["t1", "t3"], 2)
+    assert {t.fairness_key for t in found} == {"alice"}  # not alice|0, whose name starts so
+    assert found[0].at <= found[1].at
+    found, n = two.tracked(None, limit=3)
+    assert ([t.task_id for t in found], n) == (["t1", "t2", "t3"], 4)
+    assert [t.fairness_key for t in found] == ["alice", "bob", "alice"]
+    assert two.tracked("alice", limit=0) == ([], 2)
+    assert two.tracked(None, limit=0) == ([], 4)
+    assert two.tracked("nobody") == ([], 0)
+    two.untrack(["t1"])
+    assert [t.task_id for t in one.tracked("alice")[0]] == ["t3"]

@@ -213,3 +213,19 @@ def test_a_bound_lowered_while_a_job_is_held_reaches_the_worker_and_the_store_co
     assert w.pool.ids()[-1] == "t3"  # t2 was taken as new by its reprioritize
     assert w.store.tiers == {4: 1}
     assert w.stats()["fair-priority-lowered"] == 0  # lowered by a change, not at arrival
+
+
+# -- fair jobs: the queued ones (part 4) --------------------------------------------------
+
+
+def test_queued_jobs_are_listed_only_from_the_registry_and_never_by_type(app):
+    from celery_fair.control import jobs
+
+    with pytest.raises(ConfigurationError, match="set fair_track_submits = True"):
+        jobs(app, state="queued")
+    app.conf.fair_track_submits = True
+    connect._settings.pop(app, None)  # read the settings again
+    with pytest.raises(ConfigurationError, match="cannot be listed by type"):
+        jobs(app, state="queued", type="clone")
+    with pytest.raises(ConfigurationError, match=r"state must be one of .*queued"):
+        jobs(app, state="waiting")

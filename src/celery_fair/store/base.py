@@ -34,6 +34,7 @@ __all__ = [
     "Running",
     "Store",
     "Submission",
+    "Tracked",
     "Verdict",
     "View",
     "check_lane_seconds",
@@ -41,6 +42,7 @@ __all__ = [
     "conflict_of",
     "estimate_field",
     "lane_sweep",
+    "parse_queued_member",
     "queued_member",
     "rate_after",
     "service_rate",
@@ -105,6 +107,20 @@ def queued_member(fairness_key: str, at: float, task_id: str) -> str:
     return f"{len(fairness_key.encode())}:{fairness_key}|{at:021.6f}|{task_id}"
 
 
+def parse_queued_member(member: str) -> Tracked:
+    """A ``queued_member`` read back.
+
+    >>> parse_queued_member(queued_member("a|b", 1700000000.25, "t1"))
+    Tracked(task_id='t1', fairness_key='a|b', at=1700000000.25)
+    """
+    size, _, rest = member.partition(":")
+    raw = rest.encode()
+    n = int(size)
+    key = raw[:n].decode()
+    at, _, task_id = raw[n + 1 :].decode().partition("|")
+    return Tracked(task_id, key, float(at))
+
+
 def check_lane_seconds(seconds: float) -> float:
     """``fair_lane_seconds`` (a lane assignment's lease), checked for a store's constructor.
 
@@ -151,6 +167,14 @@ class QueuedCount(NamedTuple):
     in_key: int
     total: int
     refused_by: str = ""  # "key" or "total" when a limit refused it
+
+
+class Tracked(NamedTuple):
+    """One tracked submission, as ``Store.tracked`` lists it."""
+
+    task_id: str
+    fairness_key: str
+    at: float  # when it was tracked (the store's clock)
 
 
 class Queued(NamedTuple):
@@ -477,6 +501,13 @@ class Store(Protocol):
 
     def queued(self, task_id: str) -> Queued | None:
         """Where ``task_id`` stands among the tracked submissions, or ``None``. O(log n)."""
+        ...
+
+    def tracked(
+        self, fairness_key: str | None = None, limit: int = 100
+    ) -> tuple[list[Tracked], int]:
+        """The ``limit`` oldest tracked submissions of ``fairness_key`` (``None``: of every
+        key), oldest first, and how many there are in all. One round trip; O(log n + limit)."""
         ...
 
     def holder(self, conflict: str) -> Holder | None:

@@ -40,6 +40,7 @@ from .base import (
     Reply,
     Running,
     Submission,
+    Tracked,
     Verdict,
     View,
     check_lane_seconds,
@@ -365,6 +366,17 @@ class MemoryStore:
         return Queued(
             key, at, place_in_key, self._tracked_in_key[key], place, len(self._tracked), rate
         )
+
+    def tracked(
+        self, fairness_key: str | None = None, limit: int = 100
+    ) -> tuple[list[Tracked], int]:
+        """O(tracked)."""
+        found = [
+            Tracked(task_id, key, at)
+            for task_id, (key, at) in self._tracked.items()
+            if fairness_key is None or key == fairness_key
+        ]
+        return found[: max(0, limit)], len(found)
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
         doc, keys, types = change(self._policies[1])

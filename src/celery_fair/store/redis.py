@@ -31,11 +31,13 @@ from .base import (
     Reply,
     Running,
     Submission,
+    Tracked,
     Verdict,
     View,
     check_lane_seconds,
     estimate_field,
     lane_sweep,
+    parse_queued_member,
     submission_field,
 )
 from .connection import Wire, client_from_url, script_reply_error, unavailable_errors
@@ -603,6 +605,18 @@ class RedisStore:
             int(total),
             float(rate),
         )
+
+    def tracked(
+        self, fairness_key: str | None = None, limit: int = 100
+    ) -> tuple[list[Tracked], int]:
+        """One round trip (``lua/queued.lua``, ``list``)."""
+        which = ["all", ""] if fairness_key is None else ["key", fairness_key]
+        found = self._read(
+            lambda c: self._queued(
+                keys=self._queued_keys, args=["list", *which, str(int(limit))], client=c
+            )
+        )
+        return [parse_queued_member(_as_text(m)) for m in found[1:]], int(found[0])
 
     def estimate(self, type: str, job_id: str | None, default: float) -> float:
         value = self._read(lambda c: c.hget(self._key("est"), estimate_field(type, job_id)))

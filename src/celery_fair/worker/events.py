@@ -29,6 +29,7 @@ Flower sends), and cost nothing otherwise.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -177,12 +178,45 @@ def on_receipt(parsed: Any, shard: int | None, place_in_key: int, held: int) -> 
     return fields
 
 
+class HeadWaits:
+    """When this worker last admitted a job of each fairness key, to tell how long the next
+    one waited at the head of its key's queue (``Observer.head_waited``). Keeps the
+    ``size`` keys admitted most lately (a key forgotten counts from its jobs' publish, as a
+    key met for the first time does). O(1) per admission."""
+
+    __slots__ = ("last", "size")
+
+    def __init__(self, size: int = 10_000) -> None:
+        self.size = size
+        self.last: OrderedDict[str, float] = OrderedDict()
+
+    def admitted(self, fairness_key: str, arrival: float, now: float) -> float:
+        """Seconds job of ``fairness_key`` that arrived (was published) at ``arrival`` waited
+        at its key's head until ``now``; its admission is the key's last from now on."""
+        last = self.last
+        before = last.pop(fairness_key, None)
+        last[fairness_key] = now
+        if len(last) > self.size:
+            last.popitem(last=False)
+        head = arrival if before is None or before < arrival else before
+        return max(0.0, now - head)
+
+
 def report_admission(
-    observer: Observer, fields: dict[str, Any] | None, admission: Any, wait: float, now: float
+    observer: Observer,
+    fields: dict[str, Any] | None,
+    admission: Any,
+    wait: float,
+    now: float,
+    heads: HeadWaits | None = None,
 ) -> None:
-    """Count an admission after ``wait`` seconds held (and a promotion by aging or urgency),
+    """Count an admission after ``wait`` seconds held (and a promotion by aging or urgency,
+    and with ``heads`` its wait at the head of its key's queue, to ``now``: epoch seconds),
     and add what it says to the job's event ``fields``, if it sends events (``on_admission``)."""
     observer.admitted(admission.type, admission.priority, wait)
+    if heads is not None:
+        key = admission.fairness_key
+        observer.head_waited(key, heads.admitted(key, admission.arrival, now))
     effective = admission.effective_priority
     if effective is not None and (effective != admission.priority or admission.urgent):
         observer.promoted(admission.type, effective - admission.priority, admission.urgent)

@@ -88,6 +88,7 @@ class Gate:
         self.engine = engine
         self.counters = counters
         self.observer = observer
+        self.head_waits = events.HeadWaits()  # each key's last admission here (seed 004)
         self._wall = wall
         self._monotonic = monotonic
         self._reader = HeaderReader(settings, self.types, observer)
@@ -323,7 +324,9 @@ class Gate:
             self.engine.finish(uid, None, unstarted=True)
             return
         wait = self._monotonic.now() - held.received
-        events.report_admission(self.observer, held.events, admission, wait, self._wall.now())
+        events.report_admission(
+            self.observer, held.events, admission, wait, self._wall.now(), self.head_waits
+        )
         if len(self.runs) < self._pool_slots:
             self._start(uid, admission)
         else:

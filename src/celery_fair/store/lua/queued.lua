@@ -17,6 +17,8 @@
 --                                            -> how many were tracked
 --   find    task id -> {} | {key, time, place in key, jobs of key, place, jobs in all,
 --           its key's ends per second lately ('0': not known)}
+--   list    'key' and a key, or 'all' and '', then a limit
+--           -> {how many, entry...}: the oldest entries (of the key), oldest first
 
 local by_key, by_time, entries, rates, refused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op = ARGV[1]
@@ -146,6 +148,30 @@ if op == 'find' then
     redis.call('ZCARD', by_time),
     string.format('%.6f', service_rate(read_rate(key), server_now())),
   }
+end
+
+if op == 'list' then
+  local limit = tonumber(ARGV[4])
+  if ARGV[2] == 'key' then
+    local low, high = key_range(string.len(ARGV[3]) .. ':' .. ARGV[3] .. '|')
+    local out = {redis.call('ZLEXCOUNT', by_key, low, high)}
+    if limit > 0 then
+      for _, entry in ipairs(redis.call('ZRANGEBYLEX', by_key, low, high, 'LIMIT', 0, limit)) do
+        out[#out + 1] = entry
+      end
+    end
+    return out
+  end
+  local out = {redis.call('ZCARD', by_time)}
+  if limit > 0 then
+    local ids = redis.call('ZRANGE', by_time, 0, limit - 1)
+    if #ids > 0 then
+      for _, entry in ipairs(redis.call('HMGET', entries, unpack(ids))) do
+        if entry then out[#out + 1] = entry end
+      end
+    end
+  end
+  return out
 end
 
 return redis.error_reply('queued.lua: unknown operation ' .. tostring(op))
