@@ -58,6 +58,12 @@ class GateLook:
     heads: dict[str, float] = field(default_factory=dict)
     # fairness key: the slots its policy gives it of this worker's (core/allocation.py)
     allocation: dict[str, int] = field(default_factory=dict)
+    # fairness key: its jobs admitted here and not yet ended
+    running_by_key: dict[str, int] = field(default_factory=dict)
+    # slots the allocation gives keys beyond their weighted share (allocation.redistributed)
+    redistributed: float = 0.0
+    # effective priority: pending jobs at it now
+    levels: dict[int, int] = field(default_factory=dict)
 
 
 MODES = ("alone", "shared", "hold", "local")
@@ -113,6 +119,9 @@ DROPPED = _Spec("dropped", "Fair messages dropped unrun: a copy of a job held, r
 REPAIRED = _Spec("headers_repaired", "Fairness headers the gate repaired and ran the job "
                  "with: malformed ones, and those out of bounds (an undeclared fair_priority, "
                  "a fair_submitted before the horizon).", ("header",))  # fmt: skip
+ALLOCATION = _Spec("allocation_changes", "Changes of a fairness key's slot allocation on "
+                   "this worker (work came or went, a policy, a pause, the pool's size), "
+                   "looked at about once a second.")  # fmt: skip
 LOWERED = _Spec("priority_lowered", "Fair jobs asked above their fairness key's "
                 "max_priority and given that bound instead.", ("job_type",))  # fmt: skip
 GIVEN_BACK = _Spec("given_back", "Admitted jobs that had not started, given back to let a "
@@ -139,7 +148,7 @@ CONTROLLED = _Spec("job_control", "Job control's requests this worker's gate ans
                    "it did not have the job.", ("operation", "answer"))  # fmt: skip
 SPECS = (WAIT, STARTED, RUNTIME, RELEASED, REFUSED, DECISION, CALLS, ERRORS, LEASE, OUTAGES,
          RETURNED, DROPPED, REPAIRED, LOWERED, GIVEN_BACK, MOVED, REROUTED, HEAD_WAIT, AGED,
-         URGENT, CONTROLLED)  # fmt: skip
+         URGENT, CONTROLLED, ALLOCATION)  # fmt: skip
 
 
 class WorkerMetrics(Observer):
@@ -263,6 +272,9 @@ class WorkerMetrics(Observer):
 
     def priority_lowered(self, job_type: str) -> None:
         self._add(LOWERED, (job_type,))
+
+    def allocation_changed(self, fairness_key: str, before: int, after: int) -> None:
+        self._add(ALLOCATION, ())
 
     def revoked_held(self) -> None:
         self._add(DROPPED, ("revoked",))
@@ -403,9 +415,42 @@ class _GateCollector:
             'keys with the most; the rest summed as key="other".',
             labels=["key"],
         )
-        for key, slots in top_allocations(look.allocation, self.top_keys):
+        named = top_allocations(look.allocation, self.top_keys)
+        for key, slots in named:
             shares.add_metric([key], slots)
         yield shares
+        used = GaugeMetricFamily(
+            "celery_fair_key_allocation_utilization",
+            "Of each fairness key's allocation on this worker, the part its running jobs use "
+            "(running / allocated; above 1 while a key runs more than its share, as slots "
+            "nobody else can use allow), for the keys key_allocation_slots names; "
+            'key="other": the rest together.',
+            labels=["key"],
+        )
+        by_key, shown = look.running_by_key, dict(named)
+        for key, slots in named:
+            if slots:
+                if key == OTHER:
+                    others = sum(n for k, n in by_key.items() if k not in shown)
+                    used.add_metric([key], others / slots)
+                else:
+                    used.add_metric([key], by_key.get(key, 0) / slots)
+        yield used
+        yield GaugeMetricFamily(
+            "celery_fair_allocation_redistributed_slots",
+            "Slots this worker's allocation gives keys beyond their weighted share: what keys "
+            "with too little work (or a cap) left to the others, and what minimums moved.",
+            value=look.redistributed,
+        )
+        levels = GaugeMetricFamily(
+            "celery_fair_pending_effective_priority_jobs",
+            "Fair jobs this worker holds, not yet admitted, by their effective priority now "
+            "(their own, as aging has raised it).",
+            labels=["priority"],
+        )
+        for level, n in sorted(look.levels.items()):
+            levels.add_metric([str(level)], n)
+        yield levels
 
 
 def top_allocations(slots: dict[str, int], top: int) -> list[tuple[str, int]]:

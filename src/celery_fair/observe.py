@@ -59,6 +59,7 @@ GATE_COUNTS = (
     "dead_lettered",
     "repaired",
     "priority_lowered",
+    "allocation_changes",
     "revoked_held",
     "duplicates",
     "moved",
@@ -99,6 +100,12 @@ class Observer:
 
     def started(self, job_type: str, priority: int) -> None:
         """An admitted job was handed to the pool."""
+
+    def allocation_changed(self, fairness_key: str, before: int, after: int) -> None:
+        """The slots this worker's allocation gives ``fairness_key`` went from ``before`` to
+        ``after`` (0: it had, or has, no work here): work came or went, a policy, a pause or
+        the pool's size changed (seed 001's ``GroupAllocationChanged``; looked at once per
+        sweep, about a second)."""
 
     def finished(self, job_type: str, priority: int, elapsed: float | None) -> None:
         """A job that was admitted ended: it ran ``elapsed`` seconds (``None``: it ended
@@ -260,6 +267,9 @@ class Counters(Observer):
 
     def priority_lowered(self, job_type: str) -> None:
         self.counts["priority_lowered"] += 1
+
+    def allocation_changed(self, fairness_key: str, before: int, after: int) -> None:
+        self.counts["allocation_changes"] += 1
 
     def revoked_held(self) -> None:
         self.counts["revoked_held"] += 1

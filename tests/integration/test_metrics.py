@@ -217,3 +217,16 @@ def test_each_keys_slots_by_its_policy_show_in_the_metrics_and_inspect_stats(
     scraped = scrape(port)
     assert {k: sample(scraped, "celery_fair_key_allocation_slots", key=k) for k in want} == want
     assert want["w"] > want["b"]  # with weight 1, b would win the tie (by name)
+    # Seed 001's views: z runs its 1 job on its share, the held ones by effective priority,
+    # and the allocation's changes (keys came: at least z's and w's) once a sweep saw them.
+    if want["z"]:
+        assert sample(scraped, "celery_fair_key_allocation_utilization", key="z") == 1 / want["z"]
+    assert sample(scraped, "celery_fair_pending_effective_priority_jobs", priority="8") == 6
+    assert sample(scraped, "celery_fair_allocation_redistributed_slots") >= 0
+    changes = wait_until(
+        lambda: sample(scrape(port), "celery_fair_allocation_changes_total") or None,
+        20,
+        "a sweep to see the allocation change",
+    )
+    assert changes >= 2
+    assert gate_stats(run, worker)["fair-allocation-changes"] >= changes

@@ -28,7 +28,8 @@ EVENTS = [n for n, v in vars(Observer).items() if callable(v) and not n.startswi
 ARGS = {"job_type": "clone", "priority": 8, "wait": 0.5, "elapsed": 1.5, "kind": "admit",
         "seconds": 0.002, "ok": True, "admitted": 2, "reason": "type_cap", "n": 3, "mode": "hold",
         "queue": "celery", "levels": 2, "urgent": True, "operation": "cancel",
-        "answer": "cancelled", "header": "fair_priority", "fairness_key": "acme"}  # fmt: skip
+        "answer": "cancelled", "header": "fair_priority", "fairness_key": "acme", "before": 1,
+        "after": 2}  # fmt: skip
 
 
 def args_for(name: str) -> tuple[object, ...]:

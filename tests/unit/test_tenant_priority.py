@@ -229,3 +229,26 @@ def test_queued_jobs_are_listed_only_from_the_registry_and_never_by_type(app):
         jobs(app, state="queued", type="clone")
     with pytest.raises(ConfigurationError, match=r"state must be one of .*queued"):
         jobs(app, state="waiting")
+
+
+# -- seed 001's views: the allocation's changes, effective priorities (part 4) ------------
+
+
+def test_each_change_of_a_keys_allocation_is_told_once_per_sweep_and_levels_are_counted():
+    w = World(slots=2, fair_aging={"interval": 1, "max_effective_priority": 9})
+    w.deliver("t1", key="a")
+    w.gate.sweep()
+    assert w.stats()["fair-allocation-changes"] == 1  # a: 0 -> 1 (its one job)
+    for i in range(3):
+        w.deliver(f"a{i}", key="a", job_id=f"r{i}")
+        w.deliver(f"b{i}", key="b", job_id=f"s{i}")
+    w.gate.sweep()
+    # a: 1 -> 1 of 2 slots, b: 0 -> 1: one change
+    assert w.stats()["fair-allocation-changes"] == 2
+    w.gate.sweep()  # nothing moved: nothing told
+    assert w.stats()["fair-allocation-changes"] == 2
+    # the held jobs by effective priority: 8, then 9 once they have waited (one level a second)
+    assert w.gate.scheduler.pending_levels() == {8: 5}
+    w.clock.advance(1.5)
+    assert w.gate.scheduler.pending_levels() == {9: 5}
+    assert w.gate.scheduler.running_by_key() == {"a": 2}  # t1, and a0 delivered before b0

@@ -171,3 +171,21 @@ def test_the_head_wait_histogram_names_the_first_keys_for_good_and_the_rest_as_o
     assert (f"{name}_count", "c", None) not in got
     assert got[(f"{name}_bucket", "b", "2.5")] == 0
     assert got[(f"{name}_bucket", "b", "5.0")] == 1
+
+
+def test_seed_001s_views_are_read_from_the_gate_the_utilization_of_the_keys_named():
+    look = GateLook(
+        allocation={"a": 3, "b": 1, "c": 1},
+        running_by_key={"a": 3, "b": 0, "c": 2},
+        redistributed=0.5,
+        levels={8: 4, 9: 1},
+    )
+    m = WorkerMetrics(look=lambda: look, registry=CollectorRegistry(), top_keys=1)
+    assert value(m, "celery_fair_key_allocation_utilization", key="a") == 1.0
+    assert value(m, "celery_fair_key_allocation_utilization", key="other") == 1.0  # 2 of 2
+    assert value(m, "celery_fair_allocation_redistributed_slots") == 0.5
+    assert value(m, "celery_fair_pending_effective_priority_jobs", priority="8") == 4
+    assert value(m, "celery_fair_pending_effective_priority_jobs", priority="9") == 1
+    m.allocation_changed("a", 0, 3)
+    m.allocation_changed("a", 3, 2)
+    assert value(m, "celery_fair_allocation_changes_total") == 2

@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
-__all__ = ["Allocation", "KeyDemand", "allocate", "shares"]
+__all__ = ["Allocation", "KeyDemand", "allocate", "redistributed", "shares"]
 
 
 class KeyDemand(NamedTuple):
@@ -86,6 +86,26 @@ def shares(capacity: int, keys: Mapping[str, KeyDemand]) -> tuple[dict[str, floa
         whole[name] += 1
         spare -= 1
     return share, Allocation(whole, max(0, spare))
+
+
+def redistributed(capacity: int, keys: Mapping[str, KeyDemand], slots: Mapping[str, int]) -> float:
+    """The slots of allocation ``slots`` that keys got beyond their weighted share of
+    ``capacity`` (``capacity * weight / total weight`` of the keys with demand): what keys
+    that cannot use their share (too little work, a cap) left to the others, and what
+    minimums moved (seed 001's "excess redistributed"). O(k).
+
+    >>> keys = {"A": KeyDemand(1, 0, None, 50), "B": KeyDemand(1, 0, None, 1)}
+    >>> redistributed(4, keys, allocate(4, keys).slots)  # B can use 1 of its 2: A gets 3
+    1.0
+    """
+    total = sum(k.weight for k in keys.values() if k.demand > 0)
+    if total <= 0:
+        return 0.0
+    return sum(
+        max(0.0, slots.get(name, 0) - capacity * k.weight / total)
+        for name, k in keys.items()
+        if k.demand > 0
+    )
 
 
 def usable(key: KeyDemand) -> int:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from .aging import Agenda, PauseLog
-from .allocation import Allocation, KeyDemand, shares
+from .allocation import Allocation, KeyDemand, redistributed, shares
 from .costs import UNLIMITED, Accounts, KeyState
 from .fairqueue import recheck_loans, reposition, resume_aging, take_back_loans, unblock
 from .types import KeyPolicies
@@ -146,6 +146,12 @@ class KeyRules:
     def allocation(self, capacity: int) -> Allocation:
         """How many of ``capacity`` slots each key with work would get. O(k log k)."""
         return shares(capacity, self.demands())[1]
+
+    def redistributed(self, capacity: int) -> float:
+        """The slots the allocation of ``capacity`` gives keys beyond their weighted share
+        (``allocation.redistributed``). O(k log k)."""
+        demands = self.demands()
+        return redistributed(capacity, demands, shares(capacity, demands)[1].slots)
 
     def demand_moved(self, key: KeyState, by: int) -> None:
         """``key``'s running plus pending jobs just moved ``by`` (+1 or -1): the allocation

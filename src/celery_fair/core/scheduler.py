@@ -315,6 +315,26 @@ class Scheduler(Shared):
         when asked: O(k log k) for the k keys with work, never part of a decision."""
         return self._keys.allocation(self._capacity)
 
+    def redistributed(self) -> float:
+        """The slots ``allocation`` gives keys beyond their weighted share: what keys that
+        cannot use theirs left to the others (``allocation.redistributed``). O(k log k)."""
+        return self._keys.redistributed(self._capacity)
+
+    def running_by_key(self) -> dict[str, int]:
+        """Admitted, not yet released jobs of each key that has some. O(keys)."""
+        return {name: k.running for name, k in self._accounts.keys.items() if k.running}
+
+    def pending_levels(self) -> dict[int, int]:
+        """Pending jobs by effective priority now (an urgent job at the level it rose to).
+        O(pending jobs)."""
+        self._look()
+        out: dict[int, int] = {}
+        for job in self._jobs.values():
+            if job.state is JobState.PENDING:
+                level = job.lane.effective(job)[0]
+                out[level] = out.get(level, 0) + 1
+        return out
+
     def _look(self) -> None:
         """Bring the order up to now for a look at it (aging, and shares)."""
         self._age(self._clock.now())

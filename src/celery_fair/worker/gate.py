@@ -89,6 +89,7 @@ class Gate:
         self.counters = counters
         self.observer = observer
         self.head_waits = events.HeadWaits()  # each key's last admission here (seed 004)
+        self._allocation: dict[str, int] = {}  # each key's slots as the last sweep saw them
         self._wall = wall
         self._monotonic = monotonic
         self._reader = HeaderReader(settings, self.types, observer)
@@ -415,8 +416,20 @@ class Gate:
             if blocking:
                 house.spill(self._monotonic.now())
             self.windows.prefetch.sweep(self._fair_inside())
+            self._watch_allocation()
         if threading.get_ident() == self.handoff.loop_thread:
             self._follow_shard_windows()
+
+    def _watch_allocation(self) -> None:
+        """Tell the observer of each key whose allocation changed since the last sweep.
+        O(k log k), once per sweep, never per decision."""
+        now = self.scheduler.allocation().slots
+        before = self._allocation
+        for key in before.keys() | now.keys():
+            was, got = before.get(key, 0), now.get(key, 0)
+            if was != got:
+                self.observer.allocation_changed(key, was, got)
+        self._allocation = now
 
     def _deciding(self) -> bool:
         """A decision is due or the store is deciding: what the core last found may be out of

@@ -218,7 +218,7 @@ def lanes_info(lanes: LanesHere) -> dict[str, Any]:
 
 
 def look(parts: Parts, wall_now: float, pool_slots: int) -> GateLook:
-    """What a metrics scrape reads (metrics.py). O(held + types)."""
+    """What a metrics scrape reads (metrics.py). O(held + types + k log k), k keys."""
     scheduler = parts.scheduler
     held, oldest = parts.held.by_type(parts.type_priority)
     return GateLook(
@@ -232,6 +232,9 @@ def look(parts: Parts, wall_now: float, pool_slots: int) -> GateLook:
         mode=parts.engine.mode.value,
         heads={key: max(0.0, wall_now - t) for key, t in oldest.items()},
         allocation=scheduler.allocation().slots,
+        running_by_key=scheduler.running_by_key(),
+        redistributed=scheduler.redistributed(),
+        levels=scheduler.pending_levels(),
     )
 
 
