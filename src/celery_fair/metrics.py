@@ -132,11 +132,11 @@ MOVED = _Spec("intake_moved", "Messages the intake moved from a queue into its f
 REROUTED = _Spec("lane_rerouted", "Stragglers the intake moved from a shard to their key's "
                  "lane (Redis): messages of a key that waited in its shard from before the key "
                  "got its lane.", ("queue",))  # fmt: skip
-HEAD_WAIT = _Spec("key_head_wait_to_admission_seconds", "Time a fair job waited at the "
-                  "head of its fairness key's queue before this worker admitted it: from its "
-                  "publish (time in the broker included), or from the previous admission of "
-                  "its key here if that came later. The first fair_metrics_top_keys keys "
-                  'admitted here by name, every other as key="other".', ("key",),
+HEAD_WAIT = _Spec("key_head_wait_to_start_seconds", "Time a fair job waited at the head "
+                  "of its fairness key's queue before this worker started it: from its "
+                  "publish (time in the broker included), or from the previous start of its "
+                  "key here if that came later. The first fair_metrics_top_keys keys started "
+                  'here by name, every other as key="other".', ("key",),
                   WAIT_BUCKETS)  # fmt: skip
 AGED = _Spec("aging_promotions", "Levels fair jobs had risen by aging when they were admitted "
              "(a job admitted at effective priority 5 of base 2 counts 3).",

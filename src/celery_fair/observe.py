@@ -93,9 +93,9 @@ class Observer:
         (``urgent``: it had reached the urgent threshold)."""
 
     def head_waited(self, fairness_key: str, seconds: float) -> None:
-        """A job of ``fairness_key`` was admitted ``seconds`` after it became the head of its
-        key's queue here: after its publish, or after the previous admission of its key by
-        this worker if that came later (seed 004's "dequeue time for the tip of each
+        """A job of ``fairness_key`` was handed to the pool ``seconds`` after it became the
+        head of its key's queue here: after its publish, or after the previous start of its
+        key by this worker if that came later (seed 004's "dequeue time for the tip of each
         queue"; the time in the broker counts, from the producer's ``fair_submitted``)."""
 
     def started(self, job_type: str, priority: int) -> None:

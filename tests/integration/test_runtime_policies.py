@@ -113,11 +113,17 @@ def test_weights_shows_fair_keys_under_the_runtime_entries_and_one_keys_sources(
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout)
     assert (found["entry"], found["from"]) == ("tenant:acme", "runtime")
-    assert found["policy"] == {"weight": 3.0, "min_slots": 0, "max_concurrency": None}
+    assert found["policy"] == {
+        "weight": 3.0,
+        "min_slots": 0,
+        "max_concurrency": None,
+        "max_priority": None,
+    }
     assert found["sources"] == {
         "weight": "runtime",
         "min_slots": "default",
         "max_concurrency": "default",
+        "max_priority": "default",
     }
 
 

@@ -281,7 +281,7 @@ def test_jobs_lists_a_keys_jobs_still_in_the_broker_after_those_the_workers_have
     clone.apply_async(["long", 60.0], fairness_key="k")  # ended by the test once it looked
     wait_until(lambda: run.recorder.events(), 20, "the long job to start")
     held = [clone.apply_async([f"held{i}", 0.01], fairness_key="k").id for i in range(2)]
-    wait_until(lambda: len(jobs(run.app, state="held")["jobs"]) == 2, 20, "both held")
+    wait_until(lambda: jobs(run.app, key="k")["matched"] == 3, 20, "both at the worker")
     later = [
         clone.apply_async([f"later{i}", 0.01], fairness_key="k", queue=later_queue(run)).id
         for i in range(3)
@@ -294,8 +294,11 @@ def test_jobs_lists_a_keys_jobs_still_in_the_broker_after_those_the_workers_have
     assert {(j["state"], j["fairness_key"]) for j in queued["jobs"]} == {("queued", "k")}
     # with every state, after the workers' jobs, and within the limit asked;
     every = jobs(run.app, key="k")
-    assert [j["state"] for j in every["jobs"]] == ["running"] + ["held"] * 2 + ["queued"] * 3
-    assert [j["task_id"] for j in every["jobs"][1:3]] == held
+    states = [j["state"] for j in every["jobs"]]
+    assert states[0] == "running", states
+    assert states[3:] == ["queued"] * 3, states
+    assert set(states[1:3]) <= {"reserved", "held"}  # (admitted ahead of a free process, or not)
+    assert {j["task_id"] for j in every["jobs"][1:3]} == set(held)
     assert every["matched"] == 6
     assert [j["task_id"] for j in jobs(run.app, state="queued", limit=2)["jobs"]] == later[:2]
     assert jobs(run.app, state="queued")["matched"] == 4  # o's too

@@ -128,3 +128,18 @@ def test_with_lanes_on_redis_the_turns_read_the_crowdings_counts_kept_once():
     assert turns.order([f"q.fair.{shard}", "q"]) == ["q", f"q.fair.{shard}"]
     jobs.take("H-0")
     assert turns.held[slot] == 0
+
+
+def test_how_far_behind_a_lanes_keys_are_is_their_least_cost_and_a_shards_is_none() -> None:
+    lanes = FleetLanes()
+    here = LanesHere(lanes, shards=2, consumed=3, window=lambda: 2, now=lambda: 0.0)
+    cost = {"a": 5.0, "b": 2.0, "c": 7.0}.get
+    lanes.ask("a")  # lane 0
+    lanes.learn("b", 0)  # two keys share lane 0
+    lanes.ask("c")  # lane 2 (the map's third entry)
+    assert here.behind(2, lambda k: cost(k, 0.0)) == 2.0  # lane 0: b, the least
+    assert here.behind(4, lambda k: cost(k, 0.0)) == 7.0  # lane 2: c
+    assert here.behind(3, lambda k: cost(k, 0.0)) == 0.0  # lane 1: nobody on it
+    assert here.behind(1, lambda k: cost(k, 0.0)) == 0.0  # a shard: light keys
+    lanes.learn("c", 1)  # a new map: read again
+    assert here.behind(3, lambda k: cost(k, 0.0)) == 7.0

@@ -139,19 +139,19 @@ def test_the_keys_with_the_most_slots_are_named_and_the_rest_summed_as_other():
     assert value(m, "celery_fair_key_allocation_slots", key="a") is None
 
 
-def test_each_keys_head_wait_counts_from_its_publish_or_its_keys_last_admission_here():
+def test_each_keys_head_wait_counts_from_its_publish_or_its_keys_last_start_here():
     from celery_fair.worker.events import HeadWaits
 
     heads = HeadWaits(size=2)
     # a key's first job: from its publish (time in the broker included)
-    assert heads.admitted("a", arrival=100.0, now=103.0) == 3.0
-    # the next, published before that admission: from it; one published after: from its publish
-    assert heads.admitted("a", arrival=101.0, now=104.5) == 1.5
-    assert heads.admitted("a", arrival=110.0, now=110.25) == 0.25
+    assert heads.started("a", arrival=100.0, now=103.0) == 3.0
+    # the next, published before that start: from it; one published after: from its publish
+    assert heads.started("a", arrival=101.0, now=104.5) == 1.5
+    assert heads.started("a", arrival=110.0, now=110.25) == 0.25
     # only the latest `size` keys are kept: a forgotten key counts from the publish again
-    heads.admitted("b", 0.0, 111.0)
-    heads.admitted("c", 0.0, 112.0)
-    assert heads.admitted("a", arrival=105.0, now=113.0) == 8.0
+    heads.started("b", 0.0, 111.0)
+    heads.started("c", 0.0, 112.0)
+    assert heads.started("a", arrival=105.0, now=113.0) == 8.0
 
 
 def test_the_head_wait_histogram_names_the_first_keys_for_good_and_the_rest_as_other():
@@ -161,10 +161,10 @@ def test_the_head_wait_histogram_names_the_first_keys_for_good_and_the_rest_as_o
     got = {
         (s.name, s.labels.get("key"), s.labels.get("le")): s.value
         for family in m.registry.collect()
-        if family.name == "celery_fair_key_head_wait_to_admission_seconds"
+        if family.name == "celery_fair_key_head_wait_to_start_seconds"
         for s in family.samples
     }
-    name = "celery_fair_key_head_wait_to_admission_seconds"
+    name = "celery_fair_key_head_wait_to_start_seconds"
     assert got[(f"{name}_count", "a", None)] == 2
     assert got[(f"{name}_count", "b", None)] == 1
     assert got[(f"{name}_count", "other", None)] == 2  # c, and a key that is named "other"

@@ -179,10 +179,10 @@ def on_receipt(parsed: Any, shard: int | None, place_in_key: int, held: int) -> 
 
 
 class HeadWaits:
-    """When this worker last admitted a job of each fairness key, to tell how long the next
+    """When this worker last started a job of each fairness key, to tell how long the next
     one waited at the head of its key's queue (``Observer.head_waited``). Keeps the
-    ``size`` keys admitted most lately (a key forgotten counts from its jobs' publish, as a
-    key met for the first time does). O(1) per admission."""
+    ``size`` keys started most lately (a key forgotten counts from its jobs' publish, as a
+    key met for the first time does). O(1) per start."""
 
     __slots__ = ("last", "size")
 
@@ -190,9 +190,9 @@ class HeadWaits:
         self.size = size
         self.last: OrderedDict[str, float] = OrderedDict()
 
-    def admitted(self, fairness_key: str, arrival: float, now: float) -> float:
-        """Seconds job of ``fairness_key`` that arrived (was published) at ``arrival`` waited
-        at its key's head until ``now``; its admission is the key's last from now on."""
+    def started(self, fairness_key: str, arrival: float, now: float) -> float:
+        """Seconds a job of ``fairness_key`` that arrived (was published) at ``arrival``
+        waited at its key's head until its start ``now``; its start is the key's last."""
         last = self.last
         before = last.pop(fairness_key, None)
         last[fairness_key] = now
@@ -203,20 +203,11 @@ class HeadWaits:
 
 
 def report_admission(
-    observer: Observer,
-    fields: dict[str, Any] | None,
-    admission: Any,
-    wait: float,
-    now: float,
-    heads: HeadWaits | None = None,
+    observer: Observer, fields: dict[str, Any] | None, admission: Any, wait: float, now: float
 ) -> None:
-    """Count an admission after ``wait`` seconds held (and a promotion by aging or urgency,
-    and with ``heads`` its wait at the head of its key's queue, to ``now``: epoch seconds),
+    """Count an admission after ``wait`` seconds held (and a promotion by aging or urgency),
     and add what it says to the job's event ``fields``, if it sends events (``on_admission``)."""
     observer.admitted(admission.type, admission.priority, wait)
-    if heads is not None:
-        key = admission.fairness_key
-        observer.head_waited(key, heads.admitted(key, admission.arrival, now))
     effective = admission.effective_priority
     if effective is not None and (effective != admission.priority or admission.urgent):
         observer.promoted(admission.type, effective - admission.priority, admission.urgent)

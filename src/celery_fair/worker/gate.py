@@ -88,7 +88,7 @@ class Gate:
         self.engine = engine
         self.counters = counters
         self.observer = observer
-        self.head_waits = events.HeadWaits()  # each key's last admission here (seed 004)
+        self.head_waits = events.HeadWaits()  # each key's last start here (seed 004)
         self._allocation: dict[str, int] = {}  # each key's slots as the last sweep saw them
         self._wall = wall
         self._monotonic = monotonic
@@ -111,6 +111,10 @@ class Gate:
                 Lanes.of(self.app), settings.shards, consumed, window, monotonic.now
             )
         crowding = self.lanes.crowding if self.lanes is not None else None
+        if self.lanes is not None and self.windows.turns is not None:
+            # Redis reads the lanes it holds none of by how far behind their keys are.
+            here, cost = self.lanes, scheduler.accumulated_cost
+            self.windows.turns.behind = lambda slot: here.behind(slot, cost)
         self.held = HeldJobs(self.windows.turns, crowding)
         self.reserve = Reserve(lookahead, sizer)
         self.runs = Runs(monotonic.now)
@@ -325,9 +329,7 @@ class Gate:
             self.engine.finish(uid, None, unstarted=True)
             return
         wait = self._monotonic.now() - held.received
-        events.report_admission(
-            self.observer, held.events, admission, wait, self._wall.now(), self.head_waits
-        )
+        events.report_admission(self.observer, held.events, admission, wait, self._wall.now())
         if len(self.runs) < self._pool_slots:
             self._start(uid, admission)
         else:
@@ -337,6 +339,10 @@ class Gate:
         """Hand an admitted job to the pool."""
         held = self.held.take(uid, starts=True)
         assert held is not None
+        key = admission.fairness_key
+        self.observer.head_waited(
+            key, self.head_waits.started(key, admission.arrival, self._wall.now())
+        )
         req = held.req
         run = self.runs.add(req, uid)
         req.request_dict[TOKEN] = admission.token

@@ -49,6 +49,8 @@ class LanesHere:
         self._now = now
         self.asked = 0  # lanes asked for by rule 3, since the worker started
         self._fresh: str | None = None  # the key whose lane ``slot`` just learned
+        # The fleet's map as last read for ``behind``, and its keys by lane.
+        self._by_lane: tuple[Any, dict[int, list[str]]] = (None, {})
 
     def slot(self, req: Any, key: str) -> int:
         """The slot ``req`` (of fairness key ``key``) counts in. A message that came from a
@@ -95,6 +97,23 @@ class LanesHere:
             shard = shard_of(key, self.shards)
             straggling = jobs.reslot(key, shard, self.straggler_slot(key)) > 0 or straggling
         return straggling
+
+    def behind(self, slot: int, cost: Callable[[str], float]) -> float:
+        """How far behind the keys of ``slot`` are, for the read order (``ShardTurns.behind``):
+        a lane's, the least ``cost`` (accumulated cost) of the keys the fleet's map puts on
+        it; a shard's (light keys, new ones among them) 0. O(keys of the lane), the map's
+        lanes read once per version of it."""
+        lane = slot - self.shards
+        if lane < 0 or lane >= self.consumed:
+            return 0.0
+        lanes = self.lanes.map
+        if self._by_lane[0] is not lanes:
+            by_lane: dict[int, list[str]] = {}
+            for key, j in lanes.lanes.items():
+                by_lane.setdefault(j, []).append(key)
+            self._by_lane = (lanes, by_lane)
+        keys = self._by_lane[1].get(lane)
+        return min(map(cost, keys)) if keys else 0.0
 
     def backlogged_keys(self) -> list[str]:
         """The keys whose lane this worker holds at least half a window of: they still need

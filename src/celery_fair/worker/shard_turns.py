@@ -80,6 +80,9 @@ class ShardTurns:
         self.held = [0] * (2 * shards + lanes)
         self._window = window
         self._index: dict[str, int | None] = {}  # queue name -> slot, as parsed
+        # How far behind the keys of a slot are (their least accumulated cost; lower: further
+        # behind), to order the queues held none of; None: in their turns.
+        self.behind: Callable[[int], float] | None = None
 
     def add(self, slot: int) -> None:
         self.held[slot] += 1
@@ -107,15 +110,20 @@ class ShardTurns:
         return None if lane is None else self.shards + lane
 
     def order(self, queues: list[str]) -> list[str]:
-        """``queues`` (the transport's turn order) in three groups, each in its turn order:
-        the shards and lanes the gate holds none of, the rest, and last those it holds a window
-        of. O(queues).
+        """``queues`` (the transport's turn order) in three groups: the shards and lanes the
+        gate holds none of, the rest, and last those it holds a window of, each in its turn
+        order, but the first two by how far behind their keys are (``behind``, if set: least
+        accumulated cost first; ties in turn order). O(queues log queues).
 
         A queue held none of is one whose keys the core cannot pick now, however far behind
         their share they are: a lane whose key the core started as fast as it came (a key
         catching up after a late start, a weighted key, cheaper jobs), or a light key's shard.
         Read first, its next message is in hand by the time the core would start it; in turns,
-        it would wait for a read of every other backlogged queue."""
+        it would wait for a read of every other backlogged queue. Among them, the lanes of keys
+        that just started their held job come and go in every read; in turns with them, a key
+        catching up would get its next message one read in as many as there are, and so only
+        its even share of starts, never the catch-up its cost calls for. Read first until it
+        holds a window, it gets what the core would start of it."""
         window = self._window()
         held = self.held
         index = self._index
@@ -134,4 +142,9 @@ class ShardTurns:
                 later.append(name)
             else:
                 middle.append(name)
+        behind = self.behind
+        if behind is not None:
+            by = lambda name: behind(index[name] or 0)  # noqa: E731
+            first.sort(key=by)
+            middle.sort(key=by)
         return first + middle + later
