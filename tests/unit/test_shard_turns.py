@@ -99,7 +99,7 @@ def test_a_lane_counts_in_its_own_slot_and_goes_last_once_held_a_window_of() -> 
 
 def test_lanes_not_held_a_window_of_are_read_the_furthest_behind_first() -> None:
     # shards 0-1, lanes 0-3 (slots 2-5); lane 3's key catches up (cost 1), the others at 9,
-    # shard 1 (light keys) at 0: held none of first, then held some, each the least cost first
+    # shards (light keys) at 0: held none of first, then held some, each the least cost first
     turns = ShardTurns(shards=2, window=lambda: 3, lanes=4)
     cost = {0: 0.0, 1: 0.0, 2: 9.0, 3: 9.0, 4: 9.0, 5: 1.0}
     turns.behind = cost.__getitem__
@@ -113,9 +113,9 @@ def test_lanes_not_held_a_window_of_are_read_the_furthest_behind_first() -> None
     assert turns.order(queues) == [
         "q.fair.1",  # held none, cost 0
         "q.fair.lane.0",  # held none, 9
-        "q.fair.0",  # held one, 0; q (no shard) ties with it and keeps its turn
-        "q",
+        "q.fair.0",  # held one, 0
         "q.fair.lane.3",  # held one, 1: the key catching up before lane 1's
         "q.fair.lane.1",
+        "q",  # no shard or lane: after them
         "q.fair.lane.2",  # a window held: last
     ]

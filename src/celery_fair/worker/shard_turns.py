@@ -26,6 +26,9 @@ from ..protocol import lane_index, shard_index, shard_of
 
 __all__ = ["ShardTurns", "slot_of"]
 
+_NOT_A_SLOT = float("inf")
+"""How far behind a queue that is no shard or lane counts: after every shard and lane."""
+
 
 def slot_of(routing_key: object, key: str, lane: int | None, shards: int, lanes: int) -> int:
     """The slot (shard i: i; lane j: ``shards + j``; the stragglers of shard i:
@@ -110,10 +113,10 @@ class ShardTurns:
         return None if lane is None else self.shards + lane
 
     def order(self, queues: list[str]) -> list[str]:
-        """``queues`` (the transport's turn order) in three groups: the shards and lanes the
-        gate holds none of, the rest, and last those it holds a window of, each in its turn
-        order, but the first two by how far behind their keys are (``behind``, if set: least
-        accumulated cost first; ties in turn order). O(queues log queues).
+        """``queues`` (the transport's turn order) in three groups, each in its turn order:
+        the shards and lanes the gate holds none of, the rest, and last those it holds a window
+        of; with ``behind`` set, the first two each by how far behind their keys are (least
+        accumulated cost first, ties in turn order). O(queues log queues).
 
         A queue held none of is one whose keys the core cannot pick now, however far behind
         their share they are: a lane whose key the core started as fast as it came (a key
@@ -122,8 +125,7 @@ class ShardTurns:
         it would wait for a read of every other backlogged queue. Among them, the lanes of keys
         that just started their held job come and go in every read; in turns with them, a key
         catching up would get its next message one read in as many as there are, and so only
-        its even share of starts, never the catch-up its cost calls for. Read first until it
-        holds a window, it gets what the core would start of it."""
+        its even share of starts, never the catch-up its cost calls for."""
         window = self._window()
         held = self.held
         index = self._index
@@ -144,7 +146,13 @@ class ShardTurns:
                 middle.append(name)
         behind = self.behind
         if behind is not None:
-            by = lambda name: behind(index[name] or 0)  # noqa: E731
+            # Each group the furthest behind first, ties in turn order (the sort is stable); a
+            # queue that is no shard or lane (the queue itself, which the intake empties)
+            # after them.
+            def by(name: str) -> float:
+                slot = index[name]
+                return _NOT_A_SLOT if slot is None else behind(slot)
+
             first.sort(key=by)
             middle.sort(key=by)
         return first + middle + later
