@@ -20,6 +20,7 @@ from celery.bin.base import CeleryCommand
 
 from .errors import ConfigurationError, StoreUnavailable
 from .overview import fleet_status, gates, render
+from .protocol import LIST_STATES
 
 __all__ = ["fair", "fleet_status", "render"]
 
@@ -316,7 +317,7 @@ def job(ctx: click.Context, task_id: str, as_json: bool, timeout: float) -> None
 @click.option("--key", default=None, help="only this fairness key's jobs")
 @click.option(
     "--state",
-    type=click.Choice(["running", "reserved", "held", "queued"]),
+    type=click.Choice(LIST_STATES),
     default=None,
     help="only jobs in this state (queued: in the broker, with fair_track_submits)",
 )

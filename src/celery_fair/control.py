@@ -80,7 +80,7 @@ from .connect import settings_of, tracked_store, untrack
 from .core.inspect import why_from_dict
 from .core.types import BlockReason, check_priority
 from .errors import ConfigurationError, StoreUnavailable
-from .protocol import JOB_STATES, ControlAnswer
+from .protocol import LIST_STATES, ControlAnswer
 
 __all__ = ["cancel", "jobs", "reprioritize", "status"]
 
@@ -202,10 +202,6 @@ def _tracked(app: Any, task_id: str) -> Any:
     return tracked_store(app).queued(task_id)
 
 
-#: The states ``jobs`` lists: the workers' (``JOB_STATES``), then ``queued``: in the broker,
-#: as the producers' registry of submissions says.
-LIST_STATES = (*JOB_STATES, "queued")
-
 #: At most this many jobs a worker lists when ``jobs`` needs every one it has, to tell them
 #: from the queued ones (a worker holds at most ``fair_max_held``, 1,000 by default).
 _EVERY = 100_000
@@ -244,7 +240,8 @@ def jobs(
         raise ConfigurationError(f"state must be one of {', '.join(LIST_STATES)}, got {state!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
-    if state == "queued" and not _tracking(app):
+    tracking = _tracking(app)
+    if state == "queued" and not tracking:
         raise ConfigurationError(
             "queued jobs are listed from the producers' registry of submissions: set "
             "fair_track_submits = True (docs/configuration.md)"
@@ -254,7 +251,7 @@ def jobs(
             "queued jobs cannot be listed by type: the registry of submissions keeps a job's "
             "key, not its type"
         )
-    queued = state == "queued" or (state is None and type is None and _tracking(app))
+    queued = state == "queued" or (state is None and type is None and tracking)
     replies = app.control.broadcast(
         "fair_jobs",
         arguments={

@@ -27,6 +27,7 @@ __all__ = [
     "JOB_ID",
     "JOB_STATES",
     "JOB_TYPE",
+    "LIST_STATES",
     "ON_DEMAND",
     "PAUSED_SPILL",
     "PRIORITY",
@@ -170,6 +171,9 @@ def shard_count(conf: Mapping[str, Any]) -> int:
 #: The states job control's ``fair_jobs`` lists a job in (a worker runs it, has admitted it
 #: and waits for a free process, or holds it), in the order it lists them.
 JOB_STATES = ("running", "reserved", "held")
+#: The states job control's ``jobs`` lists: the workers' (``JOB_STATES``), then ``queued``: in
+#: the broker, as the producers' registry of submissions says.
+LIST_STATES = (*JOB_STATES, "queued")
 
 
 class ControlAnswer(str, enum.Enum):

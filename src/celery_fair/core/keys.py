@@ -147,11 +147,10 @@ class KeyRules:
         """How many of ``capacity`` slots each key with work would get. O(k log k)."""
         return shares(capacity, self.demands())[1]
 
-    def redistributed(self, capacity: int) -> float:
-        """The slots the allocation of ``capacity`` gives keys beyond their weighted share
-        (``allocation.redistributed``). O(k log k)."""
-        demands = self.demands()
-        return redistributed(capacity, demands, shares(capacity, demands)[1].slots)
+    def redistributed(self, capacity: int, slots: Mapping[str, int]) -> float:
+        """The slots the allocation ``slots`` of ``capacity`` gives keys beyond their weighted
+        share (``allocation.redistributed``). O(k)."""
+        return redistributed(capacity, self.demands(), slots)
 
     def demand_moved(self, key: KeyState, by: int) -> None:
         """``key``'s running plus pending jobs just moved ``by`` (+1 or -1): the allocation

@@ -315,10 +315,11 @@ class Scheduler(Shared):
         when asked: O(k log k) for the k keys with work, never part of a decision."""
         return self._keys.allocation(self._capacity)
 
-    def redistributed(self) -> float:
-        """The slots ``allocation`` gives keys beyond their weighted share: what keys that
-        cannot use theirs left to the others (``allocation.redistributed``). O(k log k)."""
-        return self._keys.redistributed(self._capacity)
+    def redistributed(self, slots: dict[str, int]) -> float:
+        """The slots ``slots`` (``allocation().slots``) gives keys beyond their weighted share:
+        what keys that cannot use theirs left to the others (``allocation.redistributed``).
+        O(k)."""
+        return self._keys.redistributed(self._capacity, slots)
 
     def running_by_key(self) -> dict[str, int]:
         """Admitted, not yet released jobs of each key that has some. O(keys)."""

@@ -221,6 +221,7 @@ def look(parts: Parts, wall_now: float, pool_slots: int) -> GateLook:
     """What a metrics scrape reads (metrics.py). O(held + types + k log k), k keys."""
     scheduler = parts.scheduler
     held, oldest = parts.held.by_type(parts.type_priority)
+    allocation = scheduler.allocation().slots
     return GateLook(
         held=held,
         running={(t, p): n for t, p, _, n in scheduler.by_type() if n},
@@ -231,9 +232,9 @@ def look(parts: Parts, wall_now: float, pool_slots: int) -> GateLook:
         lookahead=parts.reserve.lookahead,
         mode=parts.engine.mode.value,
         heads={key: max(0.0, wall_now - t) for key, t in oldest.items()},
-        allocation=scheduler.allocation().slots,
+        allocation=allocation,
         running_by_key=scheduler.running_by_key(),
-        redistributed=scheduler.redistributed(),
+        redistributed=scheduler.redistributed(allocation),
         levels=scheduler.pending_levels(),
     )
 
