@@ -117,3 +117,60 @@ def test_stragglers_told_of_are_rerouted_at_once_once_per_shard_and_counted_by_q
 def test_an_intake_that_cannot_reroute_says_so():
     thread = IntakeThread(OutageThenBack(0), list, 60.0)  # type: ignore[arg-type]
     assert thread.reroute_soon("q.fair.3") is False  # RabbitMQ's: its gate reads past them
+
+
+class SlowReplies:
+    """An app whose ``inspect().active_queues()`` waits until ``release`` is set, as a
+    broadcast waits its timeout for the workers' replies."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.release = threading.Event()
+        self.control = self
+
+    def inspect(self, timeout):
+        return self
+
+    def active_queues(self):
+        self.asked.set()
+        self.release.wait(10)
+        return {}
+
+
+class Drains:
+    """An intake that counts its drains and moves nothing."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.closed = False
+
+    def drain(self, queues):
+        self.calls += 1
+        return 0
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_look_for_plain_consumers_never_holds_up_the_intake():
+    # Given an intake whose look for plain workers waits on their replies (up to a second in
+    # the product, here until released),
+    app, intake = SlowReplies(), Drains()
+    thread = IntakeThread(intake, lambda: ["q"], 0.001, app=app, first_check=0.0)  # type: ignore[arg-type]
+    thread.start()
+    try:
+        assert app.asked.wait(5)
+        # while it waits, the queue is drained on and on: a message published now moves at once
+        before = intake.calls
+        deadline = threading.Event()
+        for _ in range(500):
+            if intake.calls >= before + 5:
+                break
+            deadline.wait(0.01)
+        assert intake.calls >= before + 5, (before, intake.calls)
+        assert not app.release.is_set()
+    finally:
+        app.release.set()
+        thread.stop()
+    assert not thread.is_alive()
+    assert intake.closed

@@ -191,10 +191,11 @@ class IntakeThread(threading.Thread):
 
     It drains every queue, then looks again after ``interval`` seconds (at once after a call
     that moved a full batch). A broker error is logged once per outage and retried. With
-    ``app``, every ``CHECK_EVERY`` seconds (the first time ``FIRST_CHECK`` seconds after it
-    starts) it also looks for workers that consume the same queues without their shards (and,
-    with ``lanes``, this worker consuming lanes, without their lanes), and warns about each
-    once.
+    ``app``, every ``CHECK_EVERY`` seconds (the first time ``first_check`` seconds after it
+    starts) a thread of its own looks for workers that consume the same queues without their
+    shards (and, with ``lanes``, this worker consuming lanes, without their lanes), and warns
+    about each once: that look waits up to a second for the workers' replies, and on the
+    intake's thread a message published meanwhile would wait for it too.
     """
 
     def __init__(
@@ -205,6 +206,7 @@ class IntakeThread(threading.Thread):
         app: Any = None,
         observer: Observer | None = None,
         lanes: bool = False,
+        first_check: float = FIRST_CHECK,
     ) -> None:
         super().__init__(name="celery-fair intake", daemon=True)
         self.intake = intake
@@ -213,7 +215,8 @@ class IntakeThread(threading.Thread):
         self.interval = interval
         self.app = app
         self.lanes = lanes
-        self._next_check = time.monotonic() + FIRST_CHECK
+        self._first_check = first_check
+        self._checks: threading.Thread | None = None
         self._warned: dict[tuple[str, str], list[str]] = {}
         self._halt = threading.Event()
         self._wake = threading.Event()  # set by stop and by reroute_soon
@@ -222,6 +225,11 @@ class IntakeThread(threading.Thread):
         self._failing = False
 
     def run(self) -> None:
+        if self.app is not None:
+            self._checks = threading.Thread(
+                target=self._check_every, name="celery-fair consumer check", daemon=True
+            )
+            self._checks.start()
         try:
             self._run()
         finally:
@@ -250,9 +258,6 @@ class IntakeThread(threading.Thread):
                 if self._failing:
                     logger.info("celery-fair intake: moving messages again.")
                 self._failing = False
-            if self.app is not None and time.monotonic() >= self._next_check:
-                self._next_check = time.monotonic() + CHECK_EVERY
-                self._check_consumers()
             if self._wake.wait(self.interval):  # stragglers: let the next few come too
                 self._halt.wait(REROUTE_GAP)
             self._wake.clear()
@@ -269,6 +274,12 @@ class IntakeThread(threading.Thread):
             moved = self.intake.drain([queue])
             if moved:
                 self.observer.moved(queue, moved)
+
+    def _check_every(self) -> None:
+        wait = self._first_check
+        while not self._halt.wait(wait):
+            self._check_consumers()
+            wait = CHECK_EVERY
 
     def _check_consumers(self) -> None:
         try:
@@ -302,5 +313,8 @@ class IntakeThread(threading.Thread):
     def stop(self, timeout: float = 5.0) -> None:
         self._halt.set()
         self._wake.set()
+        deadline = time.monotonic() + timeout
         if self.is_alive():
             self.join(timeout)
+        if self._checks is not None and self._checks.is_alive():
+            self._checks.join(max(0.0, deadline - time.monotonic()))
