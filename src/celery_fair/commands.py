@@ -230,6 +230,14 @@ class _PolicyWatch:
 @click.option("--no-cap", is_flag=True, help="remove the runtime max_concurrency")
 @click.option("--max-priority", type=int, help="the highest priority its jobs may have")
 @click.option("--no-max-priority", is_flag=True, help="remove the runtime max_priority")
+@click.option("--rate", help="how fast its jobs may start, fleet-wide: 10/s, 600/m, 5000/h")
+@click.option("--burst", type=float, help="how many starts (or seconds of cost) its rate saves up")
+@click.option(
+    "--per",
+    type=click.Choice(["job", "cost"]),
+    help="what a start charges the rate: 1 (job) or its estimate (cost)",
+)
+@click.option("--no-rate", is_flag=True, help="remove the runtime rate")
 @click.option("--reset", is_flag=True, help="drop NAME's runtime policy: its configured one again")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.pass_context
@@ -242,11 +250,15 @@ def weights(
     no_cap: bool,
     max_priority: int | None,
     no_max_priority: bool,
+    rate: str | None,
+    burst: float | None,
+    per: str | None,
+    no_rate: bool,
     reset: bool,
     as_json: bool,
 ) -> None:
     """Show, or change while the fleet runs, a fairness key's (or pattern's) weight, minimum
-    of slots, cap and highest priority. Every worker follows within about a second
+    of slots, cap, highest priority and rate. Every worker follows within about a second
     (docs/configuration.md).
 
     With no NAME: every policy entry in force, fair_keys' and runtime ones. With NAME alone:
@@ -264,6 +276,14 @@ def weights(
         options["max_priority"] = max_priority
     if no_max_priority:
         options["max_priority"] = None
+    if rate is not None:
+        options["rate"] = rate
+    if burst is not None:
+        options["burst"] = burst
+    if per is not None:
+        options["per"] = per
+    if no_rate:
+        options["rate"] = None
     if (options or reset) and name is None:
         raise click.UsageError("give the key (or pattern) to change: fair weights NAME ...")
     if options and reset:
@@ -581,7 +601,12 @@ def _show_policies(version: int, configured: Any, runtime: Any, as_json: bool) -
     click.echo(f"  paused types: {', '.join(sorted(runtime.paused_types)) or 'none'}")
 
 
-_NONE_SHOWN = {"max_concurrency": "no cap", "max_priority": "no bound"}
+_NONE_SHOWN = {
+    "max_concurrency": "no cap",
+    "max_priority": "no bound",
+    "rate": "no limit",
+    "burst": "1",
+}
 """How a key option that is ``None`` is shown."""
 
 
@@ -624,7 +649,10 @@ def key_lines(found: dict[str, Any], version: int) -> list[str]:
         source = found["sources"][option]
         if source != "default":
             source = f"{source} {entry!r}"
-        shown = _NONE_SHOWN.get(option, "none") if value is None else value
+        if value is None:
+            shown = _NONE_SHOWN.get(option, "none")
+        else:
+            shown = f"{value:g}/s" if option == "rate" else value
         lines.append(f"  {option}: {shown} ({source})")
     lines.append(f"  paused: {'yes' if found['paused'] else 'no'}")
     return lines

@@ -13,7 +13,7 @@ Every phrase is made here, and a phrase another module must recognise is a const
 
 from __future__ import annotations
 
-from .core.inspect import Blocker, CapFull, ConflictHeld, Paused, SlotsBusy, Why
+from .core.inspect import Blocker, CapFull, ConflictHeld, Paused, RateLimited, SlotsBusy, Why
 from .core.types import BlockReason
 
 __all__ = ["ELSEWHERE", "FIRST", "line", "lines", "waits_for"]
@@ -37,6 +37,8 @@ def line(blocker: Blocker) -> str:
     if isinstance(blocker, Paused):
         what = f"type {blocker.type}" if blocker.type is not None else f"key {blocker.key!r}"
         return f"paused ({what})"
+    if isinstance(blocker, RateLimited):
+        return f"rate limit of key {blocker.key!r}: refills in {blocker.refills_in:.1f} s"
     if isinstance(blocker, ConflictHeld):
         on = f"{blocker.group}:{blocker.job_id}"
         if blocker.holder is None:

@@ -104,6 +104,9 @@ def test_weights_of_one_key_names_the_entry_it_follows_and_where_each_value_come
         "  min_slots: 0 (default)",
         "  max_concurrency: 4 (fair_keys 'tenant:*')",
         "  max_priority: no bound (default)",
+        "  rate: no limit (default)",
+        "  burst: 1 (default)",
+        "  per: job (default)",
         "  paused: no",
     ]
     # a runtime entry of its own name replaces the pattern for it: the cap is gone, and it says so;
@@ -115,6 +118,9 @@ def test_weights_of_one_key_names_the_entry_it_follows_and_where_each_value_come
         "  min_slots: 0 (default)",
         "  max_concurrency: no cap (default)",
         "  max_priority: no bound (default)",
+        "  rate: no limit (default)",
+        "  burst: 1 (default)",
+        "  per: job (default)",
         "  paused: yes",
     ]
     # a runtime entry that replaces a fair_keys one names what it replaced;

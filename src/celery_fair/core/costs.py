@@ -195,27 +195,38 @@ class KeyState:
         and ``blocked`` lists the key queues taken out of their heaps for it (each with
         ``KeyQueue.blocked`` set), which go back as soon as the key is below its cap again;
       - ``max_priority`` (its policy's, ``None``: none) bounds its pending jobs' own
-        priorities, and what aging raises them to short of urgency.
+        priorities, and what aging raises them to short of urgency;
+      - with a ``rate`` (its policy's, per second; ``None``: none), ``tokens`` is its bucket's
+        level at ``tokens_at`` (core/rates.py), and ``limited`` says it holds less than a start:
+        the key starts nothing until the bucket refills (``cap`` is 0, as while ``paused``);
+        ``halted`` is ``paused or limited``, what even an urgent job does not pass.
     """
 
     __slots__ = (
         "acc",
         "blocked",
+        "burst",
         "cap",
         "elsewhere",
+        "halted",
         "lent",
         "limit",
+        "limited",
         "max_priority",
         "min_slots",
         "name",
         "paused",
         "pauses",
         "pending",
+        "per_cost",
         "queues",
         "rank",
+        "rate",
         "running",
         "share",
         "share_frac",
+        "tokens",
+        "tokens_at",
         "weight",
     )
 
@@ -237,10 +248,19 @@ class KeyState:
         self.rank = 1
         self.share = UNLIMITED
         self.share_frac = 0.0
+        self.rate: float | None = None
+        self.burst = 1.0
+        self.per_cost = False
+        self.tokens = 1.0
+        self.tokens_at = -_INF
+        self.limited = False
+        self.halted = False
 
     def recap(self) -> None:
-        """Compute ``cap`` again from ``limit``, ``elsewhere`` and ``paused``. O(1)."""
-        self.cap = cap_left(self.limit, self.elsewhere, self.paused)
+        """Compute ``cap`` and ``halted`` again from ``limit``, ``elsewhere``, ``paused`` and
+        ``limited``. O(1)."""
+        self.halted = halted = self.paused or self.limited
+        self.cap = cap_left(self.limit, self.elsewhere, halted)
 
     def rank_now(self) -> int:
         """0 while the key runs fewer than ``min_slots`` jobs here and elsewhere, else 1 while

@@ -270,7 +270,7 @@ class KeyedQueue:
         lane = self.lane
         place = lane.place(job)
         key = kq.key
-        if kq.blocked and (place[0] != _NEG_URGENT or key.paused):
+        if kq.blocked and (place[0] != _NEG_URGENT or key.halted):
             kq.ver = -1
             if lane.aging is not None:
                 _book(lane, kq, job, True)

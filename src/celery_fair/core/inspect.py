@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from .allocation import KeyDemand, shares
 from .jobs import ELSEWHERE, Job
 from .policy import blocked_by
+from .rates import refill_at
 from .types import BLOCK_ORDER, BlockReason, ExpectedStart, JobState, JobView, Snapshot
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ __all__ = [
     "CapFull",
     "ConflictHeld",
     "Paused",
+    "RateLimited",
     "SlotsBusy",
     "Why",
     "blocked_counts",
@@ -53,6 +55,19 @@ class Paused:
     @property
     def reason(self) -> BlockReason:
         return BlockReason.PAUSED
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimited:
+    """``RATE_LIMIT``: fairness key ``key`` used up its rate; its bucket lets it start again in
+    ``refills_in`` seconds, unless the fleet charges it meanwhile."""
+
+    key: str
+    refills_in: float
+
+    @property
+    def reason(self) -> BlockReason:
+        return BlockReason.RATE_LIMIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +110,7 @@ class SlotsBusy:
         return BlockReason.CAPACITY
 
 
-Blocker = Paused | ConflictHeld | CapFull | SlotsBusy
+Blocker = Paused | RateLimited | ConflictHeld | CapFull | SlotsBusy
 """One thing that holds a pending job back now, with its numbers."""
 
 
@@ -116,6 +131,7 @@ class Why:
 #: The blocker type of each reason (``why_from_dict``).
 _KINDS: dict[BlockReason, type[Blocker]] = {
     BlockReason.PAUSED: Paused,
+    BlockReason.RATE_LIMIT: RateLimited,
     BlockReason.CONFLICT: ConflictHeld,
     BlockReason.KEY_CAP: CapFull,
     BlockReason.TYPE_CAP: CapFull,
@@ -167,7 +183,13 @@ def _blocker_from_dict(data: object) -> Blocker:
 #: What holds a job back that ``expected_start`` does not wait out by itself (a key cap is
 #: modelled: its key's share of the slots is at most its cap).
 _UNTIMED = frozenset(
-    {BlockReason.PAUSED, BlockReason.TYPE_CAP, BlockReason.TIER_CAP, BlockReason.KEY_CAP}
+    {
+        BlockReason.PAUSED,
+        BlockReason.RATE_LIMIT,
+        BlockReason.TYPE_CAP,
+        BlockReason.TIER_CAP,
+        BlockReason.KEY_CAP,
+    }
 )
 
 
@@ -250,6 +272,10 @@ def why(
     for reason in sorted(seen.blocked_by, key=BLOCK_ORDER.index):
         if reason is BlockReason.PAUSED:
             found.append(Paused(type=lane.type.name) if lane.paused else Paused(key=key.name))
+        elif reason is BlockReason.RATE_LIMIT:
+            assert key.rate is not None
+            due = refill_at(key.tokens, key.tokens_at, key.rate)
+            found.append(RateLimited(key.name, max(0.0, due - now)))
         elif reason is BlockReason.CONFLICT:
             ckey = job.ckey
             assert ckey is not None

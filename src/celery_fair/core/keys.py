@@ -12,6 +12,8 @@ allocation (``allocation.shares``) is computed again only when a key's demand cr
 
 from __future__ import annotations
 
+from heapq import heappop, heappush
+from itertools import count
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
@@ -19,6 +21,7 @@ from .aging import Agenda, PauseLog
 from .allocation import Allocation, KeyDemand, redistributed, shares
 from .costs import UNLIMITED, Accounts, KeyState
 from .fairqueue import recheck_loans, reposition, resume_aging, take_back_loans, unblock
+from .rates import level_at, may_start, refill_at, start_charge
 from .types import KeyPolicies
 
 if TYPE_CHECKING:
@@ -27,6 +30,9 @@ if TYPE_CHECKING:
     from .jobs import Conflict, ConflictKey, Lane
 
 __all__ = ["KeyRules", "limits_changed", "pause_lane", "rerank"]
+
+_INF = float("inf")
+_ids = count()
 
 
 class KeyRules:
@@ -49,6 +55,7 @@ class KeyRules:
         "policies",
         "reshare_due",
         "sharing",
+        "wakes",
     )
 
     def __init__(
@@ -68,6 +75,9 @@ class KeyRules:
         # again before the next decision once ``reshare_due`` (see ``demand_moved``).
         self.sharing = sharing
         self.reshare_due = sharing
+        # The keys out of their rate, each booked for when its bucket lets it start again:
+        # (time, id, key), lazily (a key charged or refunded since finds its own time).
+        self.wakes: list[tuple[float, int, KeyState]] = []
 
     def adopt(self, key: KeyState) -> None:
         """Give ``key`` its policy, pause and count elsewhere (new, or after a change)."""
@@ -82,6 +92,7 @@ class KeyRules:
         key.paused = name in self.paused_keys
         key.pauses = self.pauses.get(name)
         key.elsewhere = self.elsewhere.get(name, 0)
+        self._rate_terms(key, policy.rate, policy.bucket, policy.per == "cost")
         limits_changed(key)
         self.reshare_due = self.sharing
         if bound != key.max_priority and self.agenda.active:
@@ -127,6 +138,87 @@ class KeyRules:
             if key is not None:
                 key.elsewhere = now.get(name, 0)
                 limits_changed(key)
+
+    # -- rate limits (core/rates.py) ---------------------------------------------------------
+
+    def _rate_terms(self, key: KeyState, rate: float | None, burst: float, per_cost: bool) -> None:
+        """Give ``key`` its rate terms at ``agenda.now``: a key newly limited starts with a full
+        bucket, one whose burst shrank keeps no more than it. Its cap follows at once
+        (``limits_changed``, by the caller)."""
+        now = self.agenda.now
+        if rate is None:
+            key.rate = None
+            key.limited = False
+            return
+        if key.rate is None:
+            key.tokens, key.tokens_at = burst, now
+        else:
+            key.tokens = level_at(key.tokens, key.tokens_at, now, key.rate, key.burst)
+            key.tokens_at = now
+            if key.tokens > burst:
+                key.tokens = burst
+        key.rate, key.burst, key.per_cost = rate, burst, per_cost
+        self._limit(key, now)
+
+    def _limit(self, key: KeyState, now: float) -> bool:
+        """Set ``key.limited`` from its bucket's level at ``now`` (recorded at ``now``), and
+        book its wake if it is out. Whether it changed; the caller makes its cap follow."""
+        rate = key.rate
+        assert rate is not None
+        level = key.tokens = level_at(key.tokens, key.tokens_at, now, rate, key.burst)
+        key.tokens_at = now
+        limited = not may_start(level)
+        if limited:
+            heappush(self.wakes, (refill_at(level, now, rate), next(_ids), key))
+        was = key.limited
+        key.limited = limited
+        return was != limited
+
+    def charge_rate(self, key: KeyState, estimate: float) -> None:
+        """``key`` (rate-limited) just started a job of ``estimate``: its bucket pays for it,
+        and a key that used it up starts nothing more until it refills. O(log limited keys)."""
+        now = self.agenda.now
+        key.tokens = (
+            level_at(key.tokens, key.tokens_at, now, key.rate, key.burst)  # type: ignore[arg-type]
+            - start_charge(key.per_cost, estimate)
+        )
+        key.tokens_at = now
+        if self._limit(key, now):
+            limits_changed(key)
+
+    def refund_rate(self, key: KeyState, estimate: float) -> None:
+        """What a start of ``estimate`` charged ``key``'s bucket goes back (the start was
+        undone, or the job never ran). O(1), plus what it unblocks."""
+        if key.rate is None:
+            return
+        key.tokens += start_charge(key.per_cost, estimate)
+        if self._limit(key, self.agenda.now):
+            limits_changed(key)
+
+    def set_tokens(self, key: KeyState, level: float) -> None:
+        """Make ``key``'s bucket ``level`` now (the fleet's, from a shared store). O(1), plus
+        what it blocks or unblocks."""
+        if key.rate is None:
+            return
+        key.tokens = min(level, key.burst)
+        key.tokens_at = self.agenda.now
+        if self._limit(key, self.agenda.now):
+            limits_changed(key)
+
+    def wake(self, now: float) -> None:
+        """Let the keys whose buckets refilled by ``now`` run again. O(1) while none is due."""
+        wakes = self.wakes
+        while wakes and wakes[0][0] <= now:
+            _, _, key = heappop(wakes)
+            if key.limited and key.rate is not None and self._limit(key, now):
+                limits_changed(key)
+
+    def next_wake(self) -> float:
+        """When a key out of its rate may run again (``inf``: none is). O(1) amortised."""
+        wakes = self.wakes
+        while wakes and not wakes[0][2].limited:
+            heappop(wakes)
+        return wakes[0][0] if wakes else _INF
 
     # -- allocation ----------------------------------------------------------------------
 

@@ -60,10 +60,10 @@ def comes_before(a: Job, b: Job) -> bool:
 
 def key_holds(key: KeyState, level: float) -> bool:
     """Whether ``key`` holds back its job whose place starts with ``level`` (``-effective
-    priority``): the key runs its cap (``cap`` counts its jobs elsewhere and its pause), and
-    the job is not urgent, or the key is paused (an urgent job passes a key's cap, never its
-    pause). O(1)."""
-    return key.running >= key.cap and (level != _NEG_URGENT or key.paused)
+    priority``): the key runs its cap (``cap`` counts its jobs elsewhere, its pause and its
+    rate limit), and the job is not urgent, or the key is halted (an urgent job passes a key's
+    cap, never its pause or its rate limit). O(1)."""
+    return key.running >= key.cap and (level != _NEG_URGENT or key.halted)
 
 
 def key_blocks(job: Job) -> bool:
@@ -71,7 +71,7 @@ def key_blocks(job: Job) -> bool:
     key = job.key
     if key.running < key.cap:
         return False
-    return key.paused or job.lane.place(job)[0] != _NEG_URGENT
+    return key.halted or job.lane.place(job)[0] != _NEG_URGENT
 
 
 def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: Job) -> bool:
@@ -93,12 +93,12 @@ def select(
 
     A job is admissible when a global slot is free, its tier runs fewer jobs than the tier
     cap, its type runs fewer than ``max_concurrency`` and is not paused, its fairness key
-    runs fewer than its ``max_concurrency`` and is not paused, and no running job holds its
-    conflict. A full or paused tier or type is skipped as a whole; a key at its cap or paused
-    has its key queues taken out of the heaps the first time one is met, and a job whose
-    conflict is held is parked on the way; neither is looked at again until what blocks it
-    frees. So a blocked job never blocks the jobs behind it, and the cost of a decision does
-    not grow with blocked jobs.
+    runs fewer than its ``max_concurrency`` and is neither paused nor out of its rate, and no
+    running job holds its conflict. A full or paused tier or type is skipped as a whole; a key
+    at its cap, paused or out of its rate has its key queues taken out of the heaps the first
+    time one is met, and a job whose conflict is held is parked on the way; neither is looked
+    at again until what blocks it frees. So a blocked job never blocks the jobs behind it, and
+    the cost of a decision does not grow with blocked jobs.
 
     With ``aging`` (some lane ages, or the scope is ``"key"``), a lane's best job may come
     before a higher tier's, so every tier with room is looked at and the lanes' best jobs
@@ -179,9 +179,11 @@ def blocked_by(
         reasons.append(BlockReason.TIER_CAP)
     if lane.paused or key.paused:
         reasons.append(BlockReason.PAUSED)
+    if key.limited:
+        reasons.append(BlockReason.RATE_LIMIT)
     if not lane.paused and lane.running >= (lane.limit if urgent else lane.cap):
         reasons.append(BlockReason.TYPE_CAP)
-    if not key.paused and key_blocks(job):
+    if not key.halted and key_blocks(job):
         reasons.append(BlockReason.KEY_CAP)
     if conflict_held(conflicts, job):
         reasons.append(BlockReason.CONFLICT)

@@ -17,6 +17,7 @@ from .costs import KeyState
 from .inspect import Why
 from .jobs import ELSEWHERE, Job, Lane
 from .policy import conflict_held, goes_before, key_blocks, select
+from .rates import refill_at
 from .shared import Shared
 from .state import _INF, _NUMBER, _type_of
 from .types import (
@@ -249,10 +250,13 @@ class Scheduler(Shared):
         """
         job = self._jobs.get(uid)
         released = self._release(uid, None)
-        if refund and job is not None and job.charge:
+        if refund and job is not None:
             key = job.key
             if self._accounts.keys.get(key.name) is key:
-                self._set_acc(key, max(0.0, key.acc - job.charge))
+                if job.charge:
+                    self._set_acc(key, max(0.0, key.acc - job.charge))
+                if key.rate is not None:
+                    self._keys.refund_rate(key, job.estimate)
         return released
 
     # -- policies: weights, caps and pauses by key, pauses by type --------------------
@@ -270,7 +274,9 @@ class Scheduler(Shared):
         keeping its place in its key's order (its arrival); one raised lifts none of them.
         O(pending jobs of those keys · log n), once per change."""
         before = {key: key.max_priority for key in self._accounts.keys.values() if key.pending}
+        self._age(self._clock.now())
         self._keys.set_policies(policies)
+        self._woken_by()
         fell = [
             key
             for key, was in before.items()
@@ -341,6 +347,16 @@ class Scheduler(Shared):
         self._age(self._clock.now())
         if self._keys.reshare_due:
             self._keys.reshare(self._capacity)
+
+    def rate_limited(self) -> dict[str, float]:
+        """The keys out of their rate now, each with when its bucket refills (by the core's
+        clock). O(keys)."""
+        self._maintain(self._clock.now())
+        return {
+            name: refill_at(key.tokens, key.tokens_at, key.rate)
+            for name, key in self._accounts.keys.items()
+            if key.limited and key.rate is not None
+        }
 
     def pause_key(self, fairness_key: str) -> None:
         """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,
@@ -421,14 +437,20 @@ class Scheduler(Shared):
             admitted.append(self._admit(job, now))
 
     def next_rise(self) -> float | None:
-        """When aging next raises a waiting job's place (``None``: nothing is due to rise).
+        """When time alone next changes a decision (``None``: nothing is due): aging raises a
+        waiting job's place, or a key out of its rate refills.
 
         A caller that decides only when jobs come and go should also decide then: a job that
-        turns urgent may pass its key's cap, so a free slot can take it. It may be a little
-        early (the job it was booked for may have moved on); a decision then does nothing.
-        O(1) amortised.
+        turns urgent may pass its key's cap, and a key that refilled may run again, so a free
+        slot can take them. It may be a little early (the job it was booked for may have
+        moved on); a decision then does nothing. O(1) amortised.
         """
-        return self._agenda.next_time() if self._agenda.active else None
+        due = self._keys.next_wake()
+        if self._agenda.active:
+            rise = self._agenda.next_time()
+            if rise is not None and rise < due:
+                due = rise
+        return None if due == _INF else due
 
     # -- inspection --------------------------------------------------------------------
 

@@ -69,6 +69,8 @@ class Shared(State):
         else:
             lane.queue.push(job)
         self._set_acc(key, key.acc - job.charge)
+        if key.rate is not None:
+            self._keys.refund_rate(key, job.estimate)
         bound = key.max_priority
         if bound is not None and lane.tier.priority > bound:  # it fell while the job ran
             self._move(job, self._lane_at(lane, bound), job.arrival, job.seq)
@@ -85,6 +87,19 @@ class Shared(State):
         key = self._accounts.keys.get(fairness_key)
         if key is not None and key.acc != value:
             self._set_acc(key, float(value))
+
+    def set_tokens(self, fairness_key: str, level: float) -> None:
+        """Make ``fairness_key``'s rate bucket ``level`` now (the fleet's, from a store): at
+        most 0, the key starts nothing until it refills (core/rates.py). Ignored for a key
+        the core does not know or that has no rate. O(1), plus what it blocks or unblocks.
+        """
+        if not (_type_of(level) in _NUMBER and -_INF < level < _INF):
+            raise SchedulerError(f"a bucket's level must be a finite number, got {level!r}")
+        key = self._accounts.keys.get(fairness_key)
+        if key is not None and key.rate is not None:
+            self._age(self._clock.now())
+            self._keys.set_tokens(key, float(level))
+            self._woken_by()
 
     def set_estimate(self, type: str, job_id: str | None, value: float) -> None:
         """Make the estimate of ``(type, job_id)`` ``value`` (the fleet's, from a store). O(1)."""

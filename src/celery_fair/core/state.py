@@ -78,7 +78,8 @@ class State:
         self._tokens = count(1)
         self._estimates = Estimates(config.alpha, config.lifecycle.estimate_ttl)
         self._accounts = Accounts(config.lifecycle, now)
-        # _due: no cost or estimate expires, and no reset falls, before this time.
+        # _due: no cost or estimate expires, no reset falls, and no key out of its rate
+        # refills (keys.py, ``KeyRules.wake``) before this time.
         self._due = self._accounts.next_due()
         # The time of the operation in progress, and when aging next moves a key queue up.
         self._agenda = Agenda(now)
@@ -221,6 +222,10 @@ class State:
         weight = key.weight
         job.charge = charge = estimate if weight == 1.0 else estimate / weight
         key.acc += charge
+        if key.rate is not None:
+            self._keys.charge_rate(key, estimate)
+            if key.limited:
+                self._woken_by()
         if key.lent:
             if key.running >= key.cap:
                 take_back_loans(key)
@@ -321,7 +326,16 @@ class State:
         if self._accounts.expire(now):
             self._reorder()
         self._estimates.expire(now)
-        self._due = min(self._accounts.next_due(), self._estimates.next_due())
+        self._keys.wake(now)
+        self._due = min(
+            self._accounts.next_due(), self._estimates.next_due(), self._keys.next_wake()
+        )
+
+    def _woken_by(self) -> None:
+        """A key ran out of its rate: keep ``_due`` no later than its wake. O(1) amortised."""
+        due = self._keys.next_wake()
+        if due < self._due:
+            self._due = due
 
     def _expiring(self, ttl: float | None, now: float) -> None:
         """Something was stamped ``now`` and expires ``ttl`` later: keep ``_due`` no later."""

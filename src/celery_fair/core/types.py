@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import NamedTuple, NewType
 
 from ..errors import ConfigurationError, SchedulerError
+from .rates import PER_OPTIONS, parse_rate
 
 __all__ = [
     "BLOCK_ORDER",
@@ -278,16 +279,28 @@ class KeyPolicy:
         max_priority: The highest priority the key's jobs may have: a job asked above it
             (by its producer, or by its type) gets it instead, and aging raises it no higher
             (urgency still applies: docs/design.md 5g). ``None`` for no bound. A positive int.
+        rate: How fast the key may start jobs (fleet-wide with a shared store): ``"10/s"``,
+            ``"600/m"``, ``"5000/h"``, or a number per second (kept as one); ``None`` for no
+            limit. A key that used its bucket up is a blocker until it refills (core/rates.py).
+        burst: How much the key's bucket holds: starts it may make at once after a quiet
+            spell (or seconds of cost, with ``per = "cost"``). A number >= 1; default 1.
+        per: What a start charges the bucket: ``"job"`` (1) or ``"cost"`` (the job's
+            learned estimate, so expensive jobs use the rate up sooner).
 
     Example:
         >>> KeyPolicy(weight=3).weight
         3
+        >>> KeyPolicy(rate="600/m", burst=5).rate
+        10.0
     """
 
     weight: float = 1.0
     min_slots: int = 0
     max_concurrency: int | None = None
     max_priority: int | None = None
+    rate: float | None = None
+    burst: float | None = None
+    per: str = "job"
 
     def __post_init__(self) -> None:
         if not _is_number(self.weight) or self.weight <= 0:
@@ -300,9 +313,23 @@ class KeyPolicy:
         bound = self.max_priority
         if bound is not None and (not _is_int(bound) or bound < 1):
             raise ConfigurationError(f"max_priority must be an int >= 1 or None, got {bound!r}")
+        if self.rate is not None:
+            object.__setattr__(self, "rate", parse_rate(self.rate))
+        burst = self.burst
+        if burst is not None:
+            if not _is_number(burst) or not (1 <= burst < float("inf")):
+                raise ConfigurationError(f"burst must be a number >= 1, got {burst!r}")
+            object.__setattr__(self, "burst", float(burst))
+        if self.per not in PER_OPTIONS:
+            raise ConfigurationError(f"per must be one of {PER_OPTIONS}, got {self.per!r}")
+
+    @property
+    def bucket(self) -> float:
+        """What the key's bucket holds when full (``burst``, default 1)."""
+        return 1.0 if self.burst is None else self.burst
 
 
-KEY_OPTIONS = ("weight", "min_slots", "max_concurrency", "max_priority")
+KEY_OPTIONS = ("weight", "min_slots", "max_concurrency", "max_priority", "rate", "burst", "per")
 """The options of a key's policy (``KeyPolicy``'s fields), as ``fair_keys`` and the runtime
 policies name them."""
 
@@ -380,8 +407,10 @@ class KeyPolicies:
         matches it, or ``"*"`` (the default), with that policy.
 
         Example:
-            >>> KeyPolicies.from_mapping({"tenant:*": {"weight": 2}}).match("tenant:acme")
-            ('tenant:*', KeyPolicy(weight=2, min_slots=0, max_concurrency=None, max_priority=None))
+            >>> policies = KeyPolicies.from_mapping({"tenant:*": {"weight": 2}})
+            >>> name, policy = policies.match("tenant:a")
+            >>> name, policy.weight
+            ('tenant:*', 2)
         """
         policy = self.exact.get(name)
         if policy is not None:
@@ -511,12 +540,15 @@ class BlockReason(enum.Enum):
     """Its fairness key runs its ``max_concurrency`` jobs."""
     PAUSED = "paused"
     """Its fairness key or its job type is paused."""
+    RATE_LIMIT = "rate_limit"
+    """Its fairness key used up its rate (``KeyPolicy.rate``) until its bucket refills."""
 
 
 #: The order of precedence of the reasons: the reason a blocked job counts under in
 #: ``blocked_counts`` is the first that applies, and ``Scheduler.why`` lists them in this order.
 BLOCK_ORDER = (
     BlockReason.PAUSED,
+    BlockReason.RATE_LIMIT,
     BlockReason.CONFLICT,
     BlockReason.KEY_CAP,
     BlockReason.TYPE_CAP,
