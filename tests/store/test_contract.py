@@ -38,6 +38,9 @@ def ask(
     key_cap: int | None = None,
     weight: float = 1.0,
     claim: float | None = None,
+    rate: float | None = None,
+    burst: float = 1.0,
+    per_cost: bool = False,
 ) -> Ask:
     return Ask(
         uid,
@@ -53,6 +56,9 @@ def ask(
         key_cap,
         weight,
         claim,
+        rate,
+        burst,
+        per_cost,
     )
 
 
@@ -662,3 +668,62 @@ def test_tracked_submissions_are_listed_oldest_first_by_key_or_in_all_with_their
     assert two.tracked("nobody") == ([], 0)
     two.untrack(["t1"])
     assert [t.task_id for t in one.tracked("alice")[0]] == ["t3"]
+
+
+HOURLY = 1 / 3600  # a rate that refills nothing a test could see
+
+
+def test_a_keys_rate_counts_every_workers_starts_and_says_what_its_bucket_holds(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    limited = {"rate": HOURLY, "burst": 2.0}
+    reply = one.admit("w1", [ask("a", "alice", **limited), ask("b", "alice", **limited)])
+    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.ADMITTED]
+    assert [round(g.tokens, 3) for g in reply.grants] == [1.0, 0.0]
+    # another worker finds the bucket spent; another key, and a key asked without a rate, run
+    reply = two.admit("w2", [ask("c", "alice", **limited), ask("d", "bob", **limited), ask("e")])
+    assert verdicts(reply) == [Verdict.RATE_LIMIT, Verdict.ADMITTED, Verdict.ADMITTED]
+    assert round(reply.grants[0].tokens, 3) == 0.0
+    assert round(reply.grants[1].tokens, 3) == 1.0
+    assert reply.grants[2].tokens is None
+    assert reply.grants[0].accumulated == 2.0  # a refused start charges nothing
+
+
+def test_per_cost_charges_the_bucket_the_estimate_and_may_leave_a_debt(make_store):
+    store = make_store(lifecycle=NEVER)
+    by_cost = {"rate": HOURLY, "burst": 5.0, "per_cost": True}
+    reply = store.admit("w1", [ask(f"j{i}", "alice", cost=3.0, **by_cost) for i in range(3)])
+    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.ADMITTED, Verdict.RATE_LIMIT]
+    assert [round(g.tokens, 3) for g in reply.grants] == [2.0, -1.0, -1.0]
+
+
+def test_a_spent_bucket_refills_at_its_rate_and_a_start_given_back_refunds_it(make_store):
+    store = make_store(lifecycle=NEVER)
+    fast = {"rate": 5.0, "burst": 1.0}
+    reply = store.admit("w1", [ask("a", "alice", **fast), ask("b", "alice", **fast)])
+    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.RATE_LIMIT]  # one call: one moment
+    a = reply.grants[0]
+    # a fifth of a second later the bucket holds a start again
+    wait_until(
+        lambda: verdicts(store.admit("w1", [ask("b", "alice", **fast)])) == [Verdict.ADMITTED],
+        10,
+        "b admitted once the bucket refilled",
+    )
+    slow = {"rate": HOURLY, "burst": 1.0}
+    [c] = store.admit("w1", [ask("c", "carol", **slow)]).grants
+    assert verdicts(store.admit("w1", [ask("d", "carol", **slow)])) == [Verdict.RATE_LIMIT]
+    store.finish("w1", [Done("c", c.token, None, unstarted=True)])  # it never ran
+    assert verdicts(store.admit("w1", [ask("d", "carol", **slow)])) == [Verdict.ADMITTED]
+    assert a.token
+
+
+def test_a_keys_bucket_is_forgotten_with_its_cost(make_store):
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=0.2, estimate_ttl=None))
+    slow = {"rate": HOURLY, "burst": 1.0}
+    [a] = store.admit("w1", [ask("a", "alice", **slow)]).grants
+    store.finish("w1", [Done("a", a.token, 0.1)])
+    # idle past its TTL, alice is a new key: full bucket (nothing remembers her starts)
+    wait_until(
+        lambda: verdicts(store.admit("w1", [ask("b", "alice", **slow)])) == [Verdict.ADMITTED],
+        10,
+        "alice forgotten",
+    )

@@ -244,7 +244,6 @@ def test_the_lua_registry_writes_entries_in_the_layout_python_names(redis_client
     assert len(store._queued_keys) == 5  # every key queued.lua touches, in the prefix's slot
     for name in store._queued_keys:
         assert key_slot(name.encode()) == key_slot(f"{{{prefix}}}:meta".encode())
-    store.close()
 
 
 def test_the_lua_keeps_a_keys_rate_of_ends_as_python_names_it(redis_client, prefix):
@@ -283,7 +282,6 @@ def test_the_lua_keeps_a_keys_rate_of_ends_as_python_names_it(redis_client, pref
     # (the Lua read the server's clock between at and now: the rate falls as time passes)
     assert service_rate(record, now) - 1e-6 <= found <= service_rate(record, at) + 1e-6
     assert 0 < found <= 2.0  # two ends after the first, a second or more since it
-    store.close()
 
 
 # -- the lane table (lua/lanes.lua; its contract in test_store_lanes.py) ------------------------
@@ -364,3 +362,31 @@ def test_the_lanes_hash_holds_the_fields_docs_store_md_names(redis_client, prefi
     assert (fields["n:0"], fields["n:1"]) == ("1", "1")  # a leaving key still owns its lane
     assert int(fields["e:1"]) >= 2
     assert (fields["w:w|1"], fields["size"]) == ("2", "2")
+
+
+def test_the_lua_bucket_rule_computes_bit_for_bit_what_the_python_one_does(redis_client, prefix):
+    # One rule in two languages (core/rates.py, lua/common.lua's bucket_level): given the same
+    # stored level and time, both give the same level, for a bucket refilled, capped, in debt.
+    import random
+
+    from celery_fair.core.rates import level_at
+    from celery_fair.store.redis import _source
+    from celery_fair.store.wire import HEAD
+
+    store = RedisStore(redis_client, prefix, lifecycle=NEVER)
+    rates = store._key("rates")
+    script = redis_client.register_script(
+        _source("admit").split("local now = now_s()")[0]
+        + "\nreturn fmt(bucket_level(ARGV[#ARGV - 3], tonumber(ARGV[#ARGV - 2]),"
+        + " tonumber(ARGV[#ARGV - 1]), tonumber(ARGV[#ARGV])))"
+    )
+    head = [""] * len(HEAD)
+    rng = random.Random(3)
+    for i in range(200):
+        level = rng.choice([rng.uniform(-50, 5), 0.0, 1.0, 2.5])
+        stamp = rng.uniform(1.7e9, 1.8e9)
+        now = stamp + rng.choice([0.0, -1.0, rng.uniform(0, 0.001), rng.uniform(0, 100)])
+        rate, burst = rng.uniform(0.001, 50), rng.choice([1.0, 2.0, rng.uniform(1, 20)])
+        redis_client.hset(rates, f"k{i}", f"{level!r}|{stamp!r}")
+        got = script(keys=store.keys, args=[*head, f"k{i}", repr(rate), repr(burst), repr(now)])
+        assert float(got) == level_at(level, stamp, now, rate, burst), (level, stamp, now)

@@ -57,7 +57,10 @@ def store() -> RedisStore:
     return RedisStore(redis.Redis(host="127.0.0.1", port=1), prefix="wire", lease=12.5)
 
 
-ASKED = Ask("u1", "clone", 8, 3, None, "git:linux", "clone:linux", "tenant", 2.5, 1.0, 4, 0.5, 2.0)
+ASKED = Ask(
+    "u1", "clone", 8, 3, None, "git:linux", "clone:linux", "tenant", 2.5, 1.0, 4, 0.5, 2.0,
+    rate=0.25, burst=3.0, per_cost=True,
+)  # fmt: skip
 ENDED = Done("u0", 41, 0.75, final=True)
 RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5)
 
@@ -155,6 +158,9 @@ def test_the_head_and_an_admission_are_packed_in_the_tables_order():
         "key_cap": "4",
         "weight": "0.5",
         "claim": "2.0",
+        "rate": "0.25",
+        "burst": "3.0",
+        "per_cost": "1",
     }
     assert args[at + 1 + len(ASK) :] == ["git:watched"]
 

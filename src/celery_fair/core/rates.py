@@ -74,9 +74,10 @@ def parse_rate(value: object, what: str = "rate") -> float:
 
 def level_at(level: float, stamp: float, now: float, rate: float, burst: float) -> float:
     """A bucket's level at ``now``: ``level`` at ``stamp`` plus what ``rate`` refilled since,
-    no more than ``burst`` (a clock that went back refills nothing). O(1)."""
+    no more than ``burst`` (a clock that went back refills nothing). O(1). The stores' Lua
+    states it too (store/lua/common.lua, ``bucket_level``)."""
     if now <= stamp:
-        return level
+        return burst if level > burst else level
     filled = level + (now - stamp) * rate
     return burst if filled > burst else filled
 

@@ -245,6 +245,7 @@ class Verdict(str, enum.Enum):
     TIER_CAP = "tier"  # its tier runs as many jobs as its cap, fleet-wide
     TYPE_CAP = "type"  # its type runs max_concurrency jobs, fleet-wide
     KEY_CAP = "key"  # its fairness key runs its max_concurrency jobs, fleet-wide
+    RATE_LIMIT = "rate"  # its fairness key's bucket holds less than a start (core/rates.py)
     CONFLICT = "conflict"  # another job, on any worker, holds its conflict
     PAUSED = "paused"  # its fairness key or its type is paused fleet-wide (runtime policies)
     RUNNING = "running"  # a job with this uid runs now, on a live lease (a copy of its message)
@@ -260,6 +261,7 @@ REFUSAL_REASONS: dict[Verdict, str] = {
     Verdict.TIER_CAP: BlockReason.TIER_CAP.value,
     Verdict.TYPE_CAP: BlockReason.TYPE_CAP.value,
     Verdict.KEY_CAP: BlockReason.KEY_CAP.value,
+    Verdict.RATE_LIMIT: BlockReason.RATE_LIMIT.value,
     Verdict.CONFLICT: BlockReason.CONFLICT.value,
     Verdict.PAUSED: "paused",
     Verdict.RECOVERING: "recovering",
@@ -285,6 +287,11 @@ class Ask(NamedTuple):
     # holds the next slot of that cap that frees for this many seconds, renewed by each
     # ask; other jobs see the slot taken. None: no claim (a job that is not urgent).
     claim: float | None = None
+    # The fairness key's rate (per second; None: none), its bucket's size, and whether a start
+    # charges the bucket its estimate (else 1): core/rates.py, the one rule of both stores.
+    rate: float | None = None
+    burst: float = 1.0
+    per_cost: bool = False
 
 
 class Grant(NamedTuple):
@@ -295,6 +302,7 @@ class Grant(NamedTuple):
     token: int  # the fencing token when admitted, else 0
     estimate: float | None  # the estimate when admitted (the key was charged estimate / weight)
     accumulated: float  # the key's accumulated cost, fleet-wide, after this decision
+    tokens: float | None = None  # the key's bucket after this decision (None: no rate)
 
 
 class Done(NamedTuple):
@@ -416,8 +424,14 @@ class Store(Protocol):
            free slot, unless another job's claim holds it.
         6. ``TYPE_CAP``: its type runs ``type_cap`` jobs, as for the tier (claims included).
         7. ``KEY_CAP``: its fairness key runs ``key_cap`` jobs.
-        8. ``CONFLICT``: another job holds its conflict.
-        9. Otherwise ``ADMITTED``: it runs, counted at once for the asks after it.
+        8. ``RATE_LIMIT``: its fairness key has a ``rate`` and its bucket, refilled to now,
+           holds less than a start (core/rates.py).
+        9. ``CONFLICT``: another job holds its conflict.
+        10. Otherwise ``ADMITTED``: it runs, counted at once for the asks after it, and a key
+            with a ``rate`` has its bucket charged 1, or its estimate with ``per_cost``.
+
+        Each grant carries its key's bucket level after it (``Grant.tokens``) when the ask
+        has a ``rate``. A key whose cost expires (``cost_ttl``) forgets its bucket with it.
 
         A refused ask does not stop the ones after it.
         """

@@ -26,6 +26,7 @@ from ..core.lanes import (
     agreed_size,
     fleet_sizes,
 )
+from ..core.rates import level_at, may_start, start_charge
 from ..core.types import CostLifecycle
 from .base import (
     Ask,
@@ -70,6 +71,7 @@ class _Admitted:
     default_cost: float
     charged: float  # the cost charged to ``key`` at admission
     since: float = 0.0  # when it was admitted (or registered again)
+    rate_charged: float = 0.0  # what its admission took from its key's bucket
 
 
 class MemoryStore:
@@ -102,6 +104,8 @@ class MemoryStore:
         self.jobs: dict[str, _Admitted] = {}
         self.workers: dict[str, float] = {}  # worker -> lease expiry
         self.acc: dict[str, float] = {}
+        # fairness key -> (level, when) of its rate's bucket (core/rates.py); absent: full.
+        self.buckets: dict[str, tuple[float, float]] = {}
         self.active: dict[str, int] = {}
         self._idle: OrderedDict[str, float] = OrderedDict()  # key -> idle since, oldest first
         self.est: dict[str, float] = {}
@@ -150,7 +154,10 @@ class MemoryStore:
         for a in asks:
             verdict = self._verdict(a, now)
             if verdict is not Verdict.ADMITTED:
-                grants.append(Grant(a.uid, verdict, 0, None, self.acc.get(a.fairness_key, 0.0)))
+                tokens = None if a.rate is None else self._tokens(a, now)
+                grants.append(
+                    Grant(a.uid, verdict, 0, None, self.acc.get(a.fairness_key, 0.0), tokens)
+                )
                 continue
             est = a.cost
             if est is None:
@@ -179,11 +186,17 @@ class MemoryStore:
             self.types[a.type] = self.types.get(a.type, 0) + 1
             if a.conflict:
                 self.conflicts[a.conflict] = a.uid
+            tokens = None
+            rate_charged = 0.0
+            if a.rate is not None:
+                rate_charged = start_charge(a.per_cost, est)
+                tokens = self._tokens(a, now) - rate_charged
+                self.buckets[k] = (tokens, now)
             self.jobs[a.uid] = _Admitted(
                 worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
-                a.default_cost, charge, self.clock.now(),
+                a.default_cost, charge, self.clock.now(), rate_charged,
             )  # fmt: skip
-            grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc))
+            grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc, tokens))
         tiers, types = self._counts()
         return Reply(
             self.epoch,
@@ -221,6 +234,9 @@ class MemoryStore:
                 self._used(job.estimate_key, now)
             if d.unstarted and job.key in self.acc:
                 self.acc[job.key] = max(0.0, self.acc[job.key] - job.charged)
+            if d.unstarted and job.rate_charged and job.key in self.buckets:
+                level, at = self.buckets[job.key]
+                self.buckets[job.key] = (level + job.rate_charged, at)
             self._drop(d.uid, job, now)
             if d.final and self.dedupe > 0:
                 self._done[d.uid] = now
@@ -477,9 +493,19 @@ class MemoryStore:
             return Verdict.TYPE_CAP
         if a.key_cap is not None and self.active.get(a.fairness_key, 0) >= a.key_cap:
             return Verdict.KEY_CAP
+        if a.rate is not None and not may_start(self._tokens(a, now)):
+            return Verdict.RATE_LIMIT
         if a.conflict and a.conflict in self.conflicts:
             return Verdict.CONFLICT
         return Verdict.ADMITTED
+
+    def _tokens(self, a: Ask, now: float) -> float:
+        """The level of ``a``'s key's bucket at ``now`` (core/rates.py)."""
+        assert a.rate is not None
+        held = self.buckets.get(a.fairness_key)
+        if held is None:
+            return a.burst
+        return level_at(held[0], held[1], now, a.rate, a.burst)
 
     def _claimed(self, field: str, uid: str) -> int:
         """1 if another urgent job's claim holds a slot of ``field``, else 0."""
@@ -563,7 +589,7 @@ class MemoryStore:
     def _maintain(self, now: float) -> None:
         life = self.lifecycle
         if life.cost_ttl is not None:
-            _expire(self._idle, self.acc, now - life.cost_ttl)
+            _expire(self._idle, self.acc, now - life.cost_ttl, self.buckets)
         if life.estimate_ttl is not None:
             _expire(self._est_used, self.est, now - life.estimate_ttl)
         if self.dedupe > 0:
@@ -587,11 +613,16 @@ def _decrement(counts: dict[Any, int], name: object) -> None:
         counts[name] = left
 
 
-def _expire(since: OrderedDict[str, float], values: dict[str, Any], cutoff: float) -> None:
-    """Forget the entries of ``values`` whose time in ``since`` (oldest first) is <= cutoff."""
+def _expire(
+    since: OrderedDict[str, float], values: dict[str, Any], cutoff: float, *also: dict[str, Any]
+) -> None:
+    """Forget the entries of ``values`` (and of ``also``) whose time in ``since`` (oldest
+    first) is <= cutoff."""
     while since:
         name = next(iter(since))
         if since[name] > cutoff:
             break
         del since[name]
         values.pop(name, None)
+        for more in also:
+            more.pop(name, None)

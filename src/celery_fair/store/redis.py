@@ -75,6 +75,7 @@ KEY_NAMES = (
     "policies",
     "claims",
     "lanes",
+    "rates",
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
@@ -356,19 +357,22 @@ class RedisStore:
                 "" if a.key_cap is None else str(a.key_cap),
                 repr(float(a.weight)),
                 _opt(a.claim),
+                _opt(a.rate),
+                repr(float(a.burst)),
+                "1" if a.per_cost else "0",
             )
         args += watch
 
         def parse(raw: Any) -> Reply:
             _, _, finished, results, tiers, types, held, workers, keys = raw
             grants = []
-            for a, (status, high, low, estimate, acc) in zip(asks, results, strict=True):
+            for a, (status, high, low, estimate, acc, tokens) in zip(asks, results, strict=True):
                 verdict = _VERDICTS.get(status) or Verdict(status.decode())
                 admitted = verdict is Verdict.ADMITTED
                 token = unpack_token(high, low) if admitted else 0
                 grants.append(
                     Grant(a.uid, verdict, token, float(estimate) if admitted else None,
-                          float(acc))
+                          float(acc), float(tokens) if tokens else None)
                 )  # fmt: skip
                 if token > self.token_seen:
                     self.token_seen = token

@@ -23,6 +23,7 @@ table's version (``LANE_VERSION_TICKS_PER_S``) from here too.
 from __future__ import annotations
 
 from ..core.lanes import ANNOUNCE_GRACE, EMPTY_SWEEPS, GRACE
+from ..core.rates import FULL_START
 from .base import Ask, Running, Verdict
 
 __all__ = [
@@ -172,6 +173,7 @@ def lua_constants() -> str:
         f"local LANE_GRACE = {float(GRACE)!r}",
         f"local LANE_EMPTY_SWEEPS = {int(EMPTY_SWEEPS)}",
         f"local LANE_ANNOUNCE_GRACE = {float(ANNOUNCE_GRACE)!r}",
+        f"local RATE_FULL_START = {float(FULL_START)!r}",
         _assign("H", HEAD, start=1),
     ]
     for prefix, fields in _LISTS:

@@ -31,6 +31,8 @@
 --                     lane), 'n:<lane>' -> its keys (leaving ones included), 'e:<lane>' ->
 --                     sweeps in a row that found it empty, 'w:<worker>' -> the lanes that
 --                     worker consumes, 'size' -> the lanes the fleet agrees on, 'version'
+--  17 rates     hash  fairness key -> '<level>|<when>': its rate's bucket (core/rates.py;
+--                     absent: full), charged by admit, forgotten with the key's cost (TTL)
 -- ARGV of every script starts with the same head, then its own lists: their positions and
 -- strides are locals generated from celery_fair/store/wire.py (HEAD, H_WORKER, ASK_N, ...).
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
@@ -39,7 +41,7 @@
 local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local DONE, POLICIES, CLAIMS, LANES = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local DONE, POLICIES, CLAIMS, LANES, RATES = KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 -- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
 local MAINTAIN_EVERY = 0.05
 
@@ -319,6 +321,31 @@ local function est_used(ef, now, snow, est_ttl)
 end
 
 -- Give back ``est`` charged to key ``k`` (a job admitted and then given back unstarted).
+-- The level of key k's rate bucket at ``now`` and when it was last charged: the bucket rule of
+-- core/rates.py (RATE_RULE; ``level_at``), a bucket never charged being full.
+local function bucket_level(k, rate, burst, now)
+  local held = redis.call('HGET', RATES, k)
+  if not held then return burst end
+  local bar = string.find(held, '|', 1, true)
+  local level, stamp = tonumber(string.sub(held, 1, bar - 1)), tonumber(string.sub(held, bar + 1))
+  if now <= stamp then
+    if level > burst then return burst end
+    return level
+  end
+  local filled = level + (now - stamp) * rate
+  if filled > burst then return burst end
+  return filled
+end
+
+-- Give back what an admission took from key k's bucket (a job that never started).
+local function refund_rate(k, amount)
+  local held = redis.call('HGET', RATES, k)
+  if not held or not amount then return end
+  local bar = string.find(held, '|', 1, true)
+  local level = tonumber(string.sub(held, 1, bar - 1)) + tonumber(amount)
+  redis.call('HSET', RATES, k, fmt(level) .. string.sub(held, bar))
+end
+
 local function refund(k, est)
   local acc = tonumber(redis.call('HGET', ACC, k) or '')
   if not acc then return end
@@ -352,10 +379,11 @@ local function reclaim(now, limit)
 end
 
 -- Forget the members of ``hash`` whose time in ``since`` is older than ``ttl``; at most ``limit``.
-local function expire(hash, since, now, ttl, limit)
+local function expire(hash, since, now, ttl, limit, also)
   local old = redis.call('ZRANGEBYSCORE', since, '-inf', fmt(now - ttl), 'LIMIT', 0, limit)
   for _, field in ipairs(old) do
     redis.call('HDEL', hash, field)
+    if also then redis.call('HDEL', also, field) end
     redis.call('ZREM', since, field)
   end
 end
@@ -370,7 +398,7 @@ local function maintain(now, cost_ttl, est_ttl, reset_interval, limit, every)
     meta_changes[#meta_changes + 1] = fmt(now + every)
   end
   limit = limit or 64
-  if cost_ttl then expire(ACC, SEEN, now, cost_ttl, limit) end
+  if cost_ttl then expire(ACC, SEEN, now, cost_ttl, limit, RATES) end
   if est_ttl then expire(EST, ESTSEEN, now, est_ttl, limit) end
   local dedupe = tonumber(ARGV[H_DEDUPE])
   if dedupe > 0 then
@@ -420,7 +448,10 @@ local function finish_jobs(b, n, now, snow)
         end
       end
       local how = ARGV[at + FIN_HOW]
-      if how == 'u' then refund(rec.k, tonumber(rec.est)) end
+      if how == 'u' then
+        refund(rec.k, tonumber(rec.est))
+        refund_rate(rec.k, rec.rc)
+      end
       drop_job(uid, rec, snow)
       if rec.w == ARGV[H_WORKER] then
         mine = mine - 1
