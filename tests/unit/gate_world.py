@@ -208,6 +208,35 @@ class App:
         yield Producer(self.published)
 
 
+class Timer:
+    """Kombu's ``Timer``, as far as the gate books on it (``call_after``), on the world's
+    clock: ``fire_due`` runs what is due, as the worker's loop would."""
+
+    def __init__(self, clock: SimClock) -> None:
+        self.clock = clock
+        self.entries: list[SimpleNamespace] = []
+
+    def call_after(self, secs: float, fun: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        entry = SimpleNamespace(at=self.clock.now() + secs, fun=fun, args=args, cancelled=False)
+        entry.cancel = lambda: setattr(entry, "cancelled", True)
+        self.entries.append(entry)
+        return entry
+
+    def booked(self) -> list[float]:
+        """When each entry not cancelled nor fired falls, earliest first."""
+        return sorted(e.at for e in self.entries if not e.cancelled)
+
+    def fire_due(self) -> int:
+        """Run every entry due by now (and those they book that are due); how many ran."""
+        ran = 0
+        while due := [e for e in self.entries if not e.cancelled and e.at <= self.clock.now()]:
+            for entry in due:
+                self.entries.remove(entry)
+                entry.fun(*entry.args)
+                ran += 1
+        return ran
+
+
 class World:
     """One gate with its parts, on one simulated clock (its wall and monotonic readings).
 
@@ -230,7 +259,10 @@ class World:
         self.settings = FairSettings.from_mapping({"fair_shards": 1, **settings})
         self.pool = Pool(slots)
         self.app = App()
-        self.consumer = SimpleNamespace(app=self.app, pool=self.pool, hub=None, qos=None)
+        self.timer = Timer(self.clock)
+        self.consumer = SimpleNamespace(
+            app=self.app, pool=self.pool, hub=None, qos=None, timer=self.timer
+        )
         self.store = MemoryStore(clock=self.clock)
         scheduler = Scheduler(
             self.settings.scheduler_config(slots + lookahead), self.clock, TYPES.values()

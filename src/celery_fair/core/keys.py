@@ -117,6 +117,17 @@ class KeyRules:
         policy = self.policies.for_key(name)
         return policy.max_concurrency, float(policy.weight)
 
+    def rate_terms(self, name: str) -> tuple[float, float, bool] | None:
+        """``name``'s rate per second, bucket size and whether a start charges its estimate;
+        ``None`` without a rate. O(1) known, O(patterns) otherwise."""
+        key = self.accounts.keys.get(name)
+        if key is not None:
+            return None if key.rate is None else (key.rate, key.burst, key.per_cost)
+        policy = self.policies.for_key(name)
+        if policy.rate is None:
+            return None
+        return policy.rate, policy.bucket, policy.per == "cost"
+
     def limits(self) -> dict[str, int]:
         """The cap of every known key that has one. O(keys)."""
         return {n: key.limit for n, key in self.accounts.keys.items() if key.limit != UNLIMITED}

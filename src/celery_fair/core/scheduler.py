@@ -305,6 +305,12 @@ class Scheduler(Shared):
         O(1) for a known key, O(patterns) otherwise."""
         return self._keys.terms(fairness_key)
 
+    def key_rate(self, fairness_key: str) -> tuple[float, float, bool] | None:
+        """``fairness_key``'s rate (per second), bucket size and whether a start charges its
+        estimate (``per = "cost"``), as its policy gives them; ``None`` without a rate. O(1)
+        for a known key, O(patterns) otherwise."""
+        return self._keys.rate_terms(fairness_key)
+
     def key_limits(self) -> dict[str, int]:
         """The cap of every known key that has one. O(keys)."""
         return self._keys.limits()

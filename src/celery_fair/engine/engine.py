@@ -460,7 +460,7 @@ class Engine:
     ) -> Ask:
         key_cap, weight = self.core.key_terms(fairness_key)
         own = jtype.priority if priority is None else priority
-        return Ask(
+        ask = Ask(
             str(uid),
             jtype.name,
             own,
@@ -474,9 +474,11 @@ class Engine:
             key_cap,
             weight,
         )
+        rate = self.core.key_rate(fairness_key)
+        return ask if rate is None else ask._replace(rate=rate[0], burst=rate[1], per_cost=rate[2])
 
     def _ask_now(self, job: _Tracked, admission: Admission) -> Ask:
-        """``job``'s ask with its key's cap and weight as the core has them now (runtime
+        """``job``'s ask with its key's cap, weight and rate as the core has them now (runtime
         policies may have changed them since it was submitted). An urgent job passes its
         key's cap (docs/design.md 5e), so the store must not count the key against it, and
         claims the next free slot of a full tier or type for as long as a few polls take."""
@@ -493,6 +495,12 @@ class Engine:
             claim = self.claim_seconds
         if key_cap != ask.key_cap or weight != ask.weight or claim != ask.claim:
             ask = job.ask = ask._replace(key_cap=key_cap, weight=weight, claim=claim)
+        rate = self.core.key_rate(ask.fairness_key)
+        if rate is None:
+            if ask.rate is not None:
+                ask = job.ask = ask._replace(rate=None)
+        elif rate != (ask.rate, ask.burst, ask.per_cost):
+            ask = job.ask = ask._replace(rate=rate[0], burst=rate[1], per_cost=rate[2])
         return ask
 
     @property

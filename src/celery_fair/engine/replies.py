@@ -4,8 +4,9 @@
 (unless the job was cancelled meanwhile, or the reply came too late to trust), each refusal is
 undone in the core and, by its verdict, waits for a conflict held elsewhere, a poll, the next
 runtime policies, or the end of the copy running elsewhere, or is dropped for good (``DONE``);
-the fleet's costs, estimates and counts in the reply reach the core. ``apply_beat`` and
-``apply_register`` do the same for a beat's view and a registration's result. The calls
+the fleet's costs, rate buckets, estimates and counts in the reply reach the core.
+``apply_beat`` and ``apply_register`` do the same for a beat's view and a registration's
+result. The calls
 (``calls.py``) reach these through ``Engine._apply_admit`` and its siblings.
 """
 
@@ -50,10 +51,13 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
     # between): the store may have released what it admitted since, so none of it starts.
     late = now - call.sent >= engine._held_for
     given: list[Hashable] = []
+    tokens: dict[str, float] = {}  # each rate-limited key's bucket, fleet-wide, after the call
     for admission, grant in zip(call.admissions, reply.grants, strict=True):
         uid = admission.uid
         job = jobs[uid]
         costs[job.ask.fairness_key] = grant.accumulated
+        if grant.tokens is not None:
+            tokens[job.ask.fairness_key] = grant.tokens
         verdict = grant.verdict
         if verdict is Verdict.ADMITTED:
             job.token = grant.token
@@ -118,6 +122,8 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
         gave_back_stale(engine, given)
     for key, value in costs.items():
         core.set_accumulated(key, value)
+    for key, level in tokens.items():  # a key out of its rate waits here until it refills
+        core.set_tokens(key, level)
     fleet = engine._fleet
     fleet.fleet_keys.update(reply.keys)
     fleet.see(core, reply.tiers, reply.types, reply.workers, foreground=engine.foreground)

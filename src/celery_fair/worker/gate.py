@@ -46,6 +46,7 @@ from .reading import HeaderReader
 from .reserve import Reserve, slots_of
 from .returns import Returns
 from .runs import Handoff, Run, Runs
+from .wake import Wake
 from .window import Windows
 
 __all__ = ["Gate"]
@@ -155,6 +156,8 @@ class Gate:
         self._hub: Any = None  # the event loop, with one (start_link)
         self._widening = False  # a change of the shard consumers' windows is on its way
         self._reroute: Callable[[str], bool] | None = None  # (attach)
+        # A decision booked for when a key refills its rate or a held job ages (wake.py).
+        self.wake = Wake(self.dispatch)
         # With an event loop (start_link): one store call per turn, sent by the store link.
         self.pacing = StorePacing(
             engine,
@@ -212,6 +215,8 @@ class Gate:
             self._reroute = reroute
             self.returns.relane = reroute is not None
             self.metrics_port = metrics_port
+            self.wake.cancel()
+            self.wake.timer = getattr(consumer, "timer", None)
 
     # -- what the bootstep and the tools read ---------------------------------------------
 
@@ -306,6 +311,7 @@ class Gate:
             else:
                 self._act_on(self.engine.run_inline())
             self._adjust_qos()
+            self.wake.book(self.scheduler.next_rise(), self.scheduler.now())
 
     def on_reply(self, call: Call, result: Any) -> None:
         """A store call came back (on the loop): act on it, then decide again."""
@@ -514,6 +520,7 @@ class Gate:
         """
         with self._lock:
             self.handoff.closed = True
+            self.wake.cancel()
             self.pacing.close()
             for uid in list(self.reserve):  # never started: their messages come back
                 self._drop_held(uid)
