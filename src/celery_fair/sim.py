@@ -330,6 +330,9 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
     start: list[float | None] = [None] * n
     finish: list[float | None] = [None] * n
     aged = trace.config.aging is not None or any(t.aging is not None for t in trace.types)
+    # Time alone changes a decision with aging (a job turns urgent) or rate limits (a key's
+    # bucket refills), with no job coming or going: the loop also steps to ``next_rise``.
+    timed = aged or trace.config.keys.rated
     effective: list[int | None] = [None] * n
     running: list[tuple[float, int, int]] = []  # (finish, token, index)
     # Pauses and resumes as (time, pause's trace order, 0 pause / 1 resume, kind, name).
@@ -340,14 +343,18 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
     )
     change = 0
     nxt = 0
-    while nxt < n or running or (change < len(changes) and scheduler.pending):
+    while (
+        nxt < n
+        or running
+        or (change < len(changes) and scheduler.pending)
+        or (timed and scheduler.pending and scheduler.next_rise() is not None)
+    ):
         t = min(
             jobs[order[nxt]].arrival if nxt < n else math.inf,
             running[0][0] if running else math.inf,
             changes[change][0] if change < len(changes) else math.inf,
         )
-        # Aging can let a job pass its key's cap (once urgent) with no job coming or going.
-        rise = scheduler.next_rise() if aged and scheduler.pending else None
+        rise = scheduler.next_rise() if timed and scheduler.pending else None
         if rise is not None and rise < t:
             t = rise
         clock.set(t)

@@ -109,7 +109,7 @@ def test_summary_counts_waits_and_slot_share_per_key():
         (lambda t: t.update(alpha=2), "alpha"),
         (lambda t: t.update(jobs={}), "jobs: must be a list"),
         (lambda t: t.update(lifecycle={"cost_ttl": -5}), "cost_ttl"),
-        (lambda t: t.update(keys={"k": {"weight": 0}}), "keys: weight must be a positive"),
+        (lambda t: t.update(keys={"k": {"weight": 0}}), "policy 'k': weight must be a positive"),
         (lambda t: t.update(keys={"k": {"cap": 1}}), r"keys: key policy 'k': unknown option"),
         (lambda t: t.update(pauses=[{"at": 1}]), r"pauses\[0\]: give exactly one of"),
         (lambda t: t.update(pauses=[{"key": "k", "type": "t", "at": 1}]), "exactly one"),
@@ -214,3 +214,17 @@ def test_allocation_caps_give_each_key_its_share_of_the_slots_at_once(caps, rend
 def test_allocation_caps_must_be_true_or_false():
     with pytest.raises(TraceError, match="allocation_caps must be True or False"):
         parse_trace(trace([job("a")], allocation_caps="yes"))
+
+
+def test_a_key_out_of_its_rate_starts_again_when_its_bucket_refills_with_nothing_else_going_on():
+    # One slot, a key at 1 job a second and 2 at once, nothing else: the simulator steps to
+    # each refill, though no job comes or goes then (a key charged by cost waits longer).
+    data = trace(
+        [job(f"a{i}", duration=0.1, job_id=None) for i in range(4)]
+        + [job(f"c{i}", duration=0.1, job_id=None, fairness_key="dear", cost=3) for i in range(2)],
+        capacity=1,
+        keys={"k": {"rate": "1/s", "burst": 2}, "dear": {"rate": "1/s", "per": "cost"}},
+    )
+    got = starts(data)
+    assert [got[f"a{i}"][0] for i in range(4)] == pytest.approx([0, 0.2, 1, 2])  # c0 at 0.1
+    assert got["c1"][0] - got["c0"][0] == pytest.approx(3)

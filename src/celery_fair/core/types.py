@@ -387,7 +387,10 @@ class KeyPolicies:
                         f"key policy {name!r}: unknown option(s) {sorted(unknown)}; "
                         f"expected {', '.join(KEY_OPTIONS)}"
                     )
-                policy = KeyPolicy(**value)  # type: ignore[arg-type]
+                try:
+                    policy = KeyPolicy(**value)  # type: ignore[arg-type]
+                except ConfigurationError as exc:
+                    raise ConfigurationError(f"key policy {name!r}: {exc}") from None
             else:
                 raise ConfigurationError(f"key policy {name!r} must be a mapping, got {value!r}")
             if name == "*":
@@ -397,6 +400,12 @@ class KeyPolicies:
             else:
                 exact[name] = policy
         return cls(exact, tuple(patterns), default)
+
+    @property
+    def rated(self) -> bool:
+        """Whether some entry sets a rate (``KeyPolicy.rate``)."""
+        entries = (*self.exact.values(), *(p for _, p in self.patterns), self.default)
+        return any(policy.rate is not None for policy in entries)
 
     def for_key(self, name: str) -> KeyPolicy:
         """The policy of key ``name``. O(1) for an exact name, O(patterns) otherwise."""
