@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from celery_fair.core.allocation import KeyDemand, allocate
+from celery_fair.core.rates import parse_rate
 
 
 @dataclass
@@ -54,7 +55,7 @@ class RefScheduler:
     advance_idle: bool = False
     start: float = 0.0
     # Policies by key: {name or glob pattern or "*": {"weight": w, "min_slots": m,
-    # "max_concurrency": n}};
+    # "max_concurrency": n, "max_priority": p, "rate": r, "burst": b, "per": "job"/"cost"}};
     # exact names first, then patterns in the order given, then "*".
     keys: dict[str, dict] = field(default_factory=dict)
     # Aging for every type that has none of its own, as RefType.aging.
@@ -84,6 +85,12 @@ class RefScheduler:
         self.paused_types: set[str] = set()
         # Every pause so far: (kind, name) -> [[start, end or None], ...].
         self.pause_log: dict[tuple[str, str], list[list]] = {}
+        # Every charge to each key's rate bucket, oldest first: (time, amount); a charge given
+        # back is a negative amount at the time it was given back.
+        self.charges: dict[str, list[tuple[float, float]]] = {}
+        # Where a key's bucket history starts, when not full before its first charge: (time,
+        # level), set when its rate terms change.
+        self.baseline: dict[str, tuple[float, float]] = {}
         self.next_reset = (
             math.inf if self.reset_interval is None else self.start + self.reset_interval
         )
@@ -96,6 +103,8 @@ class RefScheduler:
                 if since + self.cost_ttl <= now:
                     del self.idle_since[key]
                     del self.acc[key]
+                    self.charges.pop(key, None)  # a key forgotten starts with a full bucket
+                    self.baseline.pop(key, None)
         if self.next_reset <= now:
             while self.next_reset <= now:
                 self.next_reset += self.reset_interval  # type: ignore[operator]
@@ -144,10 +153,22 @@ class RefScheduler:
         asked = self.types[type].priority if priority is None else priority
         return bound if bound is not None and asked > bound else priority
 
-    def set_keys(self, keys: dict[str, dict]) -> None:
+    def set_keys(self, keys: dict[str, dict], now: float = 0.0) -> None:
         """New policies; a pending job above its key's max_priority now is lowered to it,
-        keeping its arrival."""
+        keeping its arrival. A key whose rate terms change keeps what its bucket holds now
+        (no more than its new burst), and one that loses its rate forgets its bucket."""
+        before = {
+            key: (self.rate(key), self.bucket(key, now)) for key in self.acc if self.rate(key)
+        }
         self.keys = keys
+        for key in self.acc:
+            terms = self.rate(key)
+            if terms is None:
+                self.charges.pop(key, None)
+                self.baseline.pop(key, None)
+            elif key in before and before[key][0] != terms:
+                self.baseline[key] = (now, min(before[key][1], terms[1]))
+                self.charges.pop(key, None)
         for job in self.pending:
             bound = self.policy(job.key).get("max_priority")
             if bound is not None and self.base(job) > bound:
@@ -211,6 +232,8 @@ class RefScheduler:
             return False
         if job.type in self.paused_types or job.key in self.paused_keys:
             return False
+        if self.rate(job.key) is not None and self.bucket(job.key, now) < 1:
+            return False  # out of its rate: not even an urgent job passes
         key_cap = self.policy(job.key).get("max_concurrency")
         same_key = [r for r in self.running if r.key == job.key]
         if (
@@ -229,6 +252,42 @@ class RefScheduler:
                 ):
                     return False
         return True
+
+    # -- rate limits --
+
+    def rate(self, key: str) -> tuple[float, float, bool] | None:
+        """The key's (rate per second, burst, per cost), or None without a rate."""
+        policy = self.policy(key)
+        if policy.get("rate") is None:
+            return None
+        return parse_rate(policy["rate"]), policy.get("burst", 1), policy.get("per") == "cost"
+
+    def bucket(self, key: str, now: float) -> float:
+        """What the key's bucket holds at ``now``: full (its burst) before any charge, then
+        each charge in turn, refilling at the rate in between, never above the burst."""
+        rate, burst, _ = self.rate(key)  # type: ignore[misc]
+        level, last = float(burst), None
+        if key in self.baseline:
+            last, level = self.baseline[key]
+        for at, amount in [*self.charges.get(key, []), (now, 0.0)]:
+            if last is not None and at > last:
+                level = min(burst, level + (at - last) * rate)
+            level = min(burst, level - amount) if amount < 0 else level - amount
+            last = at
+        return level
+
+    def refill_due(self, now: float) -> bool:
+        """Whether a key with pending jobs waits for its bucket to refill to a start."""
+        return any(
+            self.rate(key) is not None and self.bucket(key, now) < 1
+            for key in {j.key for j in self.pending}
+        )
+
+    def charge_rate(self, job: RefJob, now: float, sign: float = 1.0) -> None:
+        terms = self.rate(job.key)
+        if terms is not None:
+            amount = job.estimate if terms[2] else 1.0
+            self.charges.setdefault(job.key, []).append((now, sign * amount))
 
     # -- pauses and aging --
 
@@ -293,8 +352,12 @@ class RefScheduler:
 
     def next_rise(self, now: float) -> float | None:
         """The next time any pending job's effective priority or urgency changes (frozen
-        while paused)."""
+        while paused), or a key with pending jobs refills its rate to a start."""
         times = []
+        for key in {j.key for j in self.pending}:
+            terms = self.rate(key)
+            if terms is not None and (level := self.bucket(key, now)) < 1:
+                times.append(now + (1 - level) / terms[0])
         for job in self.pending:
             aging = self.aging_of(job.type)
             if aging is None or job.key in self.paused_keys or job.type in self.paused_types:
@@ -368,6 +431,7 @@ class RefScheduler:
                 job.charge = job.estimate if weight == 1 else job.estimate / weight
                 job.effective = self.effective(job, now)
                 self.acc[job.key] += job.charge
+                self.charge_rate(job, now)
                 return job
         return None
 
@@ -381,8 +445,9 @@ class RefScheduler:
         self.maintain(now)
         job = next(j for j in self.running if j.ref == ref)
         self.running.remove(job)
-        if refund and job.key in self.acc:  # it never ran: its charge goes back
+        if refund and job.key in self.acc:  # it never ran: its charges go back
             self.acc[job.key] = max(0.0, self.acc[job.key] - job.charge)
+            self.charge_rate(job, now, -1.0)
         if elapsed is not None:
             jt = self.types[job.type]
             ekey = (job.type, job.job_id)
@@ -394,11 +459,12 @@ class RefScheduler:
 
     # -- what a shared store says --
 
-    def revert(self, ref) -> None:
+    def revert(self, ref, now: float = 0.0) -> None:
         job = next(j for j in self.running if j.ref == ref)
         self.running.remove(job)
         self.pending.append(job)
         self.acc[job.key] = self.acc[job.key] - job.charge
+        self.charge_rate(job, now, -1.0)
         bound = self.policy(job.key).get("max_priority")
         if bound is not None and self.base(job) > bound:  # it fell while the job ran
             job.priority = bound
@@ -459,17 +525,19 @@ def reference_simulate(trace: dict) -> list[dict]:
     aged = trace.get("aging") is not None or any(
         spec.get("aging") for spec in trace["types"].values()
     )
+    rated = any(p.get("rate") is not None for p in trace.get("keys", {}).values())
     t = 0.0
     while True:
         times = [j["arrival"] for i, j in enumerate(jobs) if i not in arrived]
         times += [start[i] + jobs[i]["duration"] for i in start if i not in finish]
         if ref.pending:  # a paused job may wait for a resume
             times += [c[0][0] for i, c in enumerate(changes) if i not in applied]
-        if not times:
+        if not times and not (rated and ref.refill_due(t)):
             break
-        # A capped job may turn urgent and pass its key's cap, while anything else goes on.
-        rise = ref.next_rise(t) if aged and ref.pending else None
-        t = min(times) if rise is None else min(min(times), rise)
+        # A capped job may turn urgent and pass its key's cap, and a key out of its rate may
+        # refill, while nothing else goes on.
+        rise = ref.next_rise(t) if (aged or rated) and ref.pending else None
+        t = min(times) if rise is None else min([*times, rise])
         for i in admitted_order:
             if i not in finish and start[i] + jobs[i]["duration"] <= t:
                 finish[i] = start[i] + jobs[i]["duration"]

@@ -40,9 +40,10 @@ WEIGHTS = [1, 0.5, 2, 3, 0.3]
 
 
 @st.composite
-def key_policies(draw, *, runnable=False, bounds=False):
+def key_policies(draw, *, runnable=False, bounds=False, rates=False):
     """Policies by fairness key, as a trace's ``keys``: exact names, a pattern, a default;
-    with ``bounds``, some with a ``max_priority``."""
+    with ``bounds``, some with a ``max_priority``; with ``rates``, some with a rate (per job,
+    at rates whose refills fall on quarter seconds, as ``quarter_times``)."""
     names = draw(st.lists(st.sampled_from([*KEYS, "[ab]", "?", "*"]), max_size=4, unique=True))
     out = {}
     for name in names:
@@ -55,6 +56,10 @@ def key_policies(draw, *, runnable=False, bounds=False):
             policy["min_slots"] = draw(st.integers(0, 3))
         if bounds and draw(st.booleans()):
             policy["max_priority"] = draw(st.sampled_from(PRIORITIES))
+        if rates and draw(st.booleans()):
+            policy["rate"] = draw(st.sampled_from(["1/s", "2/s", "4/s", "1/2s", "1/4s", 0.5]))
+            if draw(st.booleans()):
+                policy["burst"] = draw(st.sampled_from([1, 2, 3]))
         out[name] = policy
     return out
 
@@ -99,14 +104,16 @@ def traces(
     allocation_caps=False,
     bounds=False,
     by_key=False,
+    rates=False,
 ):
     """A random trace; ``runnable`` makes every type able to run (caps >= 1); ``policies``
     adds weights and caps by key, and pauses (only ones that end, with ``runnable``);
     ``aging`` adds aging for the trace and some types, and draws every time from
     ``quarter_times``; ``allocation_caps`` makes each key's allocation its soft cap;
     ``bounds`` gives some jobs a priority of their own and (with ``policies``) some keys a
-    ``max_priority``; ``by_key`` sets the priority scope ``"key"``."""
-    when = quarter_times if aging else times
+    ``max_priority``; ``by_key`` sets the priority scope ``"key"``; ``rates`` gives some keys
+    (with ``policies``) a rate, and draws every time from ``quarter_times``."""
+    when = quarter_times if aging or rates else times
     types = draw(job_types())
     if aging:
         for spec in types.values():
@@ -153,7 +160,7 @@ def traces(
             life["advance_idle"] = True
         trace["lifecycle"] = life
     if policies:
-        trace["keys"] = draw(key_policies(runnable=runnable, bounds=bounds))
+        trace["keys"] = draw(key_policies(runnable=runnable, bounds=bounds, rates=rates))
         trace["pauses"] = [
             p for p in draw(pauses(types, when)) if not runnable or p.get("until") is not None
         ]

@@ -331,8 +331,11 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
     finish: list[float | None] = [None] * n
     aged = trace.config.aging is not None or any(t.aging is not None for t in trace.types)
     # Time alone changes a decision with aging (a job turns urgent) or rate limits (a key's
-    # bucket refills), with no job coming or going: the loop also steps to ``next_rise``.
-    timed = aged or trace.config.keys.rated
+    # bucket refills), with no job coming or going: the loop also steps to ``next_rise``, and
+    # goes on while a key waits for its refill (aging alone rises for ever: it ends the loop
+    # only with nothing else left, as before).
+    rated = trace.config.keys.rated
+    timed = aged or rated
     effective: list[int | None] = [None] * n
     running: list[tuple[float, int, int]] = []  # (finish, token, index)
     # Pauses and resumes as (time, pause's trace order, 0 pause / 1 resume, kind, name).
@@ -347,7 +350,7 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
         nxt < n
         or running
         or (change < len(changes) and scheduler.pending)
-        or (timed and scheduler.pending and scheduler.next_rise() is not None)
+        or (rated and scheduler.pending and scheduler.next_refill() is not None)
     ):
         t = min(
             jobs[order[nxt]].arrival if nxt < n else math.inf,

@@ -115,3 +115,18 @@ def test_priority_scope_key_leaves_no_job_unrun_that_could_run(trace):
 )
 def test_priority_scope_key_with_aging_caps_and_the_cost_lifecycle_equals_the_reference(trace):
     assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(policies=True, rates=True))
+def test_rate_limits_by_key_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(runnable=True, policies=True, rates=True))
+def test_rate_limits_leave_no_job_unrun_that_could_run(trace):
+    assert all(job["start"] is not None for job in run(trace))
+
+
+@given(traces(aging=True, policies=True, rates=True, bounds=True, lifecycle=True, max_jobs=40))
+def test_rate_limits_with_aging_bounds_and_the_cost_lifecycle_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)

@@ -43,7 +43,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         estimate_ttl=st.sampled_from([None, 2.0]),
         reset_interval=st.sampled_from([None, 3.0]),
         advance_idle=st.booleans(),
-        keys=st.one_of(st.just({}), key_policies(bounds=True)),
+        keys=st.one_of(st.just({}), key_policies(bounds=True, rates=True)),
         aging=st.one_of(st.none(), agings()),
         type_aging=st.lists(st.one_of(st.none(), agings()), min_size=4, max_size=4),
         allocation_caps=st.booleans(),
@@ -218,7 +218,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def revert(self, data):
         ref = data.draw(st.sampled_from(self.running))
         self.core.revert(ref)
-        self.ref.revert(ref)
+        self.ref.revert(ref, self.now)
         self.running.remove(ref)
         self.pending.append(ref)
 
@@ -256,10 +256,10 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     # Policies and pauses, changed while jobs wait and run.
 
-    @rule(keys=key_policies(bounds=True))
+    @rule(keys=key_policies(bounds=True, rates=True))
     def set_key_policies(self, keys):
         self.core.set_key_policies(KeyPolicies.from_mapping(keys))
-        self.ref.set_keys(keys)
+        self.ref.set_keys(keys, self.now)
         self.policies_changed = True
 
     @rule(key=st.sampled_from(KEYS), pause=st.booleans())

@@ -211,3 +211,38 @@ def test_priority_scope_key_chooses_the_key_by_cost_and_priority_only_inside_it(
             order.append(job.ref)
             ref.complete(job.ref, None, 3)
         assert order == want
+
+
+def test_a_rate_limited_key_starts_only_what_its_bucket_pays_for_by_hand():
+    # Key a at 1 job a second with a burst of 2, one slot, four jobs of 0.25 s at 0, and key
+    # b's one: the bucket holds 2, so a1 at 0 (1 left); b1 at 0.25, its key having used
+    # less; a2 at 0.5 (1.5 held, 0.5 left); a3 waits until it holds 1 again, at 1.0 (0
+    # left); a4 at 2.0, though the slot is free from 1.25.
+    trace = {
+        "capacity": 1,
+        "types": {"t": {"priority": 8}},
+        "keys": {"a": {"rate": "1/s", "burst": 2}},
+        "jobs": [
+            *({"name": f"a{i}", "type": "t", "fairness_key": "a", "arrival": 0, "duration": 0.25}
+              for i in range(1, 5)),
+            {"name": "b1", "type": "t", "fairness_key": "b", "arrival": 0, "duration": 0.25},
+        ],
+    }  # fmt: skip
+    got = {j["name"]: j["start"] for j in reference_simulate(trace)}
+    assert got == {"a1": 0, "b1": 0.25, "a2": 0.5, "a3": 1.0, "a4": 2.0}
+
+
+def test_a_rate_charged_by_cost_leaves_a_debt_the_refill_pays_back_by_hand():
+    # At 1 second of cost a second, a job of cost 3 takes the full bucket of 1 down to -2: the
+    # next waits 3 s, for the debt and one more.
+    ref = RefScheduler(4, {"t": RefType("t", 8)}, keys={"a": {"rate": 1, "per": "cost"}})
+    for i in range(2):
+        ref.submit(i, "t", None, "a", 0, 3.0, now=0)
+    assert [j.ref for j in ref.schedule(0)] == [0]
+    assert ref.bucket("a", 0) == -2
+    assert ref.schedule(2.5) == []
+    assert ref.next_rise(2.5) == 3.0
+    assert [j.ref for j in ref.schedule(3.0)] == [1]
+    # a start given back returns its charge at that moment
+    ref.revert(1, now=3.0)
+    assert ref.bucket("a", 3.0) == 1

@@ -92,12 +92,15 @@ class KeyRules:
         key.paused = name in self.paused_keys
         key.pauses = self.pauses.get(name)
         key.elsewhere = self.elsewhere.get(name, 0)
+        was_limited = key.limited
         self._rate_terms(key, policy.rate, policy.bucket, policy.per == "cost")
         limits_changed(key)
         self.reshare_due = self.sharing
-        if bound != key.max_priority and self.agenda.active:
+        refilled = was_limited and not key.limited and key.blocked is not None
+        if (bound != key.max_priority or refilled) and self.agenda.active:
             # Its aged heads stood at the old bound: a raised one lets them rise at once
-            # (fresh entries and bookings), a lowered one puts them lower. O(q log n).
+            # (fresh entries and bookings), a lowered one puts them lower; urgent heads of a
+            # key no longer out of its rate pass its cap again. O(q log n).
             resume_aging(key)
 
     def set_policies(self, policies: KeyPolicies) -> None:
@@ -185,6 +188,14 @@ class KeyRules:
         key.limited = limited
         return was != limited
 
+    def _rate_moved(self, key: KeyState) -> None:
+        """``key`` ran out of its rate, or refilled: its cap follows. Refilled at its cap, its
+        urgent heads (which pass a cap, never a rate limit) get their entries back. O(loans)
+        or O(q log n)."""
+        limits_changed(key)
+        if not key.limited and key.blocked is not None and self.agenda.active:
+            resume_aging(key)
+
     def charge_rate(self, key: KeyState, estimate: float) -> None:
         """``key`` (rate-limited) just started a job of ``estimate``: its bucket pays for it,
         and a key that used it up starts nothing more until it refills. O(log limited keys)."""
@@ -195,16 +206,20 @@ class KeyRules:
         )
         key.tokens_at = now
         if self._limit(key, now):
-            limits_changed(key)
+            self._rate_moved(key)
 
     def refund_rate(self, key: KeyState, estimate: float) -> None:
         """What a start of ``estimate`` charged ``key``'s bucket goes back (the start was
         undone, or the job never ran). O(1), plus what it unblocks."""
         if key.rate is None:
             return
-        key.tokens += start_charge(key.per_cost, estimate)
-        if self._limit(key, self.agenda.now):
-            limits_changed(key)
+        now = self.agenda.now
+        key.tokens = level_at(key.tokens, key.tokens_at, now, key.rate, key.burst) + start_charge(
+            key.per_cost, estimate
+        )
+        key.tokens_at = now
+        if self._limit(key, now):
+            self._rate_moved(key)
 
     def set_tokens(self, key: KeyState, level: float) -> None:
         """Make ``key``'s bucket ``level`` now (the fleet's, from a shared store). O(1), plus
@@ -214,7 +229,7 @@ class KeyRules:
         key.tokens = min(level, key.burst)
         key.tokens_at = self.agenda.now
         if self._limit(key, self.agenda.now):
-            limits_changed(key)
+            self._rate_moved(key)
 
     def wake(self, now: float) -> None:
         """Let the keys whose buckets refilled by ``now`` run again. O(1) while none is due."""
@@ -222,7 +237,7 @@ class KeyRules:
         while wakes and wakes[0][0] <= now:
             _, _, key = heappop(wakes)
             if key.limited and key.rate is not None and self._limit(key, now):
-                limits_changed(key)
+                self._rate_moved(key)
 
     def next_wake(self) -> float:
         """When a key out of its rate may run again (``inf``: none is). O(1) amortised."""

@@ -354,6 +354,12 @@ class Scheduler(Shared):
         if self._keys.reshare_due:
             self._keys.reshare(self._capacity)
 
+    def next_refill(self) -> float | None:
+        """When the next key out of its rate refills to a start (``None``: no key is out of
+        its rate). O(1) amortised."""
+        due = self._keys.next_wake()
+        return None if due == _INF else due
+
     def rate_limited(self) -> dict[str, float]:
         """The keys out of their rate now, each with when its bucket refills (by the core's
         clock). O(keys)."""
