@@ -404,3 +404,33 @@ def test_five_heavy_clients_on_three_workers_leave_every_light_client_behind_few
     between = heavy_starts_before_the_light(run, published, light)
     assert len(between) <= 2 * DEFAULT_THRESHOLD + 3 * 4 * (SLOTS + 2), len(between)
     store.close()
+
+
+def test_a_backlog_left_in_the_shards_before_the_workers_start_is_shared_by_them(
+    make_run, start_worker, broker
+):
+    # Given two keys' backlogs published before any fair worker is up (no lanes are given
+    # while no worker consumes them: all of it waits in the keys' shards),
+    run = make_run(conf={**lane_conf(broker), "fair_lookahead": 0})
+    clone = run.app.tasks["fairapp.clone"]
+    for i in range(65):
+        clone.apply_async([f"A{i}", 0.2], fairness_key="A")
+    for i in range(170):
+        clone.apply_async([f"B{i}", 0.2], fairness_key="B")
+    # when two fair workers start, one after the other,
+    workers = [start_worker(run, concurrency=SLOTS) for _ in range(2)]
+    # then the workers find both keys crowding their shards (rule 3) and the keys get lanes,
+    store = store_of(run)
+    lanes = store.lanes
+    wait_until(lambda: None not in (lanes(-1).lane_of("A"), lanes(-1).lane_of("B")), 20, "lanes")
+    # but what waits in the shards drains from there a window at a time by each worker: each
+    # runs a fair part of the work (RabbitMQ once read past it all, as stragglers, into the
+    # first worker, which ran 223 of the 235 while the other idled).
+    wait_until(lambda: len(run.recorder.done_counts()) == 235, 120, "all 235 jobs")
+    per_worker = {w.pid: 0 for w in workers}
+    for event in run.recorder.events():
+        if event["event"] == "start":
+            per_worker[event["ppid"]] += 1
+    assert sum(per_worker.values()) == 235
+    assert min(per_worker.values()) >= 235 // 3, per_worker
+    store.close()

@@ -143,3 +143,29 @@ def test_how_far_behind_a_lanes_keys_are_is_their_least_cost_and_a_shards_is_non
     assert here.behind(1, lambda k: cost(k, 0.0)) == 0.0  # a shard: light keys
     lanes.learn("c", 1)  # a new map: read again
     assert here.behind(3, lambda k: cost(k, 0.0)) == 7.0
+
+
+def test_stragglers_are_read_past_only_while_their_keys_lane_has_messages_here() -> None:
+    # Given a worker holding six of H's messages from H's shard, H's whole backlog there from
+    # before it had a lane (H crowded its shard: the worker asked for it),
+    fleet = FleetLanes()
+    here = LanesHere(fleet, shards=8, consumed=4, window=lambda: 6, now=lambda: 0.0)
+    jobs = HeldJobs(crowding=here.crowding)
+    shard = shard_of("H", 8)
+    for _ in range(6):
+        hold(here, jobs, "H", f"q.fair.{shard}")
+    assert fleet.asked == ["H"]
+    assert here.crowding.stragglers() == {shard: 6}
+    # then with nothing of H's lane here (its lane is empty), its shard is not read past:
+    # read past, all of H's backlog would go to this worker while others idle,
+    assert here.read_past() == {}
+    # until a message comes from H's lane (producers route H there now): the first one says
+    # so, and the stragglers, the few before the lane, are read past,
+    assert here.lane_opened(hold(here, jobs, "H", "q.fair.lane.0"))
+    assert here.read_past() == {shard: 6}
+    assert not here.lane_opened(hold(here, jobs, "H", "q.fair.lane.0"))  # not a first
+    assert not here.lane_opened(shard)  # nor a shard
+    # and once none is held from the lane, not any more.
+    jobs.take("H-6", starts=True)
+    jobs.take("H-7", starts=True)
+    assert here.read_past() == {}

@@ -24,7 +24,11 @@ Three things need a deeper look than that, and get it:
   kept) and the shard's window grows past them instead: by twice what it holds of them,
   rounded up to a power of two (at least ``CHUNK``), so a few changes read through any number.
   The gate asks for the change as soon as it holds one (``Gate._widen_soon``), not at its
-  next sweep.
+  next sweep. Only while the worker holds messages from the key's lane, though
+  (``LanesHere.read_past``): with none there, the stragglers are the key's whole backlog
+  (published before the workers started, or found by rule 3), and read past they would all go
+  to the first worker to them, to run alone while the others idle; they drain from the shard
+  a window at a time by every worker instead.
 
 RabbitMQ applies a consumer's window only when the consumer is created, so a change is made
 by cancelling the shard's consumer and consuming again (internals.reconsume): unacked messages

@@ -277,11 +277,14 @@ class Gate:
             slot = shard_of(key, shards)
         self.held.add(uid, held, slot)
         # stragglers held (lanes_here.py): read past them
-        if self.lanes is not None and slot is not None and self.lanes.held(self.held, slot, key):
-            if self.windows.shards is not None:
-                self._widen_soon()
-            elif self._reroute is not None:
-                self._reroute(self.lanes.shard_queue(req, key))
+        if self.lanes is not None and slot is not None:
+            if self.lanes.held(self.held, slot, key):
+                if self.windows.shards is not None:
+                    self._widen_soon()
+                elif self._reroute is not None:
+                    self._reroute(self.lanes.shard_queue(req, key))
+            elif self.windows.shards is not None and self.lanes.lane_opened(slot):
+                self._widen_soon()  # their key's lane has messages: read past them now
         if with_events:
             shard = shard_of(key, shards) if shards > 1 else None
             place = self.scheduler.pending_of(key)
@@ -495,21 +498,24 @@ class Gate:
         self.pacing.start(hub, self.on_reply)
 
     def _widen_soon(self) -> None:
-        """A straggler is held from a shard whose consumer has a window of its own (RabbitMQ):
-        widen it on the loop's next turn, outside the lock (consumer_prefetch.py)."""
+        """A straggler is held from a shard whose consumer has a window of its own (RabbitMQ),
+        or a first message from its key's lane: widen it on the loop's next turn, outside the
+        lock, if its stragglers are to be read past (``LanesHere.read_past``,
+        consumer_prefetch.py)."""
         if not self._widening and self._hub is not None:
             self._widening = True
             self._hub.call_soon(self._follow_shard_windows)
 
     def _follow_shard_windows(self) -> None:
         """Each shard consumer's window as the blocked slots, ETA tasks and held stragglers
-        call for now (``ShardWindows.follow``). On the loop's thread, outside the lock."""
+        to read past call for now (``ShardWindows.follow``). On the loop's thread, outside the
+        lock."""
         self._widening = False
         shards = self.windows.shards
         if shards is None:
             return
         with self._lock:
-            stragglers = self.lanes.crowding.stragglers() if self.lanes is not None else None
+            stragglers = self.lanes.read_past() if self.lanes is not None else None
         shards.follow(self.windows.opening.extra, self.windows.shard_window, stragglers)
 
     def close(self) -> None:

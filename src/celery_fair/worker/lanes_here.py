@@ -11,7 +11,8 @@ a second), and the worker renews the lease while the key's lane stays backlogged
 alarm costs a lane for a lease.
 
 Each held message counts in the slot of the queue it came from (``shard_turns.slot_of``): the
-Redis read order reads those counts too (``ShardTurns``).
+Redis read order reads those counts too (``ShardTurns``), and on RabbitMQ they say which held
+stragglers a shard's window opens past (``read_past``).
 """
 
 from __future__ import annotations
@@ -97,6 +98,38 @@ class LanesHere:
             shard = shard_of(key, self.shards)
             straggling = jobs.reslot(key, shard, self.straggler_slot(key)) > 0 or straggling
         return straggling
+
+    def read_past(self) -> dict[int, int]:
+        """The held stragglers, by the shard they waited in, that the shard's window opens past
+        on RabbitMQ (consumer_prefetch.py): those of a shard one of whose keys has messages
+        here from its lane. Those messages are the key's newer ones, so its stragglers are the
+        few it left in the shard before producers routed it to its lane (rule 1), and a light
+        key behind them should not wait for them all. A key this worker holds nothing of from
+        its lane has nothing waiting there (the lane's consumer here has room: the broker
+        would send them): its stragglers are its whole backlog, left in the shard before it
+        had a lane (published before the workers started, or found by rule 3), and drain
+        from the shard as any backlog, a window at a time by every worker. Read past, they
+        would all go to the first worker there, to run alone while the others idle.
+        O(shards + keys with a lane)."""
+        stragglers = self.crowding.stragglers()
+        if not stragglers:
+            return {}
+        held, shards = self.crowding.held, self.shards
+        laned = {
+            shard_of(key, shards)
+            for key, lane in self.lanes.map.lanes.items()
+            if lane < self.consumed and held[shards + lane]
+        }
+        return {i: n for i, n in stragglers.items() if i in laned}
+
+    def lane_opened(self, slot: int) -> bool:
+        """A message from ``slot`` is now held (counted): it is the first held from its lane
+        while stragglers are held, so a shard's window may now open past them
+        (``read_past``). O(1), O(shards) at such a first."""
+        lane = slot - self.shards
+        if lane < 0 or lane >= self.consumed or self.crowding.held[slot] != 1:
+            return False
+        return bool(self.crowding.stragglers())
 
     def behind(self, slot: int, cost: Callable[[str], float]) -> float:
         """How far behind the keys of ``slot`` are, for the read order (``ShardTurns.behind``):
