@@ -263,27 +263,18 @@ def weights(
 
     With no NAME: every policy entry in force, fair_keys' and runtime ones. With NAME alone:
     the policy key NAME gets, and where each value comes from."""
-    options: dict[str, Any] = {}
-    if weight is not None:
-        options["weight"] = weight
-    if min_slots is not None:
-        options["min_slots"] = min_slots
-    if max_concurrency is not None:
-        options["max_concurrency"] = max_concurrency
-    if no_cap:
-        options["max_concurrency"] = None
-    if max_priority is not None:
-        options["max_priority"] = max_priority
-    if no_max_priority:
-        options["max_priority"] = None
-    if rate is not None:
-        options["rate"] = rate
-    if burst is not None:
-        options["burst"] = burst
-    if per is not None:
-        options["per"] = per
-    if no_rate:
-        options["rate"] = None
+    given = {
+        "weight": weight,
+        "min_slots": min_slots,
+        "max_concurrency": max_concurrency,
+        "max_priority": max_priority,
+        "rate": rate,
+        "burst": burst,
+        "per": per,
+    }
+    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    dropped = {"max_concurrency": no_cap, "max_priority": no_max_priority, "rate": no_rate}
+    options.update((option, None) for option, drop in dropped.items() if drop)
     if (options or reset) and name is None:
         raise click.UsageError("give the key (or pattern) to change: fair weights NAME ...")
     if options and reset:

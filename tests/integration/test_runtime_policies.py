@@ -118,13 +118,33 @@ def test_weights_shows_fair_keys_under_the_runtime_entries_and_one_keys_sources(
         "min_slots": 0,
         "max_concurrency": None,
         "max_priority": None,
+        "rate": None,
+        "burst": None,
+        "per": "job",
     }
     assert found["sources"] == {
         "weight": "runtime",
         "min_slots": "default",
         "max_concurrency": "default",
         "max_priority": "default",
+        "rate": "default",
+        "burst": "default",
+        "per": "default",
     }
+    # A rate set at run time shows per second, where it comes from, and a bad one is refused
+    # with the reason, changing nothing.
+    out = fair_command(run, "weights", "api", "--rate", "600/m", "--burst", "40", "--per", "cost")
+    assert out.returncode == 0, out.stderr
+    out = fair_command(run, "weights", "api")
+    assert "  rate: 10/s (runtime 'api')" in out.stdout, out.stdout
+    assert "  burst: 40.0 (runtime 'api')" in out.stdout, out.stdout
+    assert "  per: cost (runtime 'api')" in out.stdout, out.stdout
+    out = fair_command(run, "weights", "api", "--rate", "10/x")
+    assert out.returncode != 0
+    assert "rate must be like '10/s'" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    out = fair_command(run, "weights", "api", "--json")
+    assert json.loads(out.stdout)["policy"]["rate"] == 10.0
 
 
 def _policy_seen(run) -> bool:
