@@ -213,3 +213,14 @@ def test_jobs_lists_what_runs_is_reserved_and_is_held_filtered_longest_first() -
     # and a job that ended is listed no more.
     w.pool.finish(w.pool.running()[0])
     assert "run" not in [j["task_id"] for j in w.gate.jobs()[0]]
+
+
+def test_jobs_lists_a_held_job_at_the_priority_its_keys_bound_gave_it() -> None:
+    # Given key a bounded to priority 4 and a held job of a type of priority 8,
+    w = World(slots=1, fair_keys={"a": {"max_priority": 4}})
+    w.deliver("run", key="b")
+    w.deliver("held", key="a")
+    # then the list shows the priority it waits at, not its type's.
+    (held,) = w.gate.jobs(state="held")[0]
+    assert (held["task_id"], held["priority"]) == ("held", 4)
+    assert w.gate.jobs(state="running")[0][0]["priority"] == 8

@@ -168,6 +168,13 @@ class Scheduler(Shared):
             bound = self._keys.policies.for_key(fairness_key).max_priority
         return priority if bound is None else _bounded(lane, bound, priority)
 
+    def priority_of(self, uid: Hashable) -> int | None:
+        """The own priority job ``uid`` has here (pending or running): its tier's, which its
+        key's ``max_priority`` may have lowered from what was asked; ``None`` for a job not
+        held here. O(1)."""
+        job = self._jobs.get(uid)
+        return None if job is None else job.lane.tier.priority
+
     def cancel(self, uid: Hashable) -> CancelOutcome:
         """Withdraw a pending job. O(log n) (O(1) unless it was lent by a conflict)."""
         job = self._jobs.get(uid)

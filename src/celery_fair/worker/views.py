@@ -91,14 +91,21 @@ def jobs(
                 "fairness_key": headers.fairness_key,
                 "type": headers.job_type,
                 "job_id": headers.job_id,
-                "priority": parts.type_priority(headers.job_type)
-                if held.priority is None
-                else held.priority,
+                "priority": _held_priority(parts, uid, headers.job_type, held.priority),
                 "waited": round(now - held.received, 3),
             }
             found.append((JOB_STATES.index(where), held.received, entry))
     found.sort(key=lambda item: (item[0], item[1]))
     return [entry for _, _, entry in found[: max(0, limit)]], len(found)
+
+
+def _held_priority(parts: Parts, uid: str, job_type: str, asked: int | None) -> int:
+    """A held job's own priority as the core has it (its key's ``max_priority`` may have
+    lowered what was asked), else as asked, else its type's. O(1)."""
+    here = parts.scheduler.priority_of(uid)
+    if here is not None:
+        return here
+    return parts.type_priority(job_type) if asked is None else asked
 
 
 def _matches(fairness_key: str, job_type: str, key: str | None, type: str | None) -> bool:
