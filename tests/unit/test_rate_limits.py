@@ -141,9 +141,9 @@ def test_an_undone_start_gives_its_charge_back():
     s.submit("a0", "clone", None, "A")
     s.submit("a1", "clone", None, "A")
     assert refs(s.schedule()) == ["a0"]
-    assert s.rate_limited()
+    assert s.next_refill() is not None
     s.revert("a0")  # the store refused it: the start never happened
-    assert not s.rate_limited()
+    assert s.next_refill() is None
     assert refs(s.schedule()) == ["a0"]
     s.release("a0", refund=True)  # admitted, then revoked before it began
     assert refs(s.schedule()) == ["a1"]

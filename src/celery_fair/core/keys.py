@@ -199,24 +199,18 @@ class KeyRules:
     def charge_rate(self, key: KeyState, estimate: float) -> None:
         """``key`` (rate-limited) just started a job of ``estimate``: its bucket pays for it,
         and a key that used it up starts nothing more until it refills. O(log limited keys)."""
-        now = self.agenda.now
-        key.tokens = (
-            level_at(key.tokens, key.tokens_at, now, key.rate, key.burst)  # type: ignore[arg-type]
-            - start_charge(key.per_cost, estimate)
-        )
-        key.tokens_at = now
-        if self._limit(key, now):
-            self._rate_moved(key)
+        self._move_tokens(key, -start_charge(key.per_cost, estimate))
 
     def refund_rate(self, key: KeyState, estimate: float) -> None:
         """What a start of ``estimate`` charged ``key``'s bucket goes back (the start was
         undone, or the job never ran). O(1), plus what it unblocks."""
-        if key.rate is None:
-            return
+        if key.rate is not None:
+            self._move_tokens(key, start_charge(key.per_cost, estimate))
+
+    def _move_tokens(self, key: KeyState, by: float) -> None:
+        """``key``'s bucket, refilled to ``agenda.now``, moves ``by``; its cap follows."""
         now = self.agenda.now
-        key.tokens = level_at(key.tokens, key.tokens_at, now, key.rate, key.burst) + start_charge(
-            key.per_cost, estimate
-        )
+        key.tokens = level_at(key.tokens, key.tokens_at, now, key.rate, key.burst) + by  # type: ignore[arg-type]
         key.tokens_at = now
         if self._limit(key, now):
             self._rate_moved(key)

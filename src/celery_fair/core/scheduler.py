@@ -17,7 +17,6 @@ from .costs import KeyState
 from .inspect import Why
 from .jobs import ELSEWHERE, Job, Lane
 from .policy import conflict_held, goes_before, key_blocks, select
-from .rates import refill_at
 from .shared import Shared
 from .state import _INF, _NUMBER, _type_of
 from .types import (
@@ -366,16 +365,6 @@ class Scheduler(Shared):
         its rate). O(1) amortised."""
         due = self._keys.next_wake()
         return None if due == _INF else due
-
-    def rate_limited(self) -> dict[str, float]:
-        """The keys out of their rate now, each with when its bucket refills (by the core's
-        clock). O(keys)."""
-        self._maintain(self._clock.now())
-        return {
-            name: refill_at(key.tokens, key.tokens_at, key.rate)
-            for name, key in self._accounts.keys.items()
-            if key.limited and key.rate is not None
-        }
 
     def pause_key(self, fairness_key: str) -> None:
         """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,

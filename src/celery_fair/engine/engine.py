@@ -460,7 +460,7 @@ class Engine:
     ) -> Ask:
         key_cap, weight = self.core.key_terms(fairness_key)
         own = jtype.priority if priority is None else priority
-        ask = Ask(
+        return Ask(
             str(uid),
             jtype.name,
             own,
@@ -473,9 +473,7 @@ class Engine:
             jtype.default_cost,
             key_cap,
             weight,
-        )
-        rate = self.core.key_rate(fairness_key)
-        return ask if rate is None else ask._replace(rate=rate[0], burst=rate[1], per_cost=rate[2])
+        )  # its rate terms come with each ask (_ask_now): they may change before it is asked
 
     def _ask_now(self, job: _Tracked, admission: Admission) -> Ask:
         """``job``'s ask with its key's cap, weight and rate as the core has them now (runtime
