@@ -125,9 +125,9 @@ def make_app(
         return run(tag, seconds, type="clone")
 
     # Charged what it costs from its first job on (a default of 1 s would charge a key's
-    # first jobs 25 times what later ones are charged, until the estimate is learned).
-    @fair_task(app=app, name="fairapp.even", type="even", priority=8, default_cost=0.04)
-    def even(tag: str, seconds: float = 0.04) -> str:
+    # first jobs 10 times what later ones are charged, until the estimate is learned).
+    @fair_task(app=app, name="fairapp.even", type="even", priority=8, default_cost=0.1)
+    def even(tag: str, seconds: float = 0.1) -> str:
         return run(tag, seconds, type="even")
 
     @fair_task(

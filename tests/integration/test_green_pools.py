@@ -40,7 +40,12 @@ def test_a_green_fair_worker_is_fair_keeps_conflicts_and_runs_plain_tasks(
     # When client B sends one job on a third repo, and a plain task comes along,
     run.send("fairapp.clone", "b", 0.01, headers=fair_headers("clone", "B", "repo9"))
     run.send("fairapp.plain", "plain", 0.01)
-    wait_until(lambda: len(run.recorder.done_counts()) == 14, 60, "every job")
+    wait_until(
+        lambda: len(run.recorder.done_counts()) == 14,
+        60,
+        "every job",
+        show=lambda: (run.recorder.done_counts(), worker.log()[-6000:]),
+    )
     spans = intervals(run.recorder.events())
     # Then the slots were used, jobs on one repo never overlapped,
     assert max_overlap(list(spans.values())) == 4

@@ -179,7 +179,9 @@ def test_a_tenant_on_ten_keys_leaves_a_one_key_tenant_the_share_of_one_key_in_el
     # Given a fair worker of 4 slots with lanes, tenant T's backlog on ten keys nobody chose
     # for their hash (so several share a shard, and the one-key tenant's shard too), and
     # right after, the one-key tenant's backlog (jobs that cost what their type says from the
-    # first on: the rule's share is then a count of starts),
+    # first on: the rule's share is then a count of starts; 100 ms, so that a slot frees every
+    # 25 ms: with 40 ms jobs, a slot every 10 ms, a loaded host's worker is still reading the
+    # one-key tenant's next message when the slot it was owed goes to what is in hand),
     run = make_run(conf=lane_conf(broker))
     start_worker(run, concurrency=4)
     store = store_of(run)
@@ -188,10 +190,10 @@ def test_a_tenant_on_ten_keys_leaves_a_one_key_tenant_the_share_of_one_key_in_el
     tenant = [f"t-{i}" for i in range(10)]
     for i in range(40):
         for key in tenant:
-            even.apply_async([f"{key}/{i}", 0.04], fairness_key=key)
+            even.apply_async([f"{key}/{i}", 0.1], fairness_key=key)
     published = time.time()
     for i in range(50):
-        even.apply_async([f"solo/{i}", 0.04], fairness_key="solo")
+        even.apply_async([f"solo/{i}", 0.1], fairness_key="solo")
     done = run.recorder.done_counts
     wait_until(lambda: len(done()) == 450, 60, "every job")
     spans = intervals(run.recorder.events())

@@ -222,6 +222,10 @@ class Timer:
         self.entries.append(entry)
         return entry
 
+    @staticmethod
+    def cancel(entry: Any) -> None:  # as Kombu's Timer.cancel(tref)
+        entry.cancel()
+
     def booked(self) -> list[float]:
         """When each entry not cancelled nor fired falls, earliest first."""
         return sorted(e.at for e in self.entries if not e.cancelled)

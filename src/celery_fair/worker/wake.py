@@ -36,7 +36,7 @@ class Wake:
         if entry is not None:
             if self._due <= due:
                 return
-            entry.cancel()
+            self.timer.cancel(entry)  # the timer's own (a green timer's entry is a greenlet)
         self._due = due
         self._entry = self.timer.call_after(due - now, self._fire)
 
@@ -48,6 +48,7 @@ class Wake:
     def cancel(self) -> None:
         """Drop the booked call (the consumer stops)."""
         if self._entry is not None:
-            self._entry.cancel()
+            if self.timer is not None:
+                self.timer.cancel(self._entry)
             self._entry = None
             self._due = float("inf")
