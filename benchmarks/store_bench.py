@@ -6,6 +6,7 @@ command:
     python benchmarks/store_bench.py                        # 1, 4, 8 processes, 3000 cycles each
     python benchmarks/store_bench.py --quick                # small sizes, to check it runs
     python benchmarks/store_bench.py --procs 1,2 --cycles 5000 --rounds 5
+    python benchmarks/store_bench.py --rates --rounds 7     # rate terms that never limit, or none
 
 One cycle is one ``admit`` call then one ``finish`` call of the jobs it admitted (with an
 elapsed time, so the estimate is learned). With ``batch 1`` a cycle asks for one job; with
@@ -28,6 +29,14 @@ a window as long with nothing of ours running measures their share, which is tak
 median of five runs is shown, with both raw figures). The same counters give the server's own
 time per script call, and ``cpu us/pair`` is a client process's CPU time per pair: together
 with ``us/pair`` they show whether the server, the clients or the wire sets the pace.
+
+``--rates`` measures instead what a rate limit by fairness key costs an admission that it does
+not refuse: the same cycles (the same seeds) with every ask carrying rate terms too high ever to
+limit (``RATE`` per second, a bucket of ``RATE``; charged per job, or per cost) and without
+any, the cases interleaved round by round (the order reversed every other round). Each row is
+the median over rounds of the ratio with rate terms to without, in the same round, with the
+spread; and, from ``INFO commandstats`` as above, the server's time per admit script call with
+and without them (median of 5 runs each, others' share taken out).
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ IDS = 10_000  # job ids per group: two running jobs rarely share one, so conflic
 ELAPSED = 0.05
 WARMUP = 50  # cycles before the barrier: connection open, scripts loaded
 SCRIPT_CALLS = ("cmdstat_evalsha", "cmdstat_eval")
+RATE = 1e6  # --rates: a rate per second and a bucket no cycle of this bench ever empties
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ class Case:
     procs: int
     batch: int
     combined: bool = False  # finishes ride on the next admit: one call per pair
+    rate: str | None = None  # --rates: each ask carries rate terms, charged per "job" or "cost"
 
 
 @dataclass(frozen=True)
@@ -84,8 +95,12 @@ class Result:
     admitted: float  # share of asked jobs admitted
 
 
-def make_cycles(worker: str, seed: int, cycles: int, batch: int) -> list[list[Ask]]:
-    """The asks of every cycle, built before timing starts."""
+def make_cycles(
+    worker: str, seed: int, cycles: int, batch: int, rate: str | None = None
+) -> list[list[Ask]]:
+    """The asks of every cycle, built before timing starts (``rate``: with rate terms that
+    never limit, charged per "job" or "cost"; the same draws either way)."""
+    terms = {} if rate is None else {"rate": RATE, "burst": RATE, "per_cost": rate == "cost"}
     rng = random.Random(seed)
     out = []
     for i in range(cycles):
@@ -96,7 +111,7 @@ def make_cycles(worker: str, seed: int, cycles: int, batch: int) -> list[list[As
             asks.append(
                 Ask(f"{worker}-{i}-{j}", name, priority, CAP, CAP,
                     conflict_field(group, job_id), estimate_field(name, job_id),
-                    rng.choice(KEYS), None, 1.0)
+                    rng.choice(KEYS), None, 1.0, **terms)
             )  # fmt: skip
         out.append(asks)
     return out
@@ -138,12 +153,13 @@ def client(
     combined: bool,
     barrier: Any,
     results: Any,
+    rate: str | None = None,
 ) -> None:
     """One client process: warm up, wait for the others, run, report what it measured."""
     worker = f"bench-{index}"
     store = open_store(kind, url, prefix)
-    run_cycles(store, worker, make_cycles(f"{worker}-warm", index + 1000, WARMUP, batch))
-    work = make_cycles(worker, index, cycles, batch)
+    run_cycles(store, worker, make_cycles(f"{worker}-warm", index + 1000, WARMUP, batch, rate))
+    work = make_cycles(worker, index, cycles, batch, rate)
     barrier.wait(timeout=120)
     start, cpu = time.monotonic(), time.process_time()  # monotonic: one clock for all processes
     admitted = run_cycles(store, worker, work, combined)
@@ -167,7 +183,18 @@ def measure(case: Case, cycles: int, url: str) -> Result:
     procs = [
         ctx.Process(
             target=client,
-            args=(case.store, url, prefix, i, cycles, case.batch, case.combined, barrier, results),
+            args=(
+                case.store,
+                url,
+                prefix,
+                i,
+                cycles,
+                case.batch,
+                case.combined,
+                barrier,
+                results,
+                case.rate,
+            ),
         )
         for i in range(case.procs)
     ]
@@ -240,12 +267,12 @@ def count(r: redis.Redis, action: Callable[[], object], calls: int) -> Count:
     )
 
 
-def round_trips(url: str, calls: int, batch: int) -> tuple[Count, Count]:
+def round_trips(url: str, calls: int, batch: int, rate: str | None = None) -> tuple[Count, Count]:
     """What the server counted for ``calls`` admit calls, then as many finish calls."""
     prefix = f"bench-store-{uuid.uuid4().hex[:10]}"
     r = redis.Redis.from_url(url)
     store = RedisStore(redis.Redis.from_url(url), prefix, lifecycle=CostLifecycle())
-    cycles = make_cycles("rt", 2, calls, batch)
+    cycles = make_cycles("rt", 2, calls, batch, rate)
     replies: list[Any] = []
 
     def admit() -> None:
@@ -257,7 +284,7 @@ def round_trips(url: str, calls: int, batch: int) -> tuple[Count, Count]:
             store.finish("rt", [Done(g.uid, g.token, ELAPSED) for g in admitted])
 
     try:
-        run_cycles(store, "rt", make_cycles("rt-warm", 1, 10, batch))  # scripts loaded
+        run_cycles(store, "rt", make_cycles("rt-warm", 1, 10, batch, rate))  # scripts loaded
         return count(r, admit, calls), count(r, finish, calls)
     finally:
         store.close()
@@ -281,8 +308,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--url", default=URL)
     parser.add_argument("--quick", action="store_true", help="few cycles, one round")
+    parser.add_argument(
+        "--rates", action="store_true", help="only: rate terms that never limit against none"
+    )
     args = parser.parse_args()
     cycles, rounds = (200, 1) if args.quick else (args.cycles, args.rounds)
+    if args.rates:
+        rates(args.url, cycles, rounds, args.batch)
+        return
     procs = [int(p) for p in args.procs.split(",")]
     cases = [Case("redis", n, b) for b in (1, args.batch) for n in procs]
     cases += [Case("redis", n, 1, combined=True) for n in procs]
@@ -327,6 +360,65 @@ def main() -> None:
                 f"(counted {c.counted:.2f}, others {c.others:.2f}), "
                 f"server {c.server_us:.0f} us/script"
             )
+
+
+def rates(url: str, cycles: int, rounds: int, batch: int) -> None:
+    """``--rates``: the same cycles with rate terms that never limit and without, interleaved."""
+    shapes = [(1, 1, False), (1, 1, True), (1, batch, False), (4, 1, True)]
+    kinds: list[str | None] = [None, "job", "cost"]
+    cases = [Case("redis", n, b, combined, rate) for n, b, combined in shapes for rate in kinds]
+    with redis.Redis.from_url(url) as r:
+        version = r.info("server")["redis_version"]
+    print(
+        f"Redis {version} at {url}, Python {platform.python_version()}, {cycles} cycles per "
+        f"process, rate terms {RATE:g}/s with a bucket of {RATE:g} (never limiting) against "
+        f"none,\nmedian of {rounds} round(s) (min-max); ratio: with / without, in the same "
+        "round\n",
+        flush=True,
+    )
+    measured: dict[Case, list[Result]] = {case: [] for case in cases}
+    for i in range(rounds):
+        for case in cases if i % 2 == 0 else cases[::-1]:
+            measured[case].append(measure(case, cycles, url))
+
+    def spread(values: list[float], fmt: str) -> str:
+        return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+    print(
+        f"{'procs':>5} {'batch':>5} {'calls':>5} {'per':>4} {'us/pair':>8} {'without':>8} "
+        f"{'ratio (spread)':>20} {'cpu us/pair':>11} {'without':>8} {'cpu ratio':>20} "
+        f"{'admitted':>8} {'without':>8}"
+    )
+    for n, b, combined in shapes:
+        off = measured[Case("redis", n, b, combined)]
+        for kind in kinds[1:]:
+            on = measured[Case("redis", n, b, combined, kind)]
+            ratios = [x.us_per_pair / y.us_per_pair for x, y in zip(on, off, strict=True)]
+            cpu = [x.cpu_per_pair / y.cpu_per_pair for x, y in zip(on, off, strict=True)]
+            print(
+                f"{n:>5} {b:>5} {1 if combined else 2:>5} {kind:>4} "
+                f"{statistics.median(x.us_per_pair for x in on):>8.1f} "
+                f"{statistics.median(x.us_per_pair for x in off):>8.1f} "
+                f"{spread(ratios, '.3f'):>20} "
+                f"{statistics.median(x.cpu_per_pair for x in on):>11.1f} "
+                f"{statistics.median(x.cpu_per_pair for x in off):>8.1f} "
+                f"{spread(cpu, '.3f'):>20} "
+                f"{statistics.median(x.admitted for x in on):>8.1%} "
+                f"{statistics.median(x.admitted for x in off):>8.1%}"
+            )
+
+    calls = min(cycles, 500)
+    print(
+        f"\nserver time per admit script call (batch 1, {calls} calls, INFO commandstats, "
+        "others' share taken out), median of 5 runs each, interleaved"
+    )
+    server: dict[str | None, list[float]] = {kind: [] for kind in kinds}
+    for i in range(5):
+        for kind in kinds if i % 2 == 0 else kinds[::-1]:
+            admit, _ = round_trips(url, calls, 1, kind)
+            server[kind].append(admit.server_us)
+    for kind in kinds:
+        print(f"{kind or 'none':>4}: {spread(server[kind], '.1f')} us/script")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,10 @@ rounds, so two versions are compared against the same plain runs; rows for it sa
 with the ``fair_*`` settings of a Python dict literal on top of the bench app's, e.g.
 ``--variant 'uncapped={"fair_tier_caps": {8: None}}'``; rows for it say ``fair+NAME``.
 
+``--code DIR``: every worker of the run (plain, fair, ``--variant``), and this process's
+publishes, import ``celery_fair`` from ``DIR`` instead of the installed one: to measure a
+commit (``git archive REV src | tar -x -C /tmp/this``) while the working tree changes.
+
 ``--shards N``: the fair worker's tasks go to its queue's N shard queues (``fair_shards``;
 8 by default, 1 for none), and it consumes them all; plain Celery's go to the queue.
 
@@ -252,16 +256,25 @@ def main() -> None:
     parser.add_argument(
         "--shards", type=int, default=SHARDS, help="fair_shards of the fair worker (1: none)"
     )
+    parser.add_argument(
+        "--code",
+        metavar="DIR",
+        default=None,
+        help="every worker on the celery_fair in DIR (a checkout's src), not the installed one",
+    )
     args = parser.parse_args()
     STATES["redis"] = args.store_url
-    variants: list[tuple[str, str | None, str]] = [("fair", None, "")]
+    base = str(Path(args.code).resolve()) if args.code else None
+    if base:
+        sys.path.insert(0, base)  # bench_app's publishes too
+    variants: list[tuple[str, str | None, str]] = [("fair", base, "")]
     if args.against:
         variants.append((f"fair@{args.against}", str(Path(args.against).resolve()), ""))
     for variant in args.variant:
         name, _, settings = variant.partition("=")
         if not isinstance(ast.literal_eval(settings or "None"), dict):
             parser.error(f"--variant {variant!r}: expected NAME={{'fair_...': value, ...}}")
-        variants.append((f"fair+{name}", None, settings))
+        variants.append((f"fair+{name}", base, settings))
     sizes = {"noop": 300, "10ms": 100} if args.quick else {"noop": 3000, "10ms": 600}
     sizes = {task: n for task, n in sizes.items() if task in args.tasks.split(",")}
     header = f"{'broker':6} {'state':6} {'task':5} {'plain/s':>9} {'fair/s':>9}"
@@ -272,7 +285,7 @@ def main() -> None:
     for broker in args.brokers.split(","):
         for state in args.states.split(","):
             for task, n in sizes.items():
-                runs: list[tuple[str, str | None, str]] = [("plain", None, ""), *variants]
+                runs: list[tuple[str, str | None, str]] = [("plain", base, ""), *variants]
                 got: dict[str, list[Measured]] = {name: [] for name, _, _ in runs}
                 for i in range(args.pairs):
                     for name, code, settings in runs if i % 2 == 0 else runs[::-1]:

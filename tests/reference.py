@@ -25,6 +25,10 @@ class RefType:
     # {"interval": i, "grace": g, "ceiling": c or None, "urgent": u or None}; None: the
     # scheduler's.
     aging: dict | None = None
+    # Its rate's terms, as a key's: "10/s" or a number per second, a burst, "job" or "cost".
+    rate: object = None
+    burst: float = 1
+    per: str = "job"
 
 
 @dataclass
@@ -91,6 +95,8 @@ class RefScheduler:
         # Where a key's bucket history starts, when not full before its first charge: (time,
         # level), set when its rate terms change.
         self.baseline: dict[str, tuple[float, float]] = {}
+        # Every charge to each type's rate bucket, as ``charges`` for keys.
+        self.type_charges: dict[str, list[tuple[float, float]]] = {}
         self.next_reset = (
             math.inf if self.reset_interval is None else self.start + self.reset_interval
         )
@@ -234,6 +240,8 @@ class RefScheduler:
             return False
         if self.rate(job.key) is not None and self.bucket(job.key, now) < 1:
             return False  # out of its rate: not even an urgent job passes
+        if jt.rate is not None and self.type_bucket(job.type, now) < 1:
+            return False  # its type is out of its rate, whichever key it is
         key_cap = self.policy(job.key).get("max_concurrency")
         same_key = [r for r in self.running if r.key == job.key]
         if (
@@ -276,11 +284,28 @@ class RefScheduler:
             last = at
         return level
 
+    def type_bucket(self, type: str, now: float) -> float:
+        """What the type's bucket holds at ``now``: full before any charge, then each charge
+        in turn, refilling at its rate in between, never above its burst (a type's terms do
+        not change)."""
+        jt = self.types[type]
+        rate, burst = parse_rate(jt.rate), float(jt.burst)
+        level, last = burst, None
+        for at, amount in [*self.type_charges.get(type, []), (now, 0.0)]:
+            if last is not None and at > last:
+                level = min(burst, level + (at - last) * rate)
+            level = min(burst, level - amount) if amount < 0 else level - amount
+            last = at
+        return level
+
     def refill_due(self, now: float) -> bool:
-        """Whether a key with pending jobs waits for its bucket to refill to a start."""
+        """Whether a key or type with pending jobs waits for its bucket to refill to a start."""
         return any(
             self.rate(key) is not None and self.bucket(key, now) < 1
             for key in {j.key for j in self.pending}
+        ) or any(
+            self.types[t].rate is not None and self.type_bucket(t, now) < 1
+            for t in {j.type for j in self.pending}
         )
 
     def charge_rate(self, job: RefJob, now: float, sign: float = 1.0) -> None:
@@ -288,6 +313,10 @@ class RefScheduler:
         if terms is not None:
             amount = job.estimate if terms[2] else 1.0
             self.charges.setdefault(job.key, []).append((now, sign * amount))
+        jt = self.types[job.type]
+        if jt.rate is not None:
+            amount = job.estimate if jt.per == "cost" else 1.0
+            self.type_charges.setdefault(job.type, []).append((now, sign * amount))
 
     # -- pauses and aging --
 
@@ -358,6 +387,10 @@ class RefScheduler:
             terms = self.rate(key)
             if terms is not None and (level := self.bucket(key, now)) < 1:
                 times.append(now + (1 - level) / terms[0])
+        for type in {j.type for j in self.pending}:
+            jt = self.types[type]
+            if jt.rate is not None and (level := self.type_bucket(type, now)) < 1:
+                times.append(now + (1 - level) / parse_rate(jt.rate))
         for job in self.pending:
             aging = self.aging_of(job.type)
             if aging is None or job.key in self.paused_keys or job.type in self.paused_types:
@@ -488,6 +521,9 @@ def reference_simulate(trace: dict) -> list[dict]:
             spec.get("conflict_group") or "",
             spec.get("default_cost", 1),
             spec.get("aging"),
+            spec.get("rate"),
+            spec.get("burst") or 1,
+            spec.get("per", "job"),
         )
         for name, spec in trace["types"].items()
     }
@@ -525,7 +561,9 @@ def reference_simulate(trace: dict) -> list[dict]:
     aged = trace.get("aging") is not None or any(
         spec.get("aging") for spec in trace["types"].values()
     )
-    rated = any(p.get("rate") is not None for p in trace.get("keys", {}).values())
+    rated = any(p.get("rate") is not None for p in trace.get("keys", {}).values()) or any(
+        spec.get("rate") is not None for spec in trace["types"].values()
+    )
     t = 0.0
     while True:
         times = [j["arrival"] for i, j in enumerate(jobs) if i not in arrived]

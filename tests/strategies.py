@@ -57,11 +57,19 @@ def key_policies(draw, *, runnable=False, bounds=False, rates=False):
         if bounds and draw(st.booleans()):
             policy["max_priority"] = draw(st.sampled_from(PRIORITIES))
         if rates and draw(st.booleans()):
-            policy["rate"] = draw(st.sampled_from(["1/s", "2/s", "4/s", "1/2s", "1/4s", 0.5]))
-            if draw(st.booleans()):
-                policy["burst"] = draw(st.sampled_from([1, 2, 3]))
+            policy.update(draw(rate_terms()))
         out[name] = policy
     return out
+
+
+@st.composite
+def rate_terms(draw):
+    """A key's or a type's rate (per job, at rates whose refills fall on quarter seconds, as
+    ``quarter_times``), with a burst or not."""
+    terms: dict = {"rate": draw(st.sampled_from(["1/s", "2/s", "4/s", "1/2s", "1/4s", 0.5]))}
+    if draw(st.booleans()):
+        terms["burst"] = draw(st.sampled_from([1, 2, 3]))
+    return terms
 
 
 @st.composite
@@ -111,10 +119,14 @@ def traces(
     ``aging`` adds aging for the trace and some types, and draws every time from
     ``quarter_times``; ``allocation_caps`` makes each key's allocation its soft cap;
     ``bounds`` gives some jobs a priority of their own and (with ``policies``) some keys a
-    ``max_priority``; ``by_key`` sets the priority scope ``"key"``; ``rates`` gives some keys
-    (with ``policies``) a rate, and draws every time from ``quarter_times``."""
+    ``max_priority``; ``by_key`` sets the priority scope ``"key"``; ``rates`` gives some types
+    and (with ``policies``) some keys a rate, and draws every time from ``quarter_times``."""
     when = quarter_times if aging or rates else times
     types = draw(job_types())
+    if rates:
+        for spec in types.values():
+            if draw(st.integers(0, 3)) == 0:
+                spec.update(draw(rate_terms()))
     if aging:
         for spec in types.values():
             if draw(st.integers(0, 3)) == 0:

@@ -44,7 +44,16 @@ __all__ = [
     "simulate",
 ]
 
-_TYPE_FIELDS = {"priority", "max_concurrency", "conflict_group", "default_cost", "aging"}
+_TYPE_FIELDS = {
+    "priority",
+    "max_concurrency",
+    "conflict_group",
+    "default_cost",
+    "aging",
+    "rate",
+    "burst",
+    "per",
+}
 _JOB_FIELDS = {
     "name",
     "type",
@@ -178,6 +187,9 @@ def parse_trace(data: object, *, warn: Any = None) -> Trace:
                     conflict_group=spec.get("conflict_group") or "",
                     default_cost=spec.get("default_cost", 1),
                     aging=None if spec.get("aging") is None else Aging.from_mapping(spec["aging"]),
+                    rate=spec.get("rate"),
+                    burst=spec.get("burst"),
+                    per=spec.get("per", "job"),
                 )
             )
         except ConfigurationError as exc:
@@ -330,11 +342,11 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
     start: list[float | None] = [None] * n
     finish: list[float | None] = [None] * n
     aged = trace.config.aging is not None or any(t.aging is not None for t in trace.types)
-    # Time alone changes a decision with aging (a job turns urgent) or rate limits (a key's
-    # bucket refills), with no job coming or going: the loop also steps to ``next_rise``, and
-    # goes on while a key waits for its refill (aging alone rises for ever: it ends the loop
-    # only with nothing else left, as before).
-    rated = trace.config.keys.rated
+    # Time alone changes a decision with aging (a job turns urgent) or rate limits (a key's or
+    # a type's bucket refills), with no job coming or going: the loop also steps to
+    # ``next_rise``, and goes on while a key or type waits for its refill (aging alone rises
+    # for ever: it ends the loop only with nothing else left, as before).
+    rated = trace.config.keys.rated or any(t.rate is not None for t in trace.types)
     timed = aged or rated
     effective: list[int | None] = [None] * n
     running: list[tuple[float, int, int]] = []  # (finish, token, index)

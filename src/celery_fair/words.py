@@ -38,7 +38,8 @@ def line(blocker: Blocker) -> str:
         what = f"type {blocker.type}" if blocker.type is not None else f"key {blocker.key!r}"
         return f"paused ({what})"
     if isinstance(blocker, RateLimited):
-        return f"rate limit of key {blocker.key!r}: refills in {blocker.refills_in:.1f} s"
+        whose = f"key {blocker.key!r}" if blocker.key is not None else f"type {blocker.type!r}"
+        return f"rate limit of {whose}: refills in {blocker.refills_in:.1f} s"
     if isinstance(blocker, ConflictHeld):
         on = f"{blocker.group}:{blocker.job_id}"
         if blocker.holder is None:

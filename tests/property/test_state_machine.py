@@ -31,6 +31,7 @@ from strategies import (
     costs,
     job_types,
     key_policies,
+    rate_terms,
 )
 
 
@@ -46,6 +47,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         keys=st.one_of(st.just({}), key_policies(bounds=True, rates=True)),
         aging=st.one_of(st.none(), agings()),
         type_aging=st.lists(st.one_of(st.none(), agings()), min_size=4, max_size=4),
+        type_rates=st.lists(st.one_of(st.just({}), rate_terms()), min_size=4, max_size=4),
         allocation_caps=st.booleans(),
         priority_scope=st.sampled_from(["global", "key"]),
     )
@@ -61,6 +63,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         keys,
         aging,
         type_aging,
+        type_rates,
         allocation_caps,
         priority_scope,
     ):
@@ -74,8 +77,9 @@ class SchedulerMachine(RuleBasedStateMachine):
                 spec.get("conflict_group", ""),
                 spec.get("default_cost", 1),
                 None if own is None else Aging.from_mapping(own),
+                **rated,
             )
-            for (name, spec), own in zip(types.items(), type_aging, strict=False)
+            for (name, spec), own, rated in zip(types.items(), type_aging, type_rates, strict=False)
         ]
         self.core = Scheduler(
             SchedulerConfig(
@@ -100,8 +104,10 @@ class SchedulerMachine(RuleBasedStateMachine):
                     t.conflict_group,
                     t.default_cost,
                     own,
+                    rated.get("rate"),
+                    rated.get("burst") or 1,
                 )
-                for t, own in zip(jtypes, type_aging, strict=False)
+                for t, own, rated in zip(jtypes, type_aging, type_rates, strict=False)
             },
             alpha=alpha,
             cost_ttl=cost_ttl,

@@ -59,11 +59,13 @@ class Paused:
 
 @dataclass(frozen=True, slots=True)
 class RateLimited:
-    """``RATE_LIMIT``: fairness key ``key`` used up its rate; its bucket lets it start again in
-    ``refills_in`` seconds, unless the fleet charges it meanwhile."""
+    """``RATE_LIMIT``: fairness key ``key`` (or with ``key`` ``None``, job type ``type``) used
+    up its rate; its bucket lets it start again in ``refills_in`` seconds, unless the fleet
+    charges it meanwhile."""
 
-    key: str
+    key: str | None
     refills_in: float
+    type: str | None = None
 
     @property
     def reason(self) -> BlockReason:
@@ -273,9 +275,14 @@ def why(
         if reason is BlockReason.PAUSED:
             found.append(Paused(type=lane.type.name) if lane.paused else Paused(key=key.name))
         elif reason is BlockReason.RATE_LIMIT:
-            assert key.rate is not None
-            due = refill_at(key.tokens, key.tokens_at, key.rate)
-            found.append(RateLimited(key.name, max(0.0, due - now)))
+            if lane.limited:
+                assert lane.rate is not None
+                due = refill_at(lane.tokens, lane.tokens_at, lane.rate)
+                found.append(RateLimited(None, max(0.0, due - now), type=lane.type.name))
+            if key.limited:
+                assert key.rate is not None
+                due = refill_at(key.tokens, key.tokens_at, key.rate)
+                found.append(RateLimited(key.name, max(0.0, due - now)))
         elif reason is BlockReason.CONFLICT:
             ckey = job.ckey
             assert ckey is not None

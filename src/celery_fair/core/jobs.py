@@ -162,26 +162,35 @@ class Lane:
     the number of pending ones (parked included); ``queue`` holds the pending jobs that are
     not parked on a held conflict (made by the ``queue`` factory given, a
     ``fairqueue.KeyedQueue``). ``limit``, ``elsewhere`` and ``cap`` as for ``Tier``; a
-    ``paused`` type has ``cap`` 0, so a decision skips its lane in O(1) like a full one.
-    ``aging`` is how its jobs rise (``None``: they do not), ``agenda`` the scheduler's, and
-    ``pauses`` the log of the type's pauses (``None`` until it is first paused). ``by_key``
-    says the priority scope is ``"key"`` (``Place``).
+    ``paused`` type has ``cap`` 0, so a decision skips its lane in O(1) like a full one, and so
+    has a type out of its rate (``limited``: its bucket, ``rate`` per second up to ``burst``,
+    holds less than a start, core/rates.py); ``halted`` is ``paused or limited``, what even an
+    urgent job does not pass. ``aging`` is how its jobs rise (``None``: they do not),
+    ``agenda`` the scheduler's, and ``pauses`` the log of the type's pauses (``None`` until
+    it is first paused). ``by_key`` says the priority scope is ``"key"`` (``Place``).
     """
 
     __slots__ = (
         "agenda",
         "aging",
+        "burst",
         "by_key",
         "cap",
         "elsewhere",
+        "halted",
         "limit",
+        "limited",
         "neg_base",
         "paused",
         "pauses",
         "pending",
+        "per_cost",
         "queue",
+        "rate",
         "running",
         "tier",
+        "tokens",
+        "tokens_at",
         "type",
     )
 
@@ -200,8 +209,13 @@ class Lane:
         cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
         self.limit = self.cap = cap
         self.elsewhere = 0
-        self.paused = False
+        self.paused = self.limited = self.halted = False
         self.pauses: PauseLog | None = None
+        # The type's bucket (core/rates.py), full until a start charges it.
+        self.rate = jtype.rate
+        self.burst = self.tokens = jtype.bucket
+        self.per_cost = jtype.per == "cost"
+        self.tokens_at = 0.0
         self.running = 0
         self.pending = 0
         self.neg_base = -tier.priority
@@ -210,8 +224,10 @@ class Lane:
         self.queue = queue(self)
 
     def recap(self) -> None:
-        """Compute ``cap`` again: 0 while ``paused``, else ``limit - elsewhere``. O(1)."""
-        self.cap = cap_left(self.limit, self.elsewhere, self.paused)
+        """Compute ``halted`` and ``cap`` again: 0 while ``paused`` or ``limited``, else
+        ``limit - elsewhere``. O(1)."""
+        self.halted = halted = self.paused or self.limited
+        self.cap = cap_left(self.limit, self.elsewhere, halted)
 
     def wait(self, job: Job) -> float:
         """How long ``job`` has waited at the agenda's ``now``, less the time its key or its
@@ -271,10 +287,10 @@ class SideLane(Lane):
     A job submitted or reprioritised at priority ``p`` waits in its type's side lane at ``p``:
     in tier ``p``, with a queue and aging of its own, so it is ordered, aged and counted
     against the tier cap at ``p`` like any job of that tier. What belongs to the type (its
-    counts, its cap and what runs elsewhere, its pause) is not the side lane's own: every one
-    of those attributes reads and writes ``home``, the type's lane, so the type's cap spans all
-    its lanes and a pause stops them all. A type without such jobs has no side lane, and the
-    type's own lane pays nothing for them.
+    counts, its cap and what runs elsewhere, its pause, its rate's bucket) is not the side
+    lane's own: every one of those attributes reads and writes ``home``, the type's lane, so
+    the type's cap and rate span all its lanes and a pause stops them all. A type without such
+    jobs has no side lane, and the type's own lane pays nothing for them.
     """
 
     __slots__ = ("home",)
@@ -286,6 +302,13 @@ class SideLane(Lane):
     cap = _forwarded("cap")
     paused = _forwarded("paused")
     pauses = _forwarded("pauses")
+    limited = _forwarded("limited")
+    halted = _forwarded("halted")
+    rate = _forwarded("rate")
+    burst = _forwarded("burst")
+    per_cost = _forwarded("per_cost")
+    tokens = _forwarded("tokens")
+    tokens_at = _forwarded("tokens_at")
 
     def __init__(
         self,

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
     from .jobs import Conflict, ConflictKey, Lane
 
+    Bucketed = KeyState | Lane  # what has a rate's bucket: a key, or a type's lane
+
 __all__ = ["KeyRules", "limits_changed", "pause_lane", "rerank"]
 
 _INF = float("inf")
@@ -75,9 +77,10 @@ class KeyRules:
         # again before the next decision once ``reshare_due`` (see ``demand_moved``).
         self.sharing = sharing
         self.reshare_due = sharing
-        # The keys out of their rate, each booked for when its bucket lets it start again:
-        # (time, id, key), lazily (a key charged or refunded since finds its own time).
-        self.wakes: list[tuple[float, int, KeyState]] = []
+        # The keys and types out of their rate, each booked for when its bucket lets it start
+        # again: (time, id, key or type's lane), lazily (one charged or refunded since finds
+        # its own time).
+        self.wakes: list[tuple[float, int, Bucketed]] = []
 
     def adopt(self, key: KeyState) -> None:
         """Give ``key`` its policy, pause and count elsewhere (new, or after a change)."""
@@ -174,67 +177,77 @@ class KeyRules:
         key.rate, key.burst, key.per_cost = rate, burst, per_cost
         self._limit(key, now)
 
-    def _limit(self, key: KeyState, now: float) -> bool:
-        """Set ``key.limited`` from its bucket's level at ``now`` (recorded at ``now``), and
-        book its wake if it is out. Whether it changed; the caller makes its cap follow."""
-        rate = key.rate
+    def _limit(self, holder: Bucketed, now: float) -> bool:
+        """Set ``holder.limited`` (a key's or a type's lane's) from its bucket's level at
+        ``now`` (recorded at ``now``), and book its wake if it is out. Whether it changed; the
+        caller makes its cap follow."""
+        rate = holder.rate
         assert rate is not None
-        level = key.tokens = level_at(key.tokens, key.tokens_at, now, rate, key.burst)
-        key.tokens_at = now
+        level = holder.tokens = level_at(holder.tokens, holder.tokens_at, now, rate, holder.burst)
+        holder.tokens_at = now
         limited = not may_start(level)
         if limited:
-            heappush(self.wakes, (refill_at(level, now, rate), next(_ids), key))
-        was = key.limited
-        key.limited = limited
+            heappush(self.wakes, (refill_at(level, now, rate), next(_ids), holder))
+        was = holder.limited
+        holder.limited = limited
         return was != limited
 
-    def _rate_moved(self, key: KeyState) -> None:
-        """``key`` ran out of its rate, or refilled: its cap follows. Refilled at its cap, its
-        urgent heads (which pass a cap, never a rate limit) get their entries back. O(loans)
-        or O(q log n)."""
-        limits_changed(key)
-        if not key.limited and key.blocked is not None and self.agenda.active:
-            resume_aging(key)
-
-    def charge_rate(self, key: KeyState, estimate: float) -> None:
-        """``key`` (rate-limited) just started a job of ``estimate``: its bucket pays for it,
-        and a key that used it up starts nothing more until it refills. O(log limited keys)."""
-        self._move_tokens(key, -start_charge(key.per_cost, estimate))
-
-    def refund_rate(self, key: KeyState, estimate: float) -> None:
-        """What a start of ``estimate`` charged ``key``'s bucket goes back (the start was
-        undone, or the job never ran). O(1), plus what it unblocks."""
-        if key.rate is not None:
-            self._move_tokens(key, start_charge(key.per_cost, estimate))
-
-    def _move_tokens(self, key: KeyState, by: float) -> None:
-        """``key``'s bucket, refilled to ``agenda.now``, moves ``by``; its cap follows."""
-        now = self.agenda.now
-        key.tokens = level_at(key.tokens, key.tokens_at, now, key.rate, key.burst) + by  # type: ignore[arg-type]
-        key.tokens_at = now
-        if self._limit(key, now):
-            self._rate_moved(key)
-
-    def set_tokens(self, key: KeyState, level: float) -> None:
-        """Make ``key``'s bucket ``level`` now (the fleet's, from a shared store). O(1), plus
-        what it blocks or unblocks."""
-        if key.rate is None:
+    def _rate_moved(self, holder: Bucketed) -> None:
+        """``holder`` ran out of its rate, or refilled: its cap follows. A key refilled at its
+        cap has its urgent heads (which pass a cap, never a rate limit) get their entries
+        back. A type's lane is skipped (or not) by the next decision, as a paused one. O(1) for
+        a type; O(loans) or O(q log n) for a key."""
+        if not isinstance(holder, KeyState):
+            holder.recap()
             return
-        key.tokens = min(level, key.burst)
-        key.tokens_at = self.agenda.now
-        if self._limit(key, self.agenda.now):
-            self._rate_moved(key)
+        limits_changed(holder)
+        if not holder.limited and holder.blocked is not None and self.agenda.active:
+            resume_aging(holder)
+
+    def charge_rate(self, holder: Bucketed, estimate: float) -> None:
+        """``holder`` (a rate-limited key, or type's lane) just started a job of ``estimate``:
+        its bucket pays for it, and if that used it up it starts nothing more until it
+        refills. O(log limited keys and types)."""
+        self._move_tokens(holder, -start_charge(holder.per_cost, estimate))
+
+    def refund_rate(self, holder: Bucketed, estimate: float) -> None:
+        """What a start of ``estimate`` charged ``holder``'s bucket goes back (the start was
+        undone, or the job never ran). O(1), plus what it unblocks."""
+        if holder.rate is not None:
+            self._move_tokens(holder, start_charge(holder.per_cost, estimate))
+
+    def _move_tokens(self, holder: Bucketed, by: float) -> None:
+        """``holder``'s bucket, refilled to ``agenda.now``, moves ``by``; its cap follows."""
+        now = self.agenda.now
+        rate = holder.rate
+        assert rate is not None
+        holder.tokens = level_at(holder.tokens, holder.tokens_at, now, rate, holder.burst) + by
+        holder.tokens_at = now
+        if self._limit(holder, now):
+            self._rate_moved(holder)
+
+    def set_tokens(self, holder: Bucketed, level: float) -> None:
+        """Make ``holder``'s bucket ``level`` now (the fleet's, from a shared store). O(1),
+        plus what it blocks or unblocks."""
+        if holder.rate is None:
+            return
+        holder.tokens = min(level, holder.burst)
+        holder.tokens_at = self.agenda.now
+        if self._limit(holder, self.agenda.now):
+            self._rate_moved(holder)
 
     def wake(self, now: float) -> None:
-        """Let the keys whose buckets refilled by ``now`` run again. O(1) while none is due."""
+        """Let the keys and types whose buckets refilled by ``now`` run again. O(1) while
+        none is due."""
         wakes = self.wakes
         while wakes and wakes[0][0] <= now:
-            _, _, key = heappop(wakes)
-            if key.limited and key.rate is not None and self._limit(key, now):
-                self._rate_moved(key)
+            _, _, holder = heappop(wakes)
+            if holder.limited and holder.rate is not None and self._limit(holder, now):
+                self._rate_moved(holder)
 
     def next_wake(self) -> float:
-        """When a key out of its rate may run again (``inf``: none is). O(1) amortised."""
+        """When a key or type out of its rate may run again (``inf``: none is). O(1)
+        amortised."""
         wakes = self.wakes
         while wakes and not wakes[0][2].limited:
             heappop(wakes)

@@ -146,7 +146,7 @@ def _select_aged(tiers: list[Tier], urgent_passes: bool) -> Job | None:
             if queue.size == 0:
                 continue
             full = tier_full or lane.running >= lane.cap
-            if full and (not urgent_passes or lane.paused or lane.running >= lane.limit):
+            if full and (not urgent_passes or lane.halted or lane.running >= lane.limit):
                 continue
             job = queue.best(True)
             if job is not None:
@@ -179,9 +179,9 @@ def blocked_by(
         reasons.append(BlockReason.TIER_CAP)
     if lane.paused or key.paused:
         reasons.append(BlockReason.PAUSED)
-    if key.limited:
+    if key.limited or lane.limited:
         reasons.append(BlockReason.RATE_LIMIT)
-    if not lane.paused and lane.running >= (lane.limit if urgent else lane.cap):
+    if not lane.halted and lane.running >= (lane.limit if urgent else lane.cap):
         reasons.append(BlockReason.TYPE_CAP)
     if not key.halted and key_blocks(job):
         reasons.append(BlockReason.KEY_CAP)

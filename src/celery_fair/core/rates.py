@@ -32,6 +32,7 @@ __all__ = [
     "parse_rate",
     "refill_at",
     "start_charge",
+    "valid_terms",
 ]
 
 RATE_RULE = "bucket-v1"
@@ -70,6 +71,28 @@ def parse_rate(value: object, what: str = "rate") -> float:
     if not (0 < per_second < inf):
         raise ConfigurationError(f"{what} must be above 0 and finite, got {value!r}")
     return per_second
+
+
+def valid_terms(rate: object, burst: object, per: object) -> tuple[float | None, float | None]:
+    """A rule's rate terms, checked: ``rate`` as ``parse_rate`` takes it (or ``None``), ``burst``
+    a number >= 1 (or ``None``: 1), ``per`` one of ``PER_OPTIONS``; the rate per second and the
+    burst as floats. One check for a key's and a type's terms.
+
+    Raises:
+        ConfigurationError: A term is invalid, named in the message.
+    """
+    per_second = None if rate is None else parse_rate(rate)
+    if burst is not None:
+        if (
+            isinstance(burst, bool)
+            or not isinstance(burst, int | float)
+            or not (1 <= burst < inf)  # NaN fails too
+        ):
+            raise ConfigurationError(f"burst must be a number >= 1, got {burst!r}")
+        burst = float(burst)
+    if per not in PER_OPTIONS:
+        raise ConfigurationError(f"per must be one of {PER_OPTIONS}, got {per!r}")
+    return per_second, burst
 
 
 def level_at(level: float, stamp: float, now: float, rate: float, burst: float) -> float:

@@ -263,6 +263,8 @@ class Scheduler(Shared):
                     self._set_acc(key, max(0.0, key.acc - job.charge))
                 if key.rate is not None:
                     self._keys.refund_rate(key, job.estimate)
+            if job.lane.rate is not None:
+                self._keys.refund_rate(job.lane, job.estimate)
         return released
 
     # -- policies: weights, caps and pauses by key, pauses by type --------------------
@@ -317,6 +319,14 @@ class Scheduler(Shared):
         for a known key, O(patterns) otherwise."""
         return self._keys.rate_terms(fairness_key)
 
+    def type_rate(self, type: str) -> tuple[float, float, bool] | None:
+        """Job type ``type``'s rate (per second), bucket size and whether a start charges its
+        estimate, as declared; ``None`` without a rate or for a type not registered. O(1)."""
+        lane = self._lanes.get(type)
+        if lane is None or lane.rate is None:
+            return None
+        return lane.rate, lane.burst, lane.per_cost
+
     def key_limits(self) -> dict[str, int]:
         """The cap of every known key that has one. O(keys)."""
         return self._keys.limits()
@@ -361,8 +371,8 @@ class Scheduler(Shared):
             self._keys.reshare(self._capacity)
 
     def next_refill(self) -> float | None:
-        """When the next key out of its rate refills to a start (``None``: no key is out of
-        its rate). O(1) amortised."""
+        """When the next key or job type out of its rate refills to a start (``None``: none
+        is out of its rate). O(1) amortised."""
         due = self._keys.next_wake()
         return None if due == _INF else due
 
@@ -536,7 +546,7 @@ class Scheduler(Shared):
         job = self._jobs.get(uid)
         if job is None or job.state is not JobState.PENDING:
             return False
-        if job.lane.paused or key_blocks(job):
+        if job.lane.halted or key_blocks(job):
             return False
         home = job.home
         if home is not None:

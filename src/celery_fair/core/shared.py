@@ -71,6 +71,8 @@ class Shared(State):
         self._set_acc(key, key.acc - job.charge)
         if key.rate is not None:
             self._keys.refund_rate(key, job.estimate)
+        if lane.rate is not None:
+            self._keys.refund_rate(lane, job.estimate)
         bound = key.max_priority
         if bound is not None and lane.tier.priority > bound:  # it fell while the job ran
             self._move(job, self._lane_at(lane, bound), job.arrival, job.seq)
@@ -99,6 +101,17 @@ class Shared(State):
         if key is not None and key.rate is not None:
             self._age(self._clock.now())
             self._keys.set_tokens(key, float(level))
+            self._woken_by()
+
+    def set_type_tokens(self, type: str, level: float) -> None:
+        """Make job type ``type``'s rate bucket ``level`` now (the fleet's, from a store), as
+        ``set_tokens`` for a key. Ignored for a type not registered or without a rate."""
+        if not (_type_of(level) in _NUMBER and -_INF < level < _INF):
+            raise SchedulerError(f"a bucket's level must be a finite number, got {level!r}")
+        lane = self._lanes.get(type)
+        if lane is not None and lane.rate is not None:
+            self._age(self._clock.now())
+            self._keys.set_tokens(lane, float(level))
             self._woken_by()
 
     def set_estimate(self, type: str, job_id: str | None, value: float) -> None:

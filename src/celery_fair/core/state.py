@@ -226,6 +226,10 @@ class State:
             self._keys.charge_rate(key, estimate)
             if key.limited:
                 self._woken_by()
+        if lane.rate is not None:
+            self._keys.charge_rate(lane, estimate)
+            if lane.limited:
+                self._woken_by()
         if key.lent:
             if key.running >= key.cap:
                 take_back_loans(key)
@@ -332,7 +336,8 @@ class State:
         )
 
     def _woken_by(self) -> None:
-        """A key ran out of its rate: keep ``_due`` no later than its wake. O(1) amortised."""
+        """A key or type ran out of its rate: keep ``_due`` no later than its wake. O(1)
+        amortised."""
         due = self._keys.next_wake()
         if due < self._due:
             self._due = due

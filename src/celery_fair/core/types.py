@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import NamedTuple, NewType
 
 from ..errors import ConfigurationError, SchedulerError
-from .rates import PER_OPTIONS, parse_rate
+from .rates import valid_terms
 
 __all__ = [
     "BLOCK_ORDER",
@@ -183,11 +183,19 @@ class JobType:
         default_cost: The estimate used for a ``(type, job_id)`` before any observation.
         aging: How this type's waiting jobs rise in priority; ``None`` follows the
             scheduler's ``aging``.
+        rate: How fast jobs of this type may start, all keys together (fleet-wide with a
+            shared store), as a key's ``rate`` (``"10/s"``, ``"600/m"``, a number per second);
+            ``None`` for no limit. A type that used its bucket up starts nothing until it
+            refills, as while paused; other types' jobs take the slots (core/rates.py).
+        burst: How much the type's bucket holds (a number >= 1; default 1).
+        per: What a start charges the bucket: ``"job"`` (1) or ``"cost"`` (its estimate).
 
     Example:
         >>> repack = JobType("repack", priority=10, max_concurrency=3, conflict_group="git")
         >>> repack.default_cost
         1.0
+        >>> JobType("export", priority=2, rate="120/m", burst=5).rate
+        2.0
     """
 
     name: str
@@ -196,6 +204,9 @@ class JobType:
     conflict_group: str = ""
     default_cost: float = 1.0
     aging: Aging | None = None
+    rate: float | None = None
+    burst: float | None = None
+    per: str = "job"
 
     def __post_init__(self) -> None:
         where = f"job type {self.name!r}"
@@ -223,6 +234,17 @@ class JobType:
                 f"{where}: default_cost must be a finite number >= 0, got {self.default_cost!r}"
             )
         object.__setattr__(self, "default_cost", float(self.default_cost))
+        try:
+            rate, burst = valid_terms(self.rate, self.burst, self.per)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "burst", burst)
+
+    @property
+    def bucket(self) -> float:
+        """What the type's bucket holds when full (``burst``, default 1)."""
+        return 1.0 if self.burst is None else self.burst
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,15 +335,9 @@ class KeyPolicy:
         bound = self.max_priority
         if bound is not None and (not _is_int(bound) or bound < 1):
             raise ConfigurationError(f"max_priority must be an int >= 1 or None, got {bound!r}")
-        if self.rate is not None:
-            object.__setattr__(self, "rate", parse_rate(self.rate))
-        burst = self.burst
-        if burst is not None:
-            if not _is_number(burst) or not (1 <= burst < float("inf")):
-                raise ConfigurationError(f"burst must be a number >= 1, got {burst!r}")
-            object.__setattr__(self, "burst", float(burst))
-        if self.per not in PER_OPTIONS:
-            raise ConfigurationError(f"per must be one of {PER_OPTIONS}, got {self.per!r}")
+        rate, burst = valid_terms(self.rate, self.burst, self.per)
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "burst", burst)
 
     @property
     def bucket(self) -> float:
