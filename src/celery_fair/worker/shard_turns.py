@@ -113,24 +113,19 @@ class ShardTurns:
         return None if lane is None else self.shards + lane
 
     def order(self, queues: list[str]) -> list[str]:
-        """``queues`` (the transport's turn order) with those the gate holds a window of last.
-        Without ``behind``: the shards and lanes it holds none of first, then the rest, each
-        group in its turn order. With ``behind``: the shards, then the lanes by how far behind
-        their keys are (least accumulated cost first), held none of before held some as far
-        behind, each in turn order among equals. O(queues log queues).
+        """``queues`` (the transport's turn order) in three groups, each in its turn order:
+        the shards and lanes the gate holds none of, the rest, and last those it holds a window
+        of; with ``behind`` set, the first two each by how far behind their keys are (least
+        accumulated cost first, ties in turn order). O(queues log queues).
 
         A queue held none of is one whose keys the core cannot pick now, however far behind
         their share they are: a lane whose key the core started as fast as it came (a key
         catching up after a late start, a weighted key, cheaper jobs), or a light key's shard.
         Read first, its next message is in hand by the time the core would start it; in turns,
-        it would wait for a read of every other backlogged queue. Among lanes, the furthest
-        behind goes before one held none of that is not: a key catching up is owed a run of
-        starts, not one, and the lanes of keys that just started their held job come and go
-        from "held none" at every read; ahead of it, they would leave it one message in hand
-        at a time, and when the loop is slow to read again (a loaded host) the slots it is owed
-        go to what is in hand. Shards come first whatever their keys' cost: a light key or a
-        newcomer may be in any, and a key's backlog left in one must fill the shard's window
-        for the worker to see it crowd (rule 3, ``Crowding``)."""
+        it would wait for a read of every other backlogged queue. Among them, the lanes of keys
+        that just started their held job come and go in every read; in turns with them, a key
+        catching up would get its next message one read in as many as there are, and so only
+        its even share of starts, never the catch-up its cost calls for."""
         window = self._window()
         held = self.held
         index = self._index
@@ -150,19 +145,14 @@ class ShardTurns:
             else:
                 middle.append(name)
         behind = self.behind
-        if behind is None:
-            return first + middle + later
-        # The shards first (light keys, newcomers among them), then the lanes the furthest
-        # behind first, each held none of first as far behind (the sort is stable), then a
-        # queue that is no shard or lane (the queue itself, which the intake empties).
-        shards = self.shards
+        if behind is not None:
+            # Each group the furthest behind first, ties in turn order (the sort is stable); a
+            # queue that is no shard or lane (the queue itself, which the intake empties)
+            # after them.
+            def by(name: str) -> float:
+                slot = index[name]
+                return _NOT_A_SLOT if slot is None else behind(slot)
 
-        def by(name: str) -> float:
-            slot = index[name]
-            if slot is None:
-                return _NOT_A_SLOT
-            return -1.0 if slot < shards else behind(slot)
-
-        rest = first + middle
-        rest.sort(key=by)
-        return rest + later
+            first.sort(key=by)
+            middle.sort(key=by)
+        return first + middle + later
