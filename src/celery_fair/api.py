@@ -33,7 +33,16 @@ __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task", "send"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_FAIR_OPTIONS = ("priority", "max_concurrency", "conflict_group", "default_cost", "aging")
+_FAIR_OPTIONS = (
+    "priority",
+    "max_concurrency",
+    "conflict_group",
+    "default_cost",
+    "aging",
+    "rate",
+    "burst",
+    "per",
+)
 
 
 def fair_headers(
@@ -77,8 +86,10 @@ class FairTask(Task):
     Class attributes (all optional; a type may instead be declared in ``fair_types``):
         fair_type: The job type's name; defaults to the task's name.
         fair_priority, fair_max_concurrency, fair_conflict_group, fair_default_cost,
-            fair_aging: The job type's options (see ``celery_fair.JobType``; ``fair_aging`` as
-            a mapping like the ``fair_aging`` setting).
+            fair_aging, fair_rate, fair_burst, fair_per: The job type's options (see
+            ``celery_fair.JobType``; ``fair_aging`` as a mapping like the ``fair_aging``
+            setting; ``fair_rate`` the type's rate fleet-wide, all keys together, unlike
+            Celery's ``rate_limit``, which is per worker).
 
     Publishing takes two more options, ``fairness_key`` and ``job_id``. When ``fairness_key`` is
     not given, a task called from inside another fair task inherits its caller's key, so the
@@ -94,6 +105,9 @@ class FairTask(Task):
     fair_conflict_group: str | None = None
     fair_default_cost: float | None = None
     fair_aging: Any = None
+    fair_rate: Any = None
+    fair_burst: float | None = None
+    fair_per: str | None = None
 
     @classmethod
     def job_type_name(cls) -> str:
@@ -454,11 +468,18 @@ def fair_task(
     conflict_group: str | None = None,
     default_cost: float | None = None,
     aging: Any = None,
+    rate: Any = None,
+    burst: float | None = None,
+    per: str | None = None,
     app: Celery | None = None,
     base: type[FairTask] = FairTask,
     **task_options: Any,
 ) -> Any:
     """Declare a fair task, bound to the current app like ``shared_task`` (or to ``app`` only).
+
+    ``rate``, ``burst`` and ``per`` limit how fast the type's jobs start across the fleet, all
+    fairness keys together (as in ``fair_keys``; docs/configuration.md); Celery's own
+    ``rate_limit`` still works beside them, per worker.
 
     In canvas, give the options to the signature: ``clone.s("linux").set(fairness_key="k",
     job_id="linux")``; every primitive (chain, group, chord) passes them on.
@@ -475,6 +496,9 @@ def fair_task(
         "fair_conflict_group": conflict_group,
         "fair_default_cost": default_cost,
         "fair_aging": aging,
+        "fair_rate": rate,
+        "fair_burst": burst,
+        "fair_per": per,
     }
     options = {k: v for k, v in fair_options.items() if v is not None}
     options.update(task_options)

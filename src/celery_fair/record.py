@@ -143,6 +143,11 @@ class Recorder:
                     **({"conflict_group": t.conflict_group} if t.conflict_group else {}),
                     "default_cost": t.default_cost,
                     **({"aging": asdict(t.aging)} if t.aging is not None else {}),
+                    **(
+                        {"rate": t.rate, "burst": t.bucket, "per": t.per}
+                        if t.rate is not None
+                        else {}
+                    ),
                 }
                 for name, t in sorted(types.items())
                 if name in used

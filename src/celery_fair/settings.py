@@ -117,7 +117,16 @@ QUEUE_FULL = ("raise", "return")
 
 STORE_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "sentinel")
 
-_TYPE_OPTIONS = {"priority", "max_concurrency", "conflict_group", "default_cost", "aging"}
+_TYPE_OPTIONS = {
+    "priority",
+    "max_concurrency",
+    "conflict_group",
+    "default_cost",
+    "aging",
+    "rate",
+    "burst",
+    "per",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +363,9 @@ def _type_options(jtype: JobType) -> dict[str, object]:
         "conflict_group": jtype.conflict_group,
         "default_cost": jtype.default_cost,
         "aging": None if jtype.aging is None else describe_aging(jtype.aging),
+        "rate": jtype.rate,
+        "burst": jtype.burst,
+        "per": jtype.per,
     }
 
 

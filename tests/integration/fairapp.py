@@ -152,6 +152,11 @@ def make_app(
     def rescan(tag: str, seconds: float = 0.01) -> str:  # the same tier as maintenance; ages
         return run(tag, seconds, type="rescan")
 
+    # A type whose jobs start at most 5 a second across the fleet, all keys together.
+    @fair_task(app=app, name="fairapp.export", type="export", priority=8, rate="5/s", burst=5)
+    def export(tag: str, seconds: float = 0.01) -> str:
+        return run(tag, seconds, type="export")
+
     @fair_task(
         app=app, name="fairapp.late", type="late", priority=8, default_cost=1, acks_late=True
     )

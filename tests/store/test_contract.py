@@ -41,6 +41,9 @@ def ask(
     rate: float | None = None,
     burst: float = 1.0,
     per_cost: bool = False,
+    type_rate: float | None = None,
+    type_burst: float = 1.0,
+    type_per_cost: bool = False,
 ) -> Ask:
     return Ask(
         uid,
@@ -59,6 +62,9 @@ def ask(
         rate,
         burst,
         per_cost,
+        type_rate,
+        type_burst,
+        type_per_cost,
     )
 
 
@@ -727,3 +733,40 @@ def test_a_keys_bucket_is_forgotten_with_its_cost(make_store):
         10,
         "alice forgotten",
     )
+
+
+def test_a_types_rate_counts_every_keys_starts_on_every_worker(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    export = {"type": "export", "type_rate": HOURLY, "type_burst": 2.0}
+    # two keys' exports on one worker use the type's burst up,
+    first = one.admit("w1", [ask("a", "alice", **export), ask("b", "bob", **export)])
+    assert verdicts(first) == [Verdict.ADMITTED, Verdict.ADMITTED]
+    assert [round(g.type_tokens, 3) for g in first.grants] == [1.0, 0.0]
+    assert [g.tokens for g in first.grants] == [None, None]  # no key has a rate
+    # so another worker's export of a third key waits, while another type's job runs;
+    reply = two.admit("w2", [ask("c", "carol", **export), ask("d", "carol")])
+    assert verdicts(reply) == [Verdict.RATE_LIMIT, Verdict.ADMITTED]
+    assert round(reply.grants[0].type_tokens, 3) == 0.0
+    assert reply.grants[1].type_tokens is None
+    assert reply.grants[0].accumulated == 0.0  # a refused start charges nothing
+    # an export that never ran gives the type its start back.
+    one.finish("w1", [Done("a", first.grants[0].token, None, unstarted=True)])
+    assert verdicts(two.admit("w2", [ask("c", "carol", **export)])) == [Verdict.ADMITTED]
+
+
+def test_a_types_rate_per_cost_and_a_keys_rate_are_both_paid(make_store):
+    store = make_store(lifecycle=NEVER)
+    both = {
+        "type": "export",
+        "type_rate": HOURLY,
+        "type_burst": 5.0,
+        "type_per_cost": True,
+        "rate": HOURLY,
+        "burst": 3.0,
+    }
+    reply = store.admit("w1", [ask(f"j{i}", "alice", cost=2.0, **both) for i in range(4)])
+    # the type's bucket (5 s of cost) stops the third; the key's (3 starts) would have let it
+    assert verdicts(reply)[:3] == [Verdict.ADMITTED, Verdict.ADMITTED, Verdict.ADMITTED]
+    assert [round(g.type_tokens, 3) for g in reply.grants] == [3.0, 1.0, -1.0, -1.0]
+    assert [round(g.tokens, 3) for g in reply.grants] == [2.0, 1.0, 0.0, 0.0]
+    assert verdicts(reply)[3] == Verdict.RATE_LIMIT

@@ -377,7 +377,7 @@ def test_the_lua_bucket_rule_computes_bit_for_bit_what_the_python_one_does(redis
     rates = store._key("rates")
     script = redis_client.register_script(
         _source("admit").split("local now = now_s()")[0]
-        + "\nreturn fmt(bucket_level(ARGV[#ARGV - 3], tonumber(ARGV[#ARGV - 2]),"
+        + "\nreturn fmt(bucket_level(RATES, ARGV[#ARGV - 3], tonumber(ARGV[#ARGV - 2]),"
         + " tonumber(ARGV[#ARGV - 1]), tonumber(ARGV[#ARGV])))"
     )
     head = [""] * len(HEAD)

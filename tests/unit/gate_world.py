@@ -50,6 +50,7 @@ TYPES = {
     "build": JobType("build", priority=8, conflict_group="repo"),
     "urgent": JobType("urgent", priority=9),
     "deploy": JobType("deploy", priority=8, max_concurrency=1),
+    "export": JobType("export", priority=8, rate="2/s"),  # one start each half second
 }
 
 
@@ -247,7 +248,8 @@ class World:
     ``slots``: the pool's size; ``lookahead`` and ``sizer``: the gate's reserve, as
     ``plan_reserve`` would give them (the scheduler then has ``slots + lookahead`` places, as
     ``Gate.for_worker`` builds it); ``shared``: the engine decides over the memory store
-    (``False``: this worker alone, no store). ``settings``: ``fair_*`` settings.
+    (``False``: this worker alone, no store), ``store`` another world's, to share it (one
+    fleet on one clock). ``settings``: ``fair_*`` settings.
     """
 
     def __init__(
@@ -257,9 +259,11 @@ class World:
         lookahead: int = 0,
         sizer: ReserveDepth | None = None,
         shared: bool = True,
+        store: MemoryStore | None = None,
+        name: str = "w1",
         **settings: Any,
     ) -> None:
-        self.clock = SimClock(EPOCH)
+        self.clock = SimClock(EPOCH) if store is None else store.clock
         self.settings = FairSettings.from_mapping({"fair_shards": 1, **settings})
         self.pool = Pool(slots)
         self.app = App()
@@ -267,7 +271,7 @@ class World:
         self.consumer = SimpleNamespace(
             app=self.app, pool=self.pool, hub=None, qos=None, timer=self.timer
         )
-        self.store = MemoryStore(clock=self.clock)
+        self.store = MemoryStore(clock=self.clock) if store is None else store
         scheduler = Scheduler(
             self.settings.scheduler_config(slots + lookahead), self.clock, TYPES.values()
         )
@@ -275,7 +279,7 @@ class World:
         engine = Engine(
             scheduler,
             self.store if shared else None,
-            worker="w1",
+            worker=name,
             clock=self.clock,
             observer=counters,
         )

@@ -38,3 +38,24 @@ def test_a_gate_with_nothing_to_wait_for_books_no_wake() -> None:
     w.deliver("t2", key="b")
     w.deliver("t3", key="c")  # held for a slot: a job's end wakes the gate, not the timer
     assert w.timer.booked() == []
+
+
+def test_a_types_rate_holds_across_the_fleet_and_wakes_each_gate_when_it_refills() -> None:
+    # Given two workers sharing a store, and exports limited to 2 a second, one at a time,
+    one = World(slots=2)
+    two = World(slots=2, store=one.store, name="w2")
+    assert one.clock is two.clock
+    one.deliver("e0", "export", key="a")
+    # when one worker starts an export, the other's export of another key waits for the
+    # type's bucket, while a build takes its other slot;
+    two.deliver("e1", "export", key="b")
+    two.deliver("b0", "build", key="b")
+    assert one.pool.ids() == ["e0"]
+    assert two.pool.ids() == ["b0"]
+    assert two.gate.job_status("e1")["blocked_by"] == ["rate_limit"]
+    # then that worker has booked a decision for the refill, and makes it then.
+    (due,) = two.timer.booked()
+    assert due == pytest.approx(two.clock.now() + 0.5)
+    two.clock.set(due)
+    assert two.timer.fire_due() == 1
+    assert two.pool.ids() == ["b0", "e1"]

@@ -59,7 +59,7 @@ def store() -> RedisStore:
 
 ASKED = Ask(
     "u1", "clone", 8, 3, None, "git:linux", "clone:linux", "tenant", 2.5, 1.0, 4, 0.5, 2.0,
-    rate=0.25, burst=3.0, per_cost=True,
+    rate=0.25, burst=3.0, per_cost=True, type_rate=2.0, type_burst=5.0,
 )  # fmt: skip
 ENDED = Done("u0", 41, 0.75, final=True)
 RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5)
@@ -161,6 +161,9 @@ def test_the_head_and_an_admission_are_packed_in_the_tables_order():
         "rate": "0.25",
         "burst": "3.0",
         "per_cost": "1",
+        "type_rate": "2.0",
+        "type_burst": "5.0",
+        "type_per_cost": "0",
     }
     assert args[at + 1 + len(ASK) :] == ["git:watched"]
 

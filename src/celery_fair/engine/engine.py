@@ -473,7 +473,10 @@ class Engine:
             jtype.default_cost,
             key_cap,
             weight,
-        )  # its rate terms come with each ask (_ask_now): they may change before it is asked
+            type_rate=jtype.rate,  # a type's terms never change (its key's: _ask_now)
+            type_burst=jtype.bucket,
+            type_per_cost=jtype.per == "cost",
+        )  # its key's rate terms come with each ask (_ask_now): they may change before then
 
     def _ask_now(self, job: _Tracked, admission: Admission) -> Ask:
         """``job``'s ask with its key's cap, weight and rate as the core has them now (runtime

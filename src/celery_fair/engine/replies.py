@@ -52,12 +52,15 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
     late = now - call.sent >= engine._held_for
     given: list[Hashable] = []
     tokens: dict[str, float] = {}  # each rate-limited key's bucket, fleet-wide, after the call
+    type_tokens: dict[str, float] = {}  # and each rate-limited type's
     for admission, grant in zip(call.admissions, reply.grants, strict=True):
         uid = admission.uid
         job = jobs[uid]
         costs[job.ask.fairness_key] = grant.accumulated
         if grant.tokens is not None:
             tokens[job.ask.fairness_key] = grant.tokens
+        if grant.type_tokens is not None:
+            type_tokens[job.ask.type] = grant.type_tokens
         verdict = grant.verdict
         if verdict is Verdict.ADMITTED:
             job.token = grant.token
@@ -124,6 +127,8 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
         core.set_accumulated(key, value)
     for key, level in tokens.items():  # a key out of its rate waits here until it refills
         core.set_tokens(key, level)
+    for name, level in type_tokens.items():  # and so does a type
+        core.set_type_tokens(name, level)
     fleet = engine._fleet
     fleet.fleet_keys.update(reply.keys)
     fleet.see(core, reply.tiers, reply.types, reply.workers, foreground=engine.foreground)

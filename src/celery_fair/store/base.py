@@ -292,6 +292,10 @@ class Ask(NamedTuple):
     rate: float | None = None
     burst: float = 1.0
     per_cost: bool = False
+    # The job type's rate, as the key's: one bucket for the type's jobs of every key.
+    type_rate: float | None = None
+    type_burst: float = 1.0
+    type_per_cost: bool = False
 
 
 class Grant(NamedTuple):
@@ -303,6 +307,7 @@ class Grant(NamedTuple):
     estimate: float | None  # the estimate when admitted (the key was charged estimate / weight)
     accumulated: float  # the key's accumulated cost, fleet-wide, after this decision
     tokens: float | None = None  # the key's bucket after this decision (None: no rate)
+    type_tokens: float | None = None  # the type's bucket after it (None: no rate)
 
 
 class Done(NamedTuple):
@@ -425,10 +430,11 @@ class Store(Protocol):
         6. ``TYPE_CAP``: its type runs ``type_cap`` jobs, as for the tier (claims included).
         7. ``KEY_CAP``: its fairness key runs ``key_cap`` jobs.
         8. ``RATE_LIMIT``: its fairness key has a ``rate`` and its bucket, refilled to now,
-           holds less than a start (core/rates.py).
+           holds less than a start (core/rates.py); or so does its type's (``type_rate``).
         9. ``CONFLICT``: another job holds its conflict.
         10. Otherwise ``ADMITTED``: it runs, counted at once for the asks after it, and a key
-            with a ``rate`` has its bucket charged 1, or its estimate with ``per_cost``.
+            with a ``rate`` has its bucket charged 1, or its estimate with ``per_cost``, and a
+            type with a ``type_rate`` its own likewise.
 
         Each grant carries its key's bucket level after it (``Grant.tokens``) when the ask
         has a ``rate``. A key whose cost expires (``cost_ttl``) forgets its bucket with it.

@@ -72,6 +72,7 @@ class _Admitted:
     charged: float  # the cost charged to ``key`` at admission
     since: float = 0.0  # when it was admitted (or registered again)
     rate_charged: float = 0.0  # what its admission took from its key's bucket
+    type_charged: float = 0.0  # and from its type's
 
 
 class MemoryStore:
@@ -106,6 +107,7 @@ class MemoryStore:
         self.acc: dict[str, float] = {}
         # fairness key -> (level, when) of its rate's bucket (core/rates.py); absent: full.
         self.buckets: dict[str, tuple[float, float]] = {}
+        self.type_buckets: dict[str, tuple[float, float]] = {}  # job type -> the same
         self.active: dict[str, int] = {}
         self._idle: OrderedDict[str, float] = OrderedDict()  # key -> idle since, oldest first
         self.est: dict[str, float] = {}
@@ -155,9 +157,9 @@ class MemoryStore:
             verdict = self._verdict(a, now)
             if verdict is not Verdict.ADMITTED:
                 tokens = None if a.rate is None else self._tokens(a, now)
-                grants.append(
-                    Grant(a.uid, verdict, 0, None, self.acc.get(a.fairness_key, 0.0), tokens)
-                )
+                type_tokens = None if a.type_rate is None else self._type_tokens(a, now)
+                acc = self.acc.get(a.fairness_key, 0.0)
+                grants.append(Grant(a.uid, verdict, 0, None, acc, tokens, type_tokens))
                 continue
             est = a.cost
             if est is None:
@@ -192,11 +194,19 @@ class MemoryStore:
                 rate_charged = start_charge(a.per_cost, est)
                 tokens = self._tokens(a, now) - rate_charged
                 self.buckets[k] = (tokens, now)
+            type_tokens = None
+            type_charged = 0.0
+            if a.type_rate is not None:
+                type_charged = start_charge(a.type_per_cost, est)
+                type_tokens = self._type_tokens(a, now) - type_charged
+                self.type_buckets[a.type] = (type_tokens, now)
             self.jobs[a.uid] = _Admitted(
                 worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
-                a.default_cost, charge, self.clock.now(), rate_charged,
+                a.default_cost, charge, self.clock.now(), rate_charged, type_charged,
             )  # fmt: skip
-            grants.append(Grant(a.uid, Verdict.ADMITTED, self._token, est, acc, tokens))
+            grants.append(
+                Grant(a.uid, Verdict.ADMITTED, self._token, est, acc, tokens, type_tokens)
+            )
         tiers, types = self._counts()
         return Reply(
             self.epoch,
@@ -237,6 +247,9 @@ class MemoryStore:
             if d.unstarted and job.rate_charged and job.key in self.buckets:
                 level, at = self.buckets[job.key]
                 self.buckets[job.key] = (level + job.rate_charged, at)
+            if d.unstarted and job.type_charged and job.type in self.type_buckets:
+                level, at = self.type_buckets[job.type]
+                self.type_buckets[job.type] = (level + job.type_charged, at)
             self._drop(d.uid, job, now)
             if d.final and self.dedupe > 0:
                 self._done[d.uid] = now
@@ -495,6 +508,8 @@ class MemoryStore:
             return Verdict.KEY_CAP
         if a.rate is not None and not may_start(self._tokens(a, now)):
             return Verdict.RATE_LIMIT
+        if a.type_rate is not None and not may_start(self._type_tokens(a, now)):
+            return Verdict.RATE_LIMIT
         if a.conflict and a.conflict in self.conflicts:
             return Verdict.CONFLICT
         return Verdict.ADMITTED
@@ -506,6 +521,14 @@ class MemoryStore:
         if held is None:
             return a.burst
         return level_at(held[0], held[1], now, a.rate, a.burst)
+
+    def _type_tokens(self, a: Ask, now: float) -> float:
+        """The level of ``a``'s type's bucket at ``now`` (core/rates.py)."""
+        assert a.type_rate is not None
+        held = self.type_buckets.get(a.type)
+        if held is None:
+            return a.type_burst
+        return level_at(held[0], held[1], now, a.type_rate, a.type_burst)
 
     def _claimed(self, field: str, uid: str) -> int:
         """1 if another urgent job's claim holds a slot of ``field``, else 0."""

@@ -76,6 +76,7 @@ KEY_NAMES = (
     "claims",
     "lanes",
     "rates",
+    "type_rates",
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
@@ -360,19 +361,24 @@ class RedisStore:
                 _opt(a.rate),
                 repr(float(a.burst)),
                 "1" if a.per_cost else "0",
+                _opt(a.type_rate),
+                repr(float(a.type_burst)),
+                "1" if a.type_per_cost else "0",
             )
         args += watch
 
         def parse(raw: Any) -> Reply:
             _, _, finished, results, tiers, types, held, workers, keys = raw
             grants = []
-            for a, (status, high, low, estimate, acc, tokens) in zip(asks, results, strict=True):
+            for a, row in zip(asks, results, strict=True):
+                status, high, low, estimate, acc, tokens, type_tokens = row
                 verdict = _VERDICTS.get(status) or Verdict(status.decode())
                 admitted = verdict is Verdict.ADMITTED
                 token = unpack_token(high, low) if admitted else 0
                 grants.append(
                     Grant(a.uid, verdict, token, float(estimate) if admitted else None,
-                          float(acc), float(tokens) if tokens else None)
+                          float(acc), float(tokens) if tokens else None,
+                          float(type_tokens) if type_tokens else None)
                 )  # fmt: skip
                 if token > self.token_seen:
                     self.token_seen = token

@@ -5,7 +5,8 @@
 --       n, and n times: uid, type, priority, tier cap, type cap ('' = none), conflict field
 --          ('' = none), estimate field, fairness key, cost ('' = learned), default cost,
 --          key cap ('' = none), weight, claim ('' = none), rate ('' = none), burst,
---          per cost ('1'/'0') (as Ask's fields, store/wire.py);
+--          per cost ('1'/'0'), type rate ('' = none), type burst, type per cost
+--          (as Ask's fields, store/wire.py);
 --       then any number of conflict fields to watch.
 -- Each job gets the first verdict that applies (order: see Store.admit, store/base.py); a
 -- refused job does not stop the ones after it. A slot that an urgent job's claim holds
@@ -13,7 +14,8 @@
 -- fencing token, its key is charged its estimate / weight, and it is held under this worker's
 -- lease, which the call renews when a quarter of it has passed since the last renewal.
 -- Returns {epoch, now, {status, estimate} per finished job, {status, token high, token low,
---          estimate, accumulated, bucket level ('' = no rate)} per job (the token's halves: wire.py, 0 and 0 unless ok),
+--          estimate, accumulated, key's bucket level ('' = no rate), type's bucket level ('' = no
+--          rate)} per job (the token's halves: wire.py, 0 and 0 unless ok),
 --          tiers, types, {1/0 held per watched conflict}, live workers,
 --          {key, running} flat for each key asked with a cap};
 -- a finished job's status is F_APPLIED or F_STALE (as complete.lua), a job's is its verdict,
@@ -49,6 +51,7 @@ for i = 0, n - 1 do
   if key_cap then capped[k] = true end
   local claim_ttl = optnum(ARGV[b + ASK_CLAIM])
   local rate, burst = optnum(ARGV[b + ASK_RATE]), tonumber(ARGV[b + ASK_BURST])
+  local trate, tburst = optnum(ARGV[b + ASK_TYPE_RATE]), tonumber(ARGV[b + ASK_TYPE_BURST])
   local status = V_ADMITTED
   if recovering then
     status = V_RECOVERING
@@ -67,7 +70,9 @@ for i = 0, n - 1 do
     if claim_ttl then claim('t:' .. jtype, uid, claim_ttl) end
   elseif key_cap and tonumber(redis.call('HGET', ACTIVE, k) or '0') >= key_cap then
     status = V_KEY_CAP
-  elseif rate and bucket_level(k, rate, burst, now) < RATE_FULL_START then
+  elseif rate and bucket_level(RATES, k, rate, burst, now) < RATE_FULL_START then
+    status = V_RATE_LIMIT
+  elseif trate and bucket_level(TYPE_RATES, jtype, trate, tburst, now) < RATE_FULL_START then
     status = V_RATE_LIMIT
   elseif cf ~= '' and redis.call('HEXISTS', CONFLICTS, cf) == 1 then
     status = V_CONFLICT
@@ -99,8 +104,15 @@ for i = 0, n - 1 do
     if rate then  -- its bucket pays for the start: 1, or its estimate (core/rates.py)
       rate_charged = 1
       if ARGV[b + ASK_PER_COST] == '1' then rate_charged = tonumber(est) end
-      tokens = fmt(bucket_level(k, rate, burst, now) - rate_charged)
+      tokens = fmt(bucket_level(RATES, k, rate, burst, now) - rate_charged)
       redis.call('HSET', RATES, k, tokens .. '|' .. snow)
+    end
+    local ttokens, type_charged = '', nil
+    if trate then  -- and its type's, likewise
+      type_charged = 1
+      if ARGV[b + ASK_TYPE_PER_COST] == '1' then type_charged = tonumber(est) end
+      ttokens = fmt(bucket_level(TYPE_RATES, jtype, trate, tburst, now) - type_charged)
+      redis.call('HSET', TYPE_RATES, jtype, ttokens .. '|' .. snow)
     end
     local toh, tok = next_token()
     if claim_ttl then unclaim(uid, prio, jtype) end
@@ -109,13 +121,14 @@ for i = 0, n - 1 do
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
       w = worker, toh = toh, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
       est = fmt(charge), d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted,
-      rc = rate_charged}))
+      rc = rate_charged, trc = type_charged}))
     mine = mine + 1
-    results[#results + 1] = {V_ADMITTED, toh, tok, est, sacc, tokens}
+    results[#results + 1] = {V_ADMITTED, toh, tok, est, sacc, tokens, ttokens}
   else
-    local tokens = ''
-    if rate then tokens = fmt(bucket_level(k, rate, burst, now)) end
-    results[#results + 1] = {status, 0, 0, '', redis.call('HGET', ACC, k) or '0', tokens}
+    local tokens, ttokens = '', ''
+    if rate then tokens = fmt(bucket_level(RATES, k, rate, burst, now)) end
+    if trate then ttokens = fmt(bucket_level(TYPE_RATES, jtype, trate, tburst, now)) end
+    results[#results + 1] = {status, 0, 0, '', redis.call('HGET', ACC, k) or '0', tokens, ttokens}
   end
 end
 

@@ -33,6 +33,8 @@
 --                     worker consumes, 'size' -> the lanes the fleet agrees on, 'version'
 --  17 rates     hash  fairness key -> '<level>|<when>': its rate's bucket (core/rates.py;
 --                     absent: full), charged by admit, forgotten with the key's cost (TTL)
+--  18 type_rates hash job type -> '<level>|<when>': the type's rate's bucket, as a key's
+--                     (never forgotten: types are few)
 -- ARGV of every script starts with the same head, then its own lists: their positions and
 -- strides are locals generated from celery_fair/store/wire.py (HEAD, H_WORKER, ASK_N, ...).
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
@@ -42,6 +44,7 @@ local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local DONE, POLICIES, CLAIMS, LANES, RATES = KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+local TYPE_RATES = KEYS[18]
 -- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
 local MAINTAIN_EVERY = 0.05
 
@@ -321,10 +324,11 @@ local function est_used(ef, now, snow, est_ttl)
 end
 
 -- Give back ``est`` charged to key ``k`` (a job admitted and then given back unstarted).
--- The level of key k's rate bucket at ``now`` and when it was last charged: the bucket rule of
--- core/rates.py (RATE_RULE; ``level_at``), a bucket never charged being full.
-local function bucket_level(k, rate, burst, now)
-  local held = redis.call('HGET', RATES, k)
+-- The level at ``now`` of the rate bucket at field f of hash h (RATES: a key's, TYPE_RATES: a
+-- type's): the bucket rule of core/rates.py (RATE_RULE; ``level_at``), a bucket never charged
+-- being full.
+local function bucket_level(h, f, rate, burst, now)
+  local held = redis.call('HGET', h, f)
   if not held then return burst end
   local bar = string.find(held, '|', 1, true)
   local level, stamp = tonumber(string.sub(held, 1, bar - 1)), tonumber(string.sub(held, bar + 1))
@@ -337,13 +341,14 @@ local function bucket_level(k, rate, burst, now)
   return filled
 end
 
--- Give back what an admission took from key k's bucket (a job that never started).
-local function refund_rate(k, amount)
-  local held = redis.call('HGET', RATES, k)
+-- Give back what an admission took from the bucket at field f of hash h (a job that never
+-- started).
+local function refund_rate(h, f, amount)
+  local held = redis.call('HGET', h, f)
   if not held or not amount then return end
   local bar = string.find(held, '|', 1, true)
   local level = tonumber(string.sub(held, 1, bar - 1)) + tonumber(amount)
-  redis.call('HSET', RATES, k, fmt(level) .. string.sub(held, bar))
+  redis.call('HSET', h, f, fmt(level) .. string.sub(held, bar))
 end
 
 local function refund(k, est)
@@ -450,7 +455,8 @@ local function finish_jobs(b, n, now, snow)
       local how = ARGV[at + FIN_HOW]
       if how == 'u' then
         refund(rec.k, tonumber(rec.est))
-        refund_rate(rec.k, rec.rc)
+        refund_rate(RATES, rec.k, rec.rc)
+        refund_rate(TYPE_RATES, rec.t, rec.trc)
       end
       drop_job(uid, rec, snow)
       if rec.w == ARGV[H_WORKER] then
