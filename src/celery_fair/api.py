@@ -14,7 +14,7 @@ from kombu.utils.uuid import uuid
 
 from .connect import declared_types, key_policies, settings_of
 from .core import Aging, JobType
-from .core.types import check_declared_priority, check_priority
+from .core.types import TYPE_OPTIONS, check_declared_priority, check_priority
 from .errors import ConfigurationError, RunTimeout, SchedulerError
 from .protocol import (
     FAIRNESS_KEY,
@@ -33,16 +33,7 @@ __all__ = ["FairTask", "declared_types", "fair_headers", "fair_task", "send"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_FAIR_OPTIONS = (
-    "priority",
-    "max_concurrency",
-    "conflict_group",
-    "default_cost",
-    "aging",
-    "rate",
-    "burst",
-    "per",
-)
+_FAIR_OPTIONS = TYPE_OPTIONS
 
 
 def fair_headers(

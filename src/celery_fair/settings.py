@@ -11,7 +11,7 @@ from typing import Any
 
 from .core import Aging, CostLifecycle, JobType, KeyPolicies, SchedulerConfig, tier_cap
 from .core.lanes import DEFAULT_LANE_SECONDS, DEFAULT_LANES, DEFAULT_THRESHOLD
-from .core.types import declared_priorities
+from .core.types import TYPE_OPTIONS, declared_priorities
 from .engine import OUTAGE_POLICIES
 from .errors import ConfigurationError
 from .protocol import DEFAULT_SHARDS, shard_count
@@ -117,16 +117,7 @@ QUEUE_FULL = ("raise", "return")
 
 STORE_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "sentinel")
 
-_TYPE_OPTIONS = {
-    "priority",
-    "max_concurrency",
-    "conflict_group",
-    "default_cost",
-    "aging",
-    "rate",
-    "burst",
-    "per",
-}
+_TYPE_OPTIONS = set(TYPE_OPTIONS)
 
 
 @dataclass(frozen=True, slots=True)

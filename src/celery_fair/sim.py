@@ -29,6 +29,7 @@ from .core import (
     SimClock,
     key_label,
 )
+from .core.types import TYPE_OPTIONS
 from .errors import ConfigurationError, TraceError
 
 __all__ = [
@@ -44,16 +45,7 @@ __all__ = [
     "simulate",
 ]
 
-_TYPE_FIELDS = {
-    "priority",
-    "max_concurrency",
-    "conflict_group",
-    "default_cost",
-    "aging",
-    "rate",
-    "burst",
-    "per",
-}
+_TYPE_FIELDS = set(TYPE_OPTIONS)
 _JOB_FIELDS = {
     "name",
     "type",

@@ -17,6 +17,7 @@ __all__ = [
     "BLOCK_ORDER",
     "KEY_OPTIONS",
     "PRIORITY_SCOPES",
+    "TYPE_OPTIONS",
     "Admission",
     "Aging",
     "BlockReason",
@@ -245,6 +246,20 @@ class JobType:
     def bucket(self) -> float:
         """What the type's bucket holds when full (``burst``, default 1)."""
         return 1.0 if self.burst is None else self.burst
+
+
+TYPE_OPTIONS = (
+    "priority",
+    "max_concurrency",
+    "conflict_group",
+    "default_cost",
+    "aging",
+    "rate",
+    "burst",
+    "per",
+)
+"""A job type's options, as ``JobType``'s fields after its name: what ``fair_types`` entries,
+``@fair_task`` and simulator traces take."""
 
 
 @dataclass(frozen=True, slots=True)

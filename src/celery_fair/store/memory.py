@@ -517,18 +517,12 @@ class MemoryStore:
     def _tokens(self, a: Ask, now: float) -> float:
         """The level of ``a``'s key's bucket at ``now`` (core/rates.py)."""
         assert a.rate is not None
-        held = self.buckets.get(a.fairness_key)
-        if held is None:
-            return a.burst
-        return level_at(held[0], held[1], now, a.rate, a.burst)
+        return _level(self.buckets.get(a.fairness_key), now, a.rate, a.burst)
 
     def _type_tokens(self, a: Ask, now: float) -> float:
         """The level of ``a``'s type's bucket at ``now`` (core/rates.py)."""
         assert a.type_rate is not None
-        held = self.type_buckets.get(a.type)
-        if held is None:
-            return a.type_burst
-        return level_at(held[0], held[1], now, a.type_rate, a.type_burst)
+        return _level(self.type_buckets.get(a.type), now, a.type_rate, a.type_burst)
 
     def _claimed(self, field: str, uid: str) -> int:
         """1 if another urgent job's claim holds a slot of ``field``, else 0."""
@@ -649,3 +643,9 @@ def _expire(
         values.pop(name, None)
         for more in also:
             more.pop(name, None)
+
+
+def _level(held: tuple[float, float] | None, now: float, rate: float, burst: float) -> float:
+    """A bucket's level at ``now``: as ``held`` (level, when) refilled, or full if never
+    charged (core/rates.py)."""
+    return burst if held is None else level_at(held[0], held[1], now, rate, burst)
