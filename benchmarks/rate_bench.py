@@ -9,6 +9,7 @@ Run by hand; results go to docs/benchmarks.md with the command:
     python benchmarks/rate_bench.py --runs 3                    # per job and per cost, Redis
     python benchmarks/rate_bench.py --brokers amqp --modes job  # RabbitMQ, the store on Redis
     python benchmarks/rate_bench.py --code /tmp/head/src        # another checkout's celery_fair
+    python benchmarks/rate_bench.py --dump spans.json           # and every job's span, to look at
 
 Each run publishes a backlog to a fresh queue, then starts two fresh ``celery worker -P fair
 -c 2`` processes together (4 slots; the store is the broker's Redis on Redis, the local Redis
@@ -27,6 +28,8 @@ Modes (``--modes``):
   ``default_cost``, so their first starts are charged what later ones are). Each start costs
   its learned estimate, so the promise is about 10 starts a second again, counted in seconds
   of work. (At ``10/s`` by cost, 10 ms jobs would be allowed 1,000 starts a second: no limit.)
+- ``none``: the control, no A and no rate: how busy B's jobs alone keep the fleet over the
+  window from the first start, on this host, the same measurement as ``busy`` below.
 
 From A's first start ``a0``, for a window of ``--window`` seconds (60), with ``charge`` = 1 a
 start (``job``) or the job's own duration, as the task measured it (``cost``: the store charges
@@ -95,12 +98,13 @@ class Mode:
         return self.burst / self.a_seconds if self.per == "cost" else self.burst
 
     def policy(self) -> dict[str, Any]:
-        return {"rate": self.rate, "burst": self.burst, "per": self.per}
+        return {"rate": self.rate, "burst": self.burst, "per": self.per} if self.rate else {}
 
 
 MODES = {
     "job": Mode("job", "10/s", 10.0, 10, "job", 0.01),
     "cost": Mode("cost", "1/s", 1.0, 10, "cost", 0.1),
+    "none": Mode("none", "", 0.0, 0, "job", 0.01),  # the control: B's jobs alone, no rate
 }
 
 
@@ -171,7 +175,7 @@ def conf_for(broker: str, queue: str, prefix: str, mode: Mode, lookahead: int | 
         "broker_connection_retry_on_startup": True,
         "fair_store_prefix": prefix,
         "fair_dead_letter_queue": f"{queue}-dead",
-        "fair_keys": {"A": mode.policy()},
+        "fair_keys": {"A": mode.policy()} if mode.rate else {},
     }
     if broker == "redis":  # kombu's keys under the run's prefix too: cleanup is one SCAN
         conf["broker_transport_options"] = {"global_keyprefix": f"{prefix}:"}
@@ -194,9 +198,23 @@ def windowed_max(times: list[float], charges: list[float], width: float) -> floa
     return best
 
 
+def busy(spans: list[tuple[str, float, float, int]], begin: float, end: float, slots: int) -> float:
+    """The share of ``slots`` the ``spans`` kept busy from when every worker had started a job
+    (and not before ``begin``) to ``end``."""
+    firsts: dict[int, float] = {}
+    for _, s, _, pid in spans:
+        firsts[pid] = min(s, firsts.get(pid, s))
+    up = max([begin, *firsts.values()]) if len(firsts) == WORKERS else math.inf
+    used = sum(max(0.0, min(e, end) - max(s, up)) for _, s, e, _ in spans)
+    return used / (slots * (end - up)) if end > up else math.nan
+
+
 def analyse(
     spans: list[tuple[str, float, float, int]], mode: Mode, window: float, slots: int
 ) -> tuple[float, Measured]:
+    if not mode.rate:  # the control: only how busy B's jobs keep the fleet over the window
+        t0 = min(s for _, s, _, _ in spans)
+        return t0, Measured(*[math.nan] * 5, 0, busy(spans, t0, t0 + window, slots), (), 0.0)
     a_spans = sorted((s, e, pid) for kind, s, e, pid in spans if kind == "a")
     a0 = a_spans[0][0]
     inside = [(s, e, pid) for s, e, pid in a_spans if s <= a0 + window]
@@ -205,23 +223,17 @@ def analyse(
     charged = sum(charges)
     burst_end = a0 + mode.burst / mode.per_second
     after = sum(c for t, c in zip(times, charges, strict=True) if t > burst_end)
-    firsts: dict[int, float] = {}
-    for _, s, _, pid in spans:
-        firsts[pid] = min(s, firsts.get(pid, s))
-    up = max([a0, *firsts.values()]) if len(firsts) == WORKERS else math.inf
-    end = times[-1]
-    used = sum(max(0.0, min(e, end) - max(s, up)) for _, s, e, _ in spans)
-    by_worker = dict.fromkeys(firsts, 0)
+    by_worker = dict.fromkeys({pid for *_, pid in spans}, 0)
     for _, _, pid in inside:
         by_worker[pid] += 1
     return a0, Measured(
         charged,
         mode.per_second * window + mode.burst,
-        after / (a0 + window - burst_end),
+        after / (a0 + window - burst_end) if window > burst_end - a0 else math.nan,
         windowed_max(times, charges, 1.0),
         windowed_max(times, charges, 10.0),
         len(inside),
-        used / (slots * (end - up)) if end > up else math.nan,
+        busy(spans, a0, times[-1], slots),
         tuple(sorted(by_worker.values(), reverse=True)),
         0.0,
     )
@@ -272,6 +284,7 @@ def measure(
     code: str | None,
     lookahead: int | None,
     logs: Path,
+    dump: list[dict[str, Any]] | None = None,
 ) -> Measured:
     run_id = uuid.uuid4().hex[:10]
     queue = prefix = f"rate-{run_id}"
@@ -279,7 +292,7 @@ def measure(
     app = make_app(conf, prefix, mode.a_seconds)
     record = redis.Redis.from_url(RECORD)
     slots = WORKERS * concurrency
-    n_a = math.ceil(mode.starts_per_s * window * 1.5 + mode.burst_starts)
+    n_a = math.ceil(mode.starts_per_s * window * 1.5 + mode.burst_starts) if mode.rate else 0
     n_b = math.ceil(slots * (window + 15) / B_SECONDS)
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -318,7 +331,10 @@ def measure(
             if any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"a worker exited early: see {logs}/{run_id}-w*.log")
             if first is None:
-                got = record.lindex(f"{prefix}:a", 0)
+                # (the control has no A: its first job's span, recorded 0.2 s after its start)
+                got = record.lindex(f"{prefix}:a", 0) if mode.rate else None
+                if not mode.rate and (line := record.lindex(f"{prefix}:spans", 0)):
+                    got = line.split()[1]
                 first = float(got) if got is not None else None
                 if first is None and time.time() > deadline:
                     raise RuntimeError(f"no job of A started in 90 s: see {logs}")
@@ -331,6 +347,8 @@ def measure(
             kind, s, e, pid = line.decode().split()
             spans.append((kind, float(s), float(e), int(pid)))
         a0, measured = analyse(spans, mode, window, slots)
+        if dump is not None:
+            dump.append({"broker": broker, "mode": mode.name, "a0": a0, "spans": spans})
         return dataclasses.replace(measured, lag=a0 - started)
     finally:
         for proc in procs:
@@ -359,6 +377,7 @@ def main() -> None:
     parser.add_argument(
         "--code", metavar="DIR", default=None, help="the celery_fair in DIR (a checkout's src)"
     )
+    parser.add_argument("--dump", metavar="FILE", help="write every run's job spans to FILE (JSON)")
     parser.add_argument("--quick", action="store_true", help="a 5 s window, one run")
     args = parser.parse_args()
     if args.quick:
@@ -380,12 +399,18 @@ def main() -> None:
     )
     cells = [(b, MODES[m]) for b in args.brokers.split(",") for m in args.modes.split(",")]
     got: dict[tuple[str, str], list[Measured]] = {(b, m.name): [] for b, m in cells}
+    dump: list[dict[str, Any]] | None = [] if args.dump else None
     with tempfile.TemporaryDirectory(prefix="rate-bench-") as tmp:
         logs = Path(tmp)
         for i in range(args.runs):
             for broker, mode in cells if i % 2 == 0 else cells[::-1]:
-                m = measure(broker, mode, args.window, args.concurrency, code, args.lookahead, logs)
+                m = measure(
+                    broker, mode, args.window, args.concurrency, code, args.lookahead, logs, dump
+                )
                 got[broker, mode.name].append(m)
+                if not mode.rate:
+                    print(f"run {i + 1} {broker:5} none: busy {m.busy:.3f}", flush=True)
+                    continue
                 print(
                     f"run {i + 1} {broker:5} {mode.name:4}: A {m.charged:.1f} of "
                     f"{m.promise:g} ({m.charged / m.promise:.3f}), {m.starts} starts, after "
@@ -394,6 +419,8 @@ def main() -> None:
                     f"first A start {m.lag:.1f} s after the workers",
                     flush=True,
                 )
+    if args.dump:
+        Path(args.dump).write_text(json.dumps(dump))
     w = args.window
     print(
         f"\n{'broker':6} {'per':4} {'rate':5} {'burst':>5} {'A in ' + f'{w:g} s':>22} "
@@ -403,6 +430,9 @@ def main() -> None:
     for (broker, name), runs in got.items():
         mode = MODES[name]
         b = mode.burst
+        if not mode.rate:
+            print(f"{broker:6} none (B alone){'':>137}{spread([r.busy for r in runs], '.3f'):>19}")
+            continue
         print(
             f"{broker:6} {name:4} {mode.rate:5} {b:>5g} "
             f"{spread([r.charged for r in runs], '.1f'):>22} {runs[0].promise:>7g} "
