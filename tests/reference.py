@@ -43,6 +43,7 @@ class RefJob:
     estimate: float = 0.0
     charge: float = 0.0
     effective: tuple[int, bool] = (0, False)
+    tcharge: float = 0.0  # what its tenant was charged (two-level keys)
     # Its own priority when not its type's (given at submit, or by reprioritize).
     priority: int | None = None
 
@@ -68,12 +69,24 @@ class RefScheduler:
     allocation_caps: bool = False
     # "global": priority first, then fairness; "key": fairness first, then priority.
     priority_scope: str = "global"
+    # Two-level keys (docs/design.md 5g): with a separator, key "acme/alice" belongs to tenant
+    # "acme" (the text before the first separator; a key without one is its own tenant). The
+    # order serves tenants fairly first, then keys within the tenant; policies named without
+    # the separator are the tenants' (weight, min_slots, max_concurrency over its keys,
+    # max_priority), those with it the keys'. Not modelled yet: rates at the tenant level,
+    # pauses of a tenant, allocation caps.
+    key_separator: str | None = None
 
     def __post_init__(self) -> None:
+        if self.key_separator is not None and self.allocation_caps:
+            raise NotImplementedError("allocation caps with two-level keys")
         self.pending: list[RefJob] = []
         self.running: list[RefJob] = []
         self.acc: dict[str, float] = {}
         self.idle_since: dict[str, float] = {}
+        # The tenants' accumulated costs and idle times, as the keys' (two-level keys).
+        self.tacc: dict[str, float] = {}
+        self.tidle_since: dict[str, float] = {}
         self.estimates: dict[tuple[str, str | None], float] = {}
         self.estimate_used: dict[tuple[str, str | None], float] = {}
         self.seq = 0
@@ -111,11 +124,17 @@ class RefScheduler:
                     del self.acc[key]
                     self.charges.pop(key, None)  # a key forgotten starts with a full bucket
                     self.baseline.pop(key, None)
+            for tenant, since in list(self.tidle_since.items()):
+                if since + self.cost_ttl <= now:
+                    del self.tidle_since[tenant]
+                    del self.tacc[tenant]
         if self.next_reset <= now:
             while self.next_reset <= now:
                 self.next_reset += self.reset_interval  # type: ignore[operator]
             for key in self.acc:
                 self.acc[key] = 0.0
+            for tenant in self.tacc:
+                self.tacc[tenant] = 0.0
         if self.estimate_ttl is not None:
             for ekey, used in list(self.estimate_used.items()):
                 if used + self.estimate_ttl <= now:
@@ -125,15 +144,39 @@ class RefScheduler:
     def active(self, key: str) -> bool:
         return any(j.key == key for j in self.pending + self.running)
 
+    def tenant(self, key: str) -> str:
+        """The key's tenant: the text before the first separator, or the key itself."""
+        sep = self.key_separator
+        return key.split(sep, 1)[0] if sep is not None and sep in key else key
+
+    def tenant_active(self, tenant: str) -> bool:
+        return any(self.tenant(j.key) == tenant for j in self.pending + self.running)
+
     # -- operations --
 
     def submit(self, ref, type, job_id, key, arrival, cost, now, priority=None):
         self.maintain(now)
+        tenant = self.tenant(key)
+        if self.key_separator is not None and not self.tenant_active(tenant):
+            self.tidle_since.pop(tenant, None)
+            self.tacc.setdefault(tenant, 0.0)
+            if self.advance_idle:
+                others = {self.tenant(j.key) for j in self.pending + self.running}
+                if others:
+                    floor = min(self.tacc[t] for t in others)
+                    if floor > self.tacc[tenant]:
+                        self.tacc[tenant] = floor
         if not self.active(key):
             self.idle_since.pop(key, None)
             self.acc.setdefault(key, 0.0)
             if self.advance_idle:
-                others = {j.key for j in self.pending + self.running}
+                # a returning key starts from the least active key's cost (of its tenant's
+                # keys, with two levels)
+                others = {
+                    j.key
+                    for j in self.pending + self.running
+                    if self.tenant(j.key) == tenant or self.key_separator is None
+                }
                 if others:
                     floor = min(self.acc[k] for k in others)
                     if floor > self.acc[key]:
@@ -155,7 +198,7 @@ class RefScheduler:
     def bounded(self, type: str, key: str, priority: int | None) -> int | None:
         """The job's own priority: as asked (``None``: its type's), or its key's
         max_priority if that is lower."""
-        bound = self.policy(key).get("max_priority")
+        bound = self.bound(key)
         asked = self.types[type].priority if priority is None else priority
         return bound if bound is not None and asked > bound else priority
 
@@ -176,7 +219,7 @@ class RefScheduler:
                 self.baseline[key] = (now, min(before[key][1], terms[1]))
                 self.charges.pop(key, None)
         for job in self.pending:
-            bound = self.policy(job.key).get("max_priority")
+            bound = self.bound(job.key)
             if bound is not None and self.base(job) > bound:
                 job.priority = bound
 
@@ -194,6 +237,13 @@ class RefScheduler:
                 return "ok"
         return "unknown"
 
+    def bound(self, key: str) -> int | None:
+        """The key's max_priority: the lower of its own and its tenant's."""
+        bounds = [self.policy(key).get("max_priority")]
+        if self.key_separator is not None:
+            bounds.append(self.tenant_policy(self.tenant(key)).get("max_priority"))
+        return min((b for b in bounds if b is not None), default=None)
+
     def base(self, job: RefJob) -> int:
         """The job's own priority: the tier it counts against, and where aging starts."""
         return self.types[job.type].priority if job.priority is None else job.priority
@@ -203,18 +253,25 @@ class RefScheduler:
         for job in self.pending:
             if job.ref == ref:
                 self.pending.remove(job)
-                if not self.active(job.key):
-                    self.idle_since[job.key] = now
+                self.went_idle(job.key, now)
                 return True
         return False
 
     def policy(self, key: str) -> dict:
-        if key in self.keys:
-            return self.keys[key]
-        for pattern, policy in self.keys.items():
-            if pattern != "*" and any(c in pattern for c in "*?[") and fnmatchcase(key, pattern):
-                return policy
-        return self.keys.get("*", {})
+        """The key's policy; with two levels, from the entries that name the separator (a key
+        without one has none of its own: its tenant's applies)."""
+        sep = self.key_separator
+        if sep is None:
+            return _resolve(key, self.keys)
+        if sep not in key:
+            return {}
+        return _resolve(key, {n: p for n, p in self.keys.items() if sep in n})
+
+    def tenant_policy(self, tenant: str) -> dict:
+        """The tenant's policy: from the entries that do not name the separator."""
+        sep = self.key_separator
+        assert sep is not None
+        return _resolve(tenant, {n: p for n, p in self.keys.items() if sep not in n})
 
     def tier_cap(self, priority: int) -> float:
         cap = self.tier_caps.get(priority, priority)
@@ -250,6 +307,15 @@ class RefScheduler:
             and not self.effective(job, now)[1]  # urgent jobs pass their key's cap
         ):
             return False
+        if self.key_separator is not None:  # and its tenant's, over all the tenant's keys
+            tenant = self.tenant(job.key)
+            tenant_cap = self.tenant_policy(tenant).get("max_concurrency")
+            if (
+                tenant_cap is not None
+                and self.tenant_running(tenant) >= tenant_cap
+                and not self.effective(job, now)[1]
+            ):
+                return False
         if jt.conflict_group and job.job_id is not None:
             if (jt.conflict_group, job.job_id) in self.elsewhere_conflicts:
                 return False
@@ -438,13 +504,28 @@ class RefScheduler:
             return 2
         return 1
 
+    def tenant_running(self, tenant: str) -> int:
+        """The jobs of the tenant's keys running here and, as a store says, elsewhere."""
+        here = sum(1 for r in self.running if self.tenant(r.key) == tenant)
+        return here + sum(n for k, n in self.elsewhere_keys.items() if self.tenant(k) == tenant)
+
+    def tenant_rank(self, tenant: str) -> int:
+        """0 while the tenant runs fewer jobs than its min_slots, else 1."""
+        return (
+            0 if self.tenant_running(tenant) < self.tenant_policy(tenant).get("min_slots", 0) else 1
+        )
+
     def order(self, job: RefJob, now: float = 0.0) -> tuple:
         level, urgent = self.effective(job, now)
         if urgent:  # before everything that is not, oldest first
             return (-math.inf, 0, 0.0, job.arrival, job.seq)
+        fair: tuple = (self.rank(job.key), self.acc[job.key])
+        if self.key_separator is not None:  # the tenant first, then the key within it
+            tenant = self.tenant(job.key)
+            fair = (self.tenant_rank(tenant), self.tacc[tenant], *fair)
         if self.priority_scope == "key":  # the key first, then priority within it
-            return (self.rank(job.key), self.acc[job.key], -level, job.arrival, job.seq)
-        return (-level, self.rank(job.key), self.acc[job.key], job.arrival, job.seq)
+            return (*fair, -level, job.arrival, job.seq)
+        return (-level, *fair, job.arrival, job.seq)
 
     def next_admission(self, now) -> RefJob | None:
         self.maintain(now)
@@ -464,6 +545,11 @@ class RefScheduler:
                 job.charge = job.estimate if weight == 1 else job.estimate / weight
                 job.effective = self.effective(job, now)
                 self.acc[job.key] += job.charge
+                if self.key_separator is not None:
+                    tenant = self.tenant(job.key)
+                    tweight = self.tenant_policy(tenant).get("weight", 1)
+                    job.tcharge = job.estimate if tweight == 1 else job.estimate / tweight
+                    self.tacc[tenant] += job.tcharge
                 self.charge_rate(job, now)
                 return job
         return None
@@ -481,14 +567,25 @@ class RefScheduler:
         if refund and job.key in self.acc:  # it never ran: its charges go back
             self.acc[job.key] = max(0.0, self.acc[job.key] - job.charge)
             self.charge_rate(job, now, -1.0)
+        tenant = self.tenant(job.key)
+        if refund and tenant in self.tacc:
+            self.tacc[tenant] = max(0.0, self.tacc[tenant] - job.tcharge)
         if elapsed is not None:
             jt = self.types[job.type]
             ekey = (job.type, job.job_id)
             previous = self.estimates.get(ekey, jt.default_cost)
             self.estimates[ekey] = self.alpha * elapsed + (1 - self.alpha) * previous
             self.estimate_used[ekey] = now
-        if not self.active(job.key):
-            self.idle_since[job.key] = now
+        self.went_idle(job.key, now)
+
+    def went_idle(self, key: str, now: float) -> None:
+        """After a job left: its key, and its tenant, start their idle time if they have no
+        job left."""
+        if not self.active(key):
+            self.idle_since[key] = now
+        tenant = self.tenant(key)
+        if self.key_separator is not None and not self.tenant_active(tenant):
+            self.tidle_since[tenant] = now
 
     # -- what a shared store says --
 
@@ -497,8 +594,10 @@ class RefScheduler:
         self.running.remove(job)
         self.pending.append(job)
         self.acc[job.key] = self.acc[job.key] - job.charge
+        if self.key_separator is not None:
+            self.tacc[self.tenant(job.key)] -= job.tcharge
         self.charge_rate(job, now, -1.0)
-        bound = self.policy(job.key).get("max_priority")
+        bound = self.bound(job.key)
         if bound is not None and self.base(job) > bound:  # it fell while the job ran
             job.priority = bound
 
@@ -509,6 +608,17 @@ class RefScheduler:
     def set_estimate(self, type: str, job_id: str | None, value: float, now: float) -> None:
         self.estimates[(type, job_id)] = value
         self.estimate_used[(type, job_id)] = now
+
+
+def _resolve(name: str, entries: dict[str, dict]) -> dict:
+    """The policy for ``name`` among ``entries``: its exact name, else the first glob pattern
+    that matches it, in the order given, else ``"*"``, else none."""
+    if name in entries:
+        return entries[name]
+    for pattern, policy in entries.items():
+        if pattern != "*" and any(c in pattern for c in "*?[") and fnmatchcase(name, pattern):
+            return policy
+    return entries.get("*", {})
 
 
 def reference_simulate(trace: dict) -> list[dict]:
@@ -541,6 +651,7 @@ def reference_simulate(trace: dict) -> list[dict]:
         aging=trace.get("aging"),
         allocation_caps=trace.get("allocation_caps", False),
         priority_scope=trace.get("priority_scope", "global"),
+        key_separator=trace.get("key_separator"),
     )
     jobs = trace["jobs"]
     start: dict[int, float] = {}

@@ -246,3 +246,82 @@ def test_a_rate_charged_by_cost_leaves_a_debt_the_refill_pays_back_by_hand():
     # a start given back returns its charge at that moment
     ref.revert(1, now=3.0)
     assert ref.bucket("a", 3.0) == 1
+
+
+def _starts(ref: RefScheduler, n: int) -> list[str]:
+    """The first ``n`` admissions, one slot, each job ending at once."""
+    order = []
+    for _ in range(n):
+        job = ref.next_admission(0)
+        assert job is not None
+        order.append(job.key)
+        ref.complete(job.ref, None, 0)
+    return order
+
+
+def _split_tenants(separator):
+    # Tenant S on ten keys (s/0 .. s/9), tenant T on one, three jobs each per key, cost 1.
+    ref = RefScheduler(1, {"t": RefType("t", 8)}, key_separator=separator)
+    for i in range(10):
+        for j in range(3):
+            ref.submit(f"s{i}-{j}", "t", None, f"s/{i}", 0, 1.0, now=0)
+    for j in range(12):
+        ref.submit(f"t-{j}", "t", None, "t", 0, 1.0, now=0)
+    return ref
+
+
+def test_with_two_levels_a_tenant_on_ten_keys_gets_one_share_not_ten_by_hand():
+    # Flat: each of the eleven keys is one share, so T starts 2 of the first 22 (t arrived
+    # last of the ties: after every s/i at each round).
+    flat = _starts(_split_tenants(None), 22)
+    assert flat.count("t") == 2
+    # Two levels: tenants S and T alternate (S first: it submitted first, a tie in cost),
+    # and inside S its keys take turns, s/0 to s/9.
+    two = _starts(_split_tenants("/"), 22)
+    assert two[::2] == [f"s/{i}" for i in range(10)] + ["s/0"]
+    assert two[1::2] == ["t"] * 11
+
+
+def test_a_tenants_weight_cap_and_bound_apply_over_all_its_keys_by_hand():
+    # Tenant acme of weight 3 (charged 1/3 a job) against bob: acme starts 3 for each of
+    # bob's; at a tie of the tenants' costs (1 and 1, after acme's fourth start) the keys'
+    # own costs decide (bob's 1 against acme/a's 3); entries with the separator are keys'.
+    ref = RefScheduler(
+        1,
+        {"t": RefType("t", 8)},
+        key_separator="/",
+        keys={"acme": {"weight": 3}, "acme/b": {"max_priority": 4}},
+    )
+    for j in range(6):
+        ref.submit(f"a{j}", "t", None, "acme/a", 0, 1.0, now=0)
+        ref.submit(f"b{j}", "t", None, "bob", 0, 1.0, now=0)
+    a, b = "acme/a", "bob"
+    assert _starts(ref, 8) == [a, b, a, a, b, a, a, a]
+    # a key's own max_priority lowers its jobs (the lower of its and its tenant's)
+    ref.submit("low", "t", None, "acme/b", 0, 1.0, now=0)
+    assert ref.pending[-1].priority == 4
+    # A tenant's cap counts its keys together: at most 2 of acme's on four slots.
+    capped = RefScheduler(
+        4, {"t": RefType("t", 8)}, key_separator="/", keys={"acme": {"max_concurrency": 2}}
+    )
+    for i in range(3):
+        capped.submit(f"x{i}", "t", None, f"acme/{i}", 0, 1.0, now=0)
+    capped.submit("y", "t", None, "other", 0, 1.0, now=0)
+    assert sorted(j.key for j in capped.schedule(0)) == ["acme/0", "acme/1", "other"]
+
+
+def test_a_tenant_returning_starts_from_the_least_active_tenants_cost_by_hand():
+    # With advance_idle, tenant acme (idle at 0 cost) returns on a new key while bob and carl
+    # run at 5 and 7: acme starts from 5, and its new key from its own keys' least (none
+    # active: 0), so acme does not get five starts in a row for having been away.
+    ref = RefScheduler(1, {"t": RefType("t", 8)}, key_separator="/", advance_idle=True)
+    for key, cost in (("bob", 5.0), ("carl", 7.0)):
+        ref.submit(key, "t", None, key, 0, cost, now=0)
+        ref.submit(f"{key}-2", "t", None, key, 0, 1.0, now=0)
+    for _ in range(2):
+        job = ref.next_admission(0)
+        ref.complete(job.ref, None, 0)
+    assert ref.tacc == {"bob": 5.0, "carl": 7.0}
+    ref.submit("a1", "t", None, "acme/x", 0, 1.0, now=0)
+    assert ref.tacc["acme"] == 5.0
+    assert ref.acc["acme/x"] == 0.0
