@@ -340,29 +340,14 @@ class RefScheduler:
         """What the key's bucket holds at ``now``: full (its burst) before any charge, then
         each charge in turn, refilling at the rate in between, never above the burst."""
         rate, burst, _ = self.rate(key)  # type: ignore[misc]
-        level, last = float(burst), None
-        if key in self.baseline:
-            last, level = self.baseline[key]
-        for at, amount in [*self.charges.get(key, []), (now, 0.0)]:
-            if last is not None and at > last:
-                level = min(burst, level + (at - last) * rate)
-            level = min(burst, level - amount) if amount < 0 else level - amount
-            last = at
-        return level
+        return _replay(rate, burst, self.baseline.get(key), self.charges.get(key, []), now)
 
     def type_bucket(self, type: str, now: float) -> float:
         """What the type's bucket holds at ``now``: full before any charge, then each charge
         in turn, refilling at its rate in between, never above its burst (a type's terms do
         not change)."""
         jt = self.types[type]
-        rate, burst = parse_rate(jt.rate), float(jt.burst)
-        level, last = burst, None
-        for at, amount in [*self.type_charges.get(type, []), (now, 0.0)]:
-            if last is not None and at > last:
-                level = min(burst, level + (at - last) * rate)
-            level = min(burst, level - amount) if amount < 0 else level - amount
-            last = at
-        return level
+        return _replay(parse_rate(jt.rate), jt.burst, None, self.type_charges.get(type, []), now)
 
     def refill_due(self, now: float) -> bool:
         """Whether a key or type with pending jobs waits for its bucket to refill to a start."""
@@ -608,6 +593,27 @@ class RefScheduler:
     def set_estimate(self, type: str, job_id: str | None, value: float, now: float) -> None:
         self.estimates[(type, job_id)] = value
         self.estimate_used[(type, job_id)] = now
+
+
+def _replay(
+    rate: float,
+    burst: float,
+    baseline: tuple[float, float] | None,
+    charges: list[tuple[float, float]],
+    now: float,
+) -> float:
+    """A bucket's level at ``now``, replayed: full (``burst``) or ``baseline`` (time, level)
+    at first, then each charge in turn (a negative one gives back), refilling at ``rate`` in
+    between, never above ``burst``."""
+    level, last = float(burst), None
+    if baseline is not None:
+        last, level = baseline
+    for at, amount in [*charges, (now, 0.0)]:
+        if last is not None and at > last:
+            level = min(burst, level + (at - last) * rate)
+        level = min(burst, level - amount) if amount < 0 else level - amount
+        last = at
+    return level
 
 
 def _resolve(name: str, entries: dict[str, dict]) -> dict:
