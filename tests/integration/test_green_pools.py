@@ -36,7 +36,9 @@ def test_a_green_fair_worker_is_fair_keeps_conflicts_and_runs_plain_tasks(
         run.send("fairapp.clone", f"a{i}", 0.2, headers=fair_headers("clone", "A", f"repo{i % 6}"))
     worker = start_green(start_worker, run, green, concurrency=4)
     assert f"({green})" in worker.log()  # the banner names the real pool
-    wait_until(lambda: run.recorder.events(), 20, "A's first job")
+    wait_until(
+        lambda: run.recorder.events(), 20, "A's first job", show=lambda: worker.log()[-6000:]
+    )
     # When client B sends one job on a third repo, and a plain task comes along,
     run.send("fairapp.clone", "b", 0.01, headers=fair_headers("clone", "B", "repo9"))
     run.send("fairapp.plain", "plain", 0.01)

@@ -390,3 +390,38 @@ def test_the_lua_bucket_rule_computes_bit_for_bit_what_the_python_one_does(redis
         redis_client.hset(rates, f"k{i}", f"{level!r}|{stamp!r}")
         got = script(keys=store.keys, args=[*head, f"k{i}", repr(rate), repr(burst), repr(now)])
         assert float(got) == level_at(level, stamp, now, rate, burst), (level, stamp, now)
+
+
+def test_calls_from_several_threads_at_once_each_get_their_own_reply(redis_client, prefix):
+    # A worker calls its store from its loop and from its lane watch's thread (green threads
+    # under eventlet), over one connection: without one call at a time on it, a thread read
+    # another's reply (eventlet: "Second simultaneous read on fileno"; threads: a reply of
+    # the wrong shape, taken for a store outage).
+    import threading
+
+    store = RedisStore(redis_client, prefix, lifecycle=NEVER)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def worker(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(150):
+                uid = f"w{n}-{i}"
+                if i % 2:
+                    view = store.heartbeat(f"w{n}", [], [])
+                    assert view.epoch == store.epoch
+                    continue
+                [grant] = store.admit(f"w{n}", [ask(uid, f"k{n}")]).grants
+                assert grant.uid == uid
+                assert grant.verdict is Verdict.ADMITTED, grant
+                store.finish(f"w{n}", [Done(uid, grant.token, 0.01)])
+        except BaseException as exc:  # reported below, with the thread's own failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []

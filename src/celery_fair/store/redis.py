@@ -10,6 +10,7 @@ connection.py's; ``Wire`` and ``script_reply_error`` are re-exported here.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -192,6 +193,10 @@ class RedisStore:
         # Plain Redis: scripts go over a hiredis wire; Redis Cluster: through redis-py, which
         # routes each call to the node that serves the prefix's hash slot.
         self._wire = Wire(client) if type(client) is redis_lib.Redis else None
+        # One call at a time on the wire: a worker calls from its loop and from its lane
+        # watch's thread (a green thread under eventlet or gevent, which would otherwise read
+        # each other's replies). Uncontended, it costs well under a microsecond a call.
+        self._wire_lock = threading.Lock()
         self._sources = {name: _source(name) for name in _SCRIPTS}
         self._scripts = {name: client.register_script(self._sources[name]) for name in _SCRIPTS}
         self._queued = client.register_script(
@@ -677,6 +682,10 @@ class RedisStore:
         wire = self._wire
         if wire is None:
             return self._call_client(name, args)
+        with self._wire_lock:
+            return self._call_wire(wire, name, args)
+
+    def _call_wire(self, wire: Wire, name: str, args: list[str]) -> Any:
         import hiredis
 
         keys = self.keys
