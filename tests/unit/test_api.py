@@ -176,6 +176,24 @@ def test_a_type_declared_twice_differently_is_a_configuration_error(app):
         declared_types(app, {})
 
 
+def test_a_fair_task_declares_its_types_rate_and_a_bad_one_names_the_task(app):
+    @fair_task(app=app, name="t.export", type="export", priority=4, rate="120/m", burst=5)
+    def export(): ...
+
+    @app.task(base=FairTask, fair_type="hook", fair_priority=4, fair_rate=3, name="t.hook")
+    def hook(): ...
+
+    types = declared_types(app, {})
+    assert (types["export"].rate, types["export"].burst, types["export"].per) == (2.0, 5.0, "job")
+    assert types["hook"].rate == 3.0
+
+    @fair_task(app=app, name="t.bad", type="bad", priority=4, rate="fast", per="cost")
+    def bad(): ...
+
+    with pytest.raises(ConfigurationError, match=r"task 't\.bad'.*rate must be like"):
+        declared_types(app, {})
+
+
 def test_a_type_nobody_declares_is_a_configuration_error(app):
     @fair_task(app=app, name="t.a", type="orphan")
     def a(): ...
