@@ -32,10 +32,13 @@ def test_max_tasks_per_child_replaces_processes_and_jobs_keep_flowing(make_run, 
     # every new process was killed in turn and the jobs stopped (CI at 9bac50f). A timeout
     # above that wake-up keeps this test about the gate (docs/failure-modes.md).
     run = make_run(conf={"worker_proc_alive_timeout": 30.0})
-    start_worker(run, concurrency=2, args=("--max-tasks-per-child=1",))
+    worker = start_worker(run, concurrency=2, args=("--max-tasks-per-child=1",))
     for i in range(6):
         run.send("fairapp.clone", f"j{i}", 0.05, headers=fair_headers("clone", "k", f"r{i}"))
-    wait_until(lambda: len(run.recorder.done_counts()) == 6, 60, "six jobs")
+    done = run.recorder.done_counts
+    wait_until(
+        lambda: len(done()) == 6, 60, "six jobs", show=lambda: (done(), worker.log()[-5000:])
+    )
     pids = {e["pid"] for e in run.recorder.events() if e["event"] == "start"}
     assert len(pids) == 6  # a new process for every job
 
