@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from ..errors import SchedulerError, UnknownJob, UnknownJobType
-from .costs import UNLIMITED, cap_left
+from .costs import UNLIMITED, KeyState, cap_left
 from .fairqueue import (
     park_on,
     release,
     unblock,
 )
-from .jobs import ELSEWHERE, Conflict
+from .jobs import ELSEWHERE, Conflict, Lane
 from .keys import rerank
 from .state import _INF, _NUMBER, State, _type_of
 from .types import JobState
@@ -95,23 +95,21 @@ class Shared(State):
         most 0, the key starts nothing until it refills (core/rates.py). Ignored for a key
         the core does not know or that has no rate. O(1), plus what it blocks or unblocks.
         """
-        if not (_type_of(level) in _NUMBER and -_INF < level < _INF):
-            raise SchedulerError(f"a bucket's level must be a finite number, got {level!r}")
-        key = self._accounts.keys.get(fairness_key)
-        if key is not None and key.rate is not None:
-            self._age(self._clock.now())
-            self._keys.set_tokens(key, float(level))
-            self._woken_by()
+        self._adopt_level(self._accounts.keys.get(fairness_key), level)
 
     def set_type_tokens(self, type: str, level: float) -> None:
         """Make job type ``type``'s rate bucket ``level`` now (the fleet's, from a store), as
         ``set_tokens`` for a key. Ignored for a type not registered or without a rate."""
+        self._adopt_level(self._lanes.get(type), level)
+
+    def _adopt_level(self, holder: KeyState | Lane | None, level: float) -> None:
+        """A key's or a type's lane's bucket takes the store's ``level`` (``holder`` ``None``
+        or without a rate: nothing to do)."""
         if not (_type_of(level) in _NUMBER and -_INF < level < _INF):
             raise SchedulerError(f"a bucket's level must be a finite number, got {level!r}")
-        lane = self._lanes.get(type)
-        if lane is not None and lane.rate is not None:
+        if holder is not None and holder.rate is not None:
             self._age(self._clock.now())
-            self._keys.set_tokens(lane, float(level))
+            self._keys.set_tokens(holder, float(level))
             self._woken_by()
 
     def set_estimate(self, type: str, job_id: str | None, value: float) -> None:
