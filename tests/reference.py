@@ -407,7 +407,7 @@ class RefScheduler:
         """(effective priority, urgent), as ``aged`` says, and no higher than the key's
         max_priority unless urgent."""
         level, urgent = self.aged(job, now)
-        bound = self.policy(job.key).get("max_priority")
+        bound = self.bound(job.key)
         if not urgent and bound is not None and level > bound:
             level = max(self.base(job), bound)
         return level, urgent
@@ -452,7 +452,7 @@ class RefScheduler:
             if urgent or (ceiling is not None and level + 1 > ceiling):
                 continue
             target = aging.get("grace", 0) + (level + 1 - base) * aging["interval"]
-            bound = self.policy(job.key).get("max_priority")
+            bound = self.bound(job.key)
             if bound is not None and level >= bound:  # it moves again when urgent, if ever
                 threshold = aging.get("urgent")
                 if threshold is None or max(threshold, base + 1) > (ceiling or math.inf):

@@ -8,6 +8,9 @@ PRIORITIES = [1, 2, 3, 4, 8]
 GROUPS = ["", "git", "blob"]
 JOB_IDS = [None, "r1", "r2", "r3", "r4"]
 KEYS = ["", "a", "b", "c", "d"]
+# Two-level keys (separator "/"): tenants a and b of several keys, c and "" of one.
+TENANT_KEYS = ["", "a/x", "a/y", "a/z", "b/x", "b/y", "a", "c"]
+TENANT_POLICY_NAMES = ["a", "b", "c", "a/x", "a/*", "*/y", "*/*", "[ab]", "*"]
 
 times = st.one_of(
     st.integers(min_value=0, max_value=12),
@@ -40,11 +43,13 @@ WEIGHTS = [1, 0.5, 2, 3, 0.3]
 
 
 @st.composite
-def key_policies(draw, *, runnable=False, bounds=False, rates=False):
+def key_policies(draw, *, runnable=False, bounds=False, rates=False, tenants=False):
     """Policies by fairness key, as a trace's ``keys``: exact names, a pattern, a default;
     with ``bounds``, some with a ``max_priority``; with ``rates``, some with a rate (per job,
-    at rates whose refills fall on quarter seconds, as ``quarter_times``)."""
-    names = draw(st.lists(st.sampled_from([*KEYS, "[ab]", "?", "*"]), max_size=4, unique=True))
+    at rates whose refills fall on quarter seconds, as ``quarter_times``); with ``tenants``,
+    named for two-level keys (tenants' and keys' entries)."""
+    choices = TENANT_POLICY_NAMES if tenants else [*KEYS, "[ab]", "?", "*"]
+    names = draw(st.lists(st.sampled_from(choices), max_size=4, unique=True))
     out = {}
     for name in names:
         policy = {}
@@ -86,11 +91,11 @@ def agings(draw):
 
 
 @st.composite
-def pauses(draw, types, when=None):
+def pauses(draw, types, when=None, keys=KEYS):
     out = []
     for _ in range(draw(st.integers(0, 3))):
         if draw(st.booleans()):
-            pause = {"key": draw(st.sampled_from(KEYS))}
+            pause = {"key": draw(st.sampled_from(keys))}
         else:
             pause = {"type": draw(st.sampled_from(sorted(types)))}
         pause["at"] = draw(times if when is None else when)
@@ -113,6 +118,7 @@ def traces(
     bounds=False,
     by_key=False,
     rates=False,
+    tenants=False,
 ):
     """A random trace; ``runnable`` makes every type able to run (caps >= 1); ``policies``
     adds weights and caps by key, and pauses (only ones that end, with ``runnable``);
@@ -120,7 +126,9 @@ def traces(
     ``quarter_times``; ``allocation_caps`` makes each key's allocation its soft cap;
     ``bounds`` gives some jobs a priority of their own and (with ``policies``) some keys a
     ``max_priority``; ``by_key`` sets the priority scope ``"key"``; ``rates`` gives some types
-    and (with ``policies``) some keys a rate, and draws every time from ``quarter_times``."""
+    and (with ``policies``) some keys a rate, and draws every time from ``quarter_times``;
+    ``tenants`` makes keys two-level (separator ``"/"``, ``TENANT_KEYS``)."""
+    keys = TENANT_KEYS if tenants else KEYS
     when = quarter_times if aging or rates else times
     types = draw(job_types())
     if rates:
@@ -142,7 +150,7 @@ def traces(
             "name": f"j{i}",
             "type": draw(st.sampled_from(sorted(types))),
             "job_id": draw(st.sampled_from(JOB_IDS)),
-            "fairness_key": draw(st.sampled_from(KEYS)),
+            "fairness_key": draw(st.sampled_from(keys)),
             "arrival": draw(when),
             "duration": draw(when),
         }
@@ -172,9 +180,11 @@ def traces(
             life["advance_idle"] = True
         trace["lifecycle"] = life
     if policies:
-        trace["keys"] = draw(key_policies(runnable=runnable, bounds=bounds, rates=rates))
+        trace["keys"] = draw(
+            key_policies(runnable=runnable, bounds=bounds, rates=rates, tenants=tenants)
+        )
         trace["pauses"] = [
-            p for p in draw(pauses(types, when)) if not runnable or p.get("until") is not None
+            p for p in draw(pauses(types, when, keys)) if not runnable or p.get("until") is not None
         ]
     if aging and draw(st.integers(0, 3)):
         trace["aging"] = draw(agings())
@@ -182,4 +192,6 @@ def traces(
         trace["allocation_caps"] = True
     if by_key:
         trace["priority_scope"] = "key"
+    if tenants:
+        trace["key_separator"] = "/"
     return trace

@@ -68,6 +68,7 @@ _TOP_FIELDS = {
     "aging",
     "allocation_caps",
     "priority_scope",
+    "key_separator",
 }
 _PAUSE_FIELDS = {"key", "type", "at", "until"}
 _LIFECYCLE_FIELDS = {"cost_ttl", "estimate_ttl", "reset_interval", "advance_idle"}
@@ -287,6 +288,7 @@ def _parse_config(top: dict[str, Any], capacity: int, warn: Any) -> SchedulerCon
             aging=aging,
             allocation_caps=top.get("allocation_caps", False),
             priority_scope=top.get("priority_scope", "global"),
+            key_separator=top.get("key_separator"),
         )
     except ConfigurationError as exc:
         raise TraceError(str(exc)) from None
@@ -416,13 +418,14 @@ OVERRIDABLE = (
     "aging",
     "allocation_caps",
     "priority_scope",
+    "key_separator",
 )
 
 
 def with_overrides(data: object, overrides: object) -> object:
     """``data`` (a decoded trace) with an alternative configuration on top: ``capacity``,
     ``alpha``, ``tier_caps``, ``lifecycle``, ``keys``, ``pauses``, ``aging``,
-    ``allocation_caps`` and ``priority_scope`` replace the trace's;
+    ``allocation_caps``, ``priority_scope`` and ``key_separator`` replace the trace's;
     ``types`` are merged type by type, option by option (``{"repack": {"max_concurrency": 1}}``
     changes one cap). The jobs stay. The result is checked by ``parse_trace`` like any trace.
 

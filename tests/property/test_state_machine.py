@@ -27,12 +27,16 @@ from strategies import (
     JOB_IDS,
     KEYS,
     PRIORITIES,
+    TENANT_KEYS,
     agings,
     costs,
     job_types,
     key_policies,
     rate_terms,
 )
+
+# Flat keys and two-level ones: without a separator "a/x" is a key like any other.
+MACHINE_KEYS = sorted(set(KEYS) | set(TENANT_KEYS))
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -44,12 +48,17 @@ class SchedulerMachine(RuleBasedStateMachine):
         estimate_ttl=st.sampled_from([None, 2.0]),
         reset_interval=st.sampled_from([None, 3.0]),
         advance_idle=st.booleans(),
-        keys=st.one_of(st.just({}), key_policies(bounds=True, rates=True)),
+        keys=st.one_of(
+            st.just({}),
+            key_policies(bounds=True, rates=True),
+            key_policies(bounds=True, rates=True, tenants=True),
+        ),
         aging=st.one_of(st.none(), agings()),
         type_aging=st.lists(st.one_of(st.none(), agings()), min_size=4, max_size=4),
         type_rates=st.lists(st.one_of(st.just({}), rate_terms()), min_size=4, max_size=4),
         allocation_caps=st.booleans(),
         priority_scope=st.sampled_from(["global", "key"]),
+        key_separator=st.sampled_from([None, "/"]),
     )
     def setup(
         self,
@@ -66,7 +75,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         type_rates,
         allocation_caps,
         priority_scope,
+        key_separator,
     ):
+        if key_separator is not None:
+            allocation_caps = False  # refused together (SchedulerConfig)
         self.clock = SimClock()
         life = CostLifecycle(cost_ttl, estimate_ttl, reset_interval, advance_idle)
         jtypes = [
@@ -90,6 +102,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 aging=None if aging is None else Aging.from_mapping(aging),
                 allocation_caps=allocation_caps,
                 priority_scope=priority_scope,
+                key_separator=key_separator,
             ),
             self.clock,
             jtypes,
@@ -118,6 +131,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             aging=aging,
             allocation_caps=allocation_caps,
             priority_scope=priority_scope,
+            key_separator=key_separator,
         )
         self.types = sorted(types)
         self.policies_changed = False  # a cap lowered under running jobs may be exceeded
@@ -132,7 +146,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(
         data=st.data(),
         job_id=st.sampled_from(JOB_IDS),
-        key=st.sampled_from(KEYS),
+        key=st.sampled_from(MACHINE_KEYS),
         back=st.sampled_from([0, 0, 0.5, 2]),
         cost=costs,
         priority=st.one_of(st.none(), st.none(), st.sampled_from(PRIORITIES)),
@@ -228,7 +242,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.running.remove(ref)
         self.pending.append(ref)
 
-    @rule(key=st.sampled_from(KEYS), value=st.sampled_from([0, 0.5, 1, 3.3, 10, 40]))
+    @rule(key=st.sampled_from(MACHINE_KEYS), value=st.sampled_from([0, 0.5, 1, 3.3, 10, 40]))
     def set_accumulated(self, key, value):
         self.core.set_accumulated(key, value)
         self.ref.set_accumulated(key, value)
@@ -254,7 +268,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def set_running_elsewhere_by_key(self, data):
         tiers = dict(self.ref.elsewhere_tiers)
         types = dict(self.ref.elsewhere_types)
-        keys = data.draw(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 3)))
+        keys = data.draw(st.dictionaries(st.sampled_from(MACHINE_KEYS), st.integers(0, 3)))
         passes = data.draw(st.booleans())
         self.core.set_running_elsewhere(tiers, types, keys, urgent_passes=passes)
         self.ref.elsewhere_keys = keys
@@ -262,13 +276,18 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     # Policies and pauses, changed while jobs wait and run.
 
-    @rule(keys=key_policies(bounds=True, rates=True))
+    @rule(
+        keys=st.one_of(
+            key_policies(bounds=True, rates=True),
+            key_policies(bounds=True, rates=True, tenants=True),
+        )
+    )
     def set_key_policies(self, keys):
         self.core.set_key_policies(KeyPolicies.from_mapping(keys))
         self.ref.set_keys(keys, self.now)
         self.policies_changed = True
 
-    @rule(key=st.sampled_from(KEYS), pause=st.booleans())
+    @rule(key=st.sampled_from(MACHINE_KEYS), pause=st.booleans())
     def pause_or_resume_key(self, key, pause):
         (self.core.pause_key if pause else self.core.resume_key)(key)
         self.ref.pause("key", key, pause, self.now)
@@ -304,6 +323,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert snap.running == len(self.ref.running) == len(self.running)
         assert dict(snap.accumulated_cost) == self.ref.acc
         assert dict(snap.estimates) == self.ref.estimates
+        if self.ref.key_separator is not None:
+            assert self.core._tenants.costs() == self.ref.tacc
 
     @invariant()
     def caps_hold_and_conflicts_never_overlap(self):
@@ -326,6 +347,14 @@ class SchedulerMachine(RuleBasedStateMachine):
         for name, n in snap.running_by_key.items():
             cap = self.ref.policy(name).get("max_concurrency")
             assert cap is None or n - urgent.get(name, 0) <= cap or self.policies_changed
+        if self.ref.key_separator is not None:  # and each tenant's, over all its keys
+            tenants: dict[str, int] = {}
+            for name, n in snap.running_by_key.items():
+                tenant = self.ref.tenant(name)
+                tenants[tenant] = tenants.get(tenant, 0) + n - urgent.get(name, 0)
+            for tenant, n in tenants.items():
+                cap = self.ref.tenant_policy(tenant).get("max_concurrency")
+                assert cap is None or n <= cap or self.policies_changed
         held = set()
         for view in snap.jobs:
             group = types[view.type].conflict_group
@@ -365,13 +394,14 @@ class SchedulerMachineWithStructures(SchedulerMachine):
                 # unless every waiter's key is blocked (at its cap, or paused).
                 for cl in conflict.lanes.values():
                     if cl.lent is None:
-                        waiting = [kq for kq in cl.parked.queues.values() if kq.live]
+                        waiting = [kq for kq in _key_queues(cl.parked) if kq.live]
                         assert waiting, (conflict, cl)
-                        assert all(kq.key.running >= kq.key.cap for kq in waiting), cl
+                        assert all(_blocked(kq.key) for kq in waiting), cl
                         continue
                     assert cl.lent.state is JobState.PENDING
                     assert cl.lent.home is not None
-                    assert cl.lent.home.owner is cl.lane.queue
+                    owner = cl.lent.home.owner
+                    assert (owner.parent or owner) is cl.lane.queue
 
     @invariant()
     def a_blocked_key_is_at_its_cap_and_its_queues_have_no_entry(self):
@@ -389,6 +419,20 @@ class SchedulerMachineWithStructures(SchedulerMachine):
                     assert kq.owner.queues.get(key) is kq
 
     @invariant()
+    def a_blocked_tenant_is_at_its_cap_and_its_queues_have_no_entry(self):
+        tenants = self.core._tenants
+        for tenant in () if tenants is None else tenants.keys.values():
+            assert tenant.running == sum(
+                k.running for k in self.core._accounts.keys.values() if k.tenant is tenant
+            )
+            if tenant.blocked is not None:
+                assert tenant.running >= tenant.cap, tenant
+                for tq in tenant.blocked:
+                    assert tq.tblocked, tq
+                    assert tq.queues, tq
+                    assert tq.parent.queues.get(tenant) is tq
+
+    @invariant()
     def counters_equal_what_they_count(self):
         snap = self.core.snapshot()
         for lane in self.core._lanes.values():
@@ -404,3 +448,18 @@ class SchedulerMachineWithStructures(SchedulerMachine):
 
 
 TestSchedulerMachineWithStructures = SchedulerMachineWithStructures.TestCase
+
+
+def _key_queues(queue):
+    """The key queues of a lane's or conflict lane's queue, one level deep or two."""
+    for inner in queue.queues.values():
+        if hasattr(inner, "key"):  # a key queue
+            yield inner
+        else:  # a tenant queue (two-level keys)
+            yield from inner.queues.values()
+
+
+def _blocked(key):
+    """Whether ``key``, or its tenant, is at its cap."""
+    tenant = key.tenant
+    return key.running >= key.cap or (tenant is not None and tenant.running >= tenant.cap)

@@ -32,6 +32,10 @@ Structures and what they index
   *lent* back to the lane, and the loan is re-checked if its key is charged past the next
   waiter's cost.
 - ``Accounts`` holds each key's accumulated cost and counts; ``Estimates`` the learned costs.
+- With two-level keys (``SchedulerConfig.key_separator``), a lane's queue is a
+  ``tenants.TenantedQueue``: a lazy heap of *tenant queues* by the tenant's rank and cost,
+  each a ``KeyedQueue`` of that tenant's key queues; tenants have a ``KeyState`` and
+  ``Accounts`` of their own, charged at each admission beside the key.
 
 A fleet
 -------
@@ -53,10 +57,10 @@ O(n).
 Modules
 -------
 ``types`` (values in and out), ``clock``, ``jobs`` (the records: job, tier, lane, conflict),
-``policy`` (the dispatch rule), ``fairqueue`` (the pending index), ``costs`` (estimates and
-accounts), ``aging``, ``allocation``, ``inspect``
-(status, expected start, blockers, snapshot: values only, and the blockers as plain data),
-``reserve``, ``state`` (the structures, and the moves every operation is made of),
+``policy`` (the dispatch rule), ``fairqueue`` (the pending index), ``tenants`` (its second
+level, for two-level keys), ``costs`` (estimates and accounts), ``aging``, ``allocation``,
+``inspect`` (status, expected start, blockers, snapshot: values only, and the blockers as
+plain data), ``reserve``, ``state`` (the structures, and the moves every operation is made of),
 ``shared`` (what a shared store says of the fleet), and ``scheduler``, the façade over them.
 
 Rules for this package

@@ -199,7 +199,14 @@ class KeyState:
       - with a ``rate`` (its policy's, per second; ``None``: none), ``tokens`` is its bucket's
         level at ``tokens_at`` (core/rates.py), and ``limited`` says it holds less than a start:
         the key starts nothing until the bucket refills (``cap`` is 0, as while ``paused``);
-        ``halted`` is ``paused or limited``, what even an urgent job does not pass.
+        ``halted`` is ``paused or limited``, what even an urgent job does not pass;
+      - with two-level keys (``tenants.py``), ``tenant`` is the state of the key's tenant,
+        itself a ``KeyState`` (``is_tenant``) whose ``acc`` sums what its keys' admissions
+        charged it (``estimate / tenant weight``), ``pending``/``running`` count its keys'
+        jobs, ``cap`` bounds them together, ``queues``/``blocked`` list its tenant queues
+        (``fairqueue.KeyedQueue`` with a ``parent``), ``lent`` holds the loans to any of its
+        keys' jobs (``fairqueue.lender``), and ``members`` its active keys' costs (the lazy
+        heap ``Accounts`` takes a returning key's floor from, with ``advance_idle``).
     """
 
     __slots__ = (
@@ -209,10 +216,12 @@ class KeyState:
         "cap",
         "elsewhere",
         "halted",
+        "is_tenant",
         "lent",
         "limit",
         "limited",
         "max_priority",
+        "members",
         "min_slots",
         "name",
         "paused",
@@ -225,6 +234,7 @@ class KeyState:
         "running",
         "share",
         "share_frac",
+        "tenant",
         "tokens",
         "tokens_at",
         "weight",
@@ -255,6 +265,11 @@ class KeyState:
         self.tokens_at = -_INF
         self.limited = False
         self.halted = False
+        # Two-level keys: a key's tenant (a KeyState of its own, ``is_tenant``), and for a
+        # tenant the lazy heap of its active keys' costs (``Accounts``, ``advance_idle``).
+        self.tenant: KeyState | None = None
+        self.is_tenant = False
+        self.members: list[tuple[float, int, KeyState]] | None = None
 
     def recap(self) -> None:
         """Compute ``cap`` and ``halted`` again from ``limit``, ``elsewhere``, ``paused`` and
@@ -315,10 +330,12 @@ class Accounts:
         return ks
 
     def activate(self, ks: KeyState) -> None:
-        """Called when ``ks`` gets its first pending job while idle. O(log active keys)."""
+        """Called when ``ks`` gets its first pending job while idle. With ``advance_idle`` it
+        starts from the least active key's cost (of its tenant's keys, with two-level keys).
+        O(log active keys)."""
         self._idle.pop(ks.name, None)
         if self.lifecycle.advance_idle:
-            floor = self.min_active()
+            floor = self.min_active(ks.tenant)
             if floor is not None and floor > ks.acc:
                 ks.acc = floor
             self._push_active(ks)
@@ -334,17 +351,28 @@ class Accounts:
             self._push_active(ks)
 
     def _push_active(self, ks: KeyState) -> None:
+        tenant = ks.tenant
+        if tenant is not None:  # two-level keys: among its tenant's keys
+            if tenant.members is None:
+                tenant.members = []
+            heapq.heappush(tenant.members, (ks.acc, next(self._ids), ks))
+            if len(tenant.members) > 64 and len(tenant.members) > 4 * (
+                tenant.pending + tenant.running + 1
+            ):
+                self._rebuild_members(tenant)
+            return
         heapq.heappush(self._active, (ks.acc, next(self._ids), ks))
         if len(self._active) > 64 and len(self._active) > 4 * (len(self.keys) - len(self._idle)):
             self._rebuild_active()
 
-    def min_active(self) -> float | None:
-        """The smallest accumulated cost among active keys, or ``None``. Amortised O(log n)."""
-        heap = self._active
+    def min_active(self, tenant: KeyState | None = None) -> float | None:
+        """The smallest accumulated cost among active keys (of ``tenant``'s keys, with
+        two-level keys), or ``None``. Amortised O(log n)."""
+        heap = self._active if tenant is None else tenant.members
         keys = self.keys
         while heap:
             acc, _, ks = heap[0]
-            if not ks.is_active or keys.get(ks.name) is not ks:
+            if not ks.is_active or keys.get(ks.name) is not ks or ks.tenant is not tenant:
                 heapq.heappop(heap)
             elif acc != ks.acc:
                 heapq.heapreplace(heap, (ks.acc, next(self._ids), ks))
@@ -353,14 +381,21 @@ class Accounts:
         return None
 
     def _rebuild_active(self) -> None:
+        self._active = self._fresh(self._active)
+
+    def _rebuild_members(self, tenant: KeyState) -> None:
+        tenant.members = self._fresh(tenant.members or [])
+
+    def _fresh(self, heap: list[tuple[float, int, KeyState]]) -> list[tuple[float, int, KeyState]]:
+        """The active keys of ``heap``, once each, at their true costs. O(len(heap))."""
         seen: set[int] = set()
         fresh = []
-        for _, _, ks in self._active:
+        for _, _, ks in heap:
             if ks.is_active and id(ks) not in seen and self.keys.get(ks.name) is ks:
                 seen.add(id(ks))
                 fresh.append((ks.acc, next(self._ids), ks))
         heapq.heapify(fresh)
-        self._active = fresh
+        return fresh
 
     def expire(self, now: float) -> bool:
         """Apply TTL eviction and periodic reset due at ``now``.
@@ -384,10 +419,15 @@ class Accounts:
         assert interval is not None
         while self._next_reset <= now:
             self._next_reset += interval
+        tenants = set()
         for ks in self.keys.values():
             ks.acc = 0.0
+            if ks.tenant is not None:
+                tenants.add(ks.tenant)
         if self.lifecycle.advance_idle:
             self._rebuild_active()
+            for tenant in tenants:
+                self._rebuild_members(tenant)
         return True
 
     def next_due(self) -> float:

@@ -46,7 +46,7 @@ from heapq import heapify, heappop, heappush, heapreplace
 from itertools import count
 from math import inf as _INF
 from math import nextafter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .aging import URGENT
 from .jobs import ELSEWHERE
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .costs import KeyState
-    from .jobs import Conflict, ConflictKey, Job, Lane, Place
+    from .jobs import Conflict, ConflictKey, Job, Lane, PendingQueue, Place
 
 _NEG_URGENT = -URGENT
 _NO_BOUND = (3, 0.0)
@@ -66,6 +66,7 @@ __all__ = [
     "ConflictLane",
     "KeyQueue",
     "KeyedQueue",
+    "lender",
     "park_on",
     "recheck_loans",
     "release",
@@ -171,7 +172,7 @@ class KeyQueue:
                 if conflict is not None and conflict.holder is not None:
                     self.remove_head(job)
                     self.live -= 1
-                    self.owner.size -= 1
+                    self.owner.shrink()
                     park_on(conflict, job)
                     continue
             return job
@@ -213,7 +214,19 @@ class KeyedQueue:
     ``queues`` is also listed in its key's ``KeyState.queues``.
     """
 
-    __slots__ = ("cl", "conflicts", "heap", "lane", "queues", "size")
+    __slots__ = (
+        "cl",
+        "conflicts",
+        "heap",
+        "lane",
+        "parent",
+        "queues",
+        "size",
+        "tblocked",
+        "tenant",
+        "trec",
+        "tver",
+    )
 
     def __init__(
         self,
@@ -227,6 +240,22 @@ class KeyedQueue:
         self.conflicts: dict[ConflictKey, Conflict] = {} if conflicts is None else conflicts
         self.lane = lane
         self.cl = cl
+        # With two-level keys (tenants.py): the tenant queue this is, in ``parent`` (a
+        # ``tenants.TenantedQueue``) for ``tenant``: the id of its one current entry there
+        # (``tver``, -1: none), what that entry recorded (``trec``), and whether its tenant
+        # blocks it (``tblocked``). ``None``/-1/False for a lane's flat queue.
+        self.parent: Any = None
+        self.tenant: KeyState | None = None
+        self.tver = -1
+        self.trec: tuple[float, ...] = ()
+        self.tblocked = False
+
+    def shrink(self) -> None:
+        """One live job fewer (and in the tenanted queue above, if any). O(1)."""
+        self.size -= 1
+        parent = self.parent
+        if parent is not None:
+            parent.size -= 1
 
     def push(self, job: Job) -> None:
         """Add ``job``; O(log n)."""
@@ -244,6 +273,9 @@ class KeyedQueue:
         kq.add(job)
         kq.live += 1
         self.size += 1
+        parent = self.parent
+        if parent is not None:
+            parent.size += 1
         if (
             kq.ver < 0
             or arrival < kq.rec_arrival
@@ -260,6 +292,8 @@ class KeyedQueue:
                     heappush(self.heap, (key.rank, key.acc, lane.neg_base, arrival, seq, ver, kq))
                 else:
                     heappush(self.heap, (lane.neg_base, key.rank, key.acc, arrival, seq, ver, kq))
+                if parent is not None:
+                    parent.lift(self, lane.place(job), job)
             else:  # a blocked queue's head may be an older job than this one
                 self.enter(kq, kq.head(False) if kq.blocked else job)  # type: ignore[arg-type]
 
@@ -281,6 +315,8 @@ class KeyedQueue:
         heappush(self.heap, (place[0], place[1], place[2], job.arrival, job.seq, ver, kq))
         if lane.aging is not None:
             _book(lane, kq, job, False)
+        if self.parent is not None:
+            self.parent.lift(self, place, job)
         return True
 
     def best(self, park: bool) -> Job | None:
@@ -357,6 +393,8 @@ class KeyedQueue:
             queues.remove(kq)
             if not queues:
                 key.queues = None
+        if not self.queues and self.parent is not None:  # a tenant queue left empty
+            self.parent.drop(self)
 
     def min_place_excluding(self, key: KeyState) -> Place | None:
         """A lower bound of the place ``(-level, rank, acc)`` of every key but ``key`` with
@@ -402,7 +440,10 @@ def take(job: Job) -> None:
     assert kq is not None
     kq.remove_head(job)
     kq.live -= 1
-    kq.owner.size -= 1
+    owner = kq.owner
+    owner.size -= 1
+    if owner.parent is not None:
+        owner.parent.size -= 1
     job.home = None
     if kq.blocked:
         if kq.live == 0:
@@ -418,7 +459,7 @@ def discard(job: Job) -> None:
     kq: KeyQueue | None = job.home
     if kq is not None:
         kq.live -= 1
-        kq.owner.size -= 1
+        kq.owner.shrink()
         job.home = None
         if kq.blocked and kq.live == 0:  # no entry will ever meet it: forget it now
             _forget_blocked(kq)
@@ -504,12 +545,25 @@ def unblock(key: KeyState) -> None:
 
 
 def take_back_loans(key: KeyState) -> None:
-    """``key`` just became blocked: the conflict lanes that lent it a job lend another key's
-    waiter instead. Only loans registered with a bound can have another key to lend to.
-    O(loans of the key · log n)."""
-    for _, ident, cl in list(key.lent):
-        if cl.bound_id == ident and cl.lent is not None and cl.lent.key is key:
+    """``key`` (or tenant) just became blocked: the conflict lanes that lent it a job lend
+    another key's waiter instead. Only loans registered with a bound can have another key to
+    lend to. With two-level keys a key's loans are registered with its tenant
+    (``lender``). O(loans of the key, or of its tenant · log n)."""
+    for _, ident, cl in list(lender(key).lent):
+        if cl.bound_id == ident and cl.lent is not None and _borrows(cl.lent.key, key):
             cl.revalidate()
+
+
+def lender(key: KeyState) -> KeyState:
+    """Where the loans to ``key``'s jobs are registered: its tenant's ``lent`` with two-level
+    keys (a charge to any of the tenant's keys moves them all), else its own."""
+    tenant = key.tenant
+    return key if tenant is None else tenant
+
+
+def _borrows(borrower: KeyState, holder: KeyState) -> bool:
+    """Whether a loan to a job of ``borrower`` is ``holder``'s: its key's or its tenant's."""
+    return borrower is holder or borrower.tenant is holder
 
 
 def _book(lane: Lane, kq: KeyQueue, job: Job, urgent_only: bool) -> None:
@@ -587,7 +641,9 @@ class ConflictLane:
     def __init__(self, conflict: Conflict, lane: Lane) -> None:
         self.conflict = conflict
         self.lane = lane
-        self.parked = KeyedQueue(lane, cl=self)
+        # Ordered as its lane's queue is (flat, or two levels deep: tenants.TenantedQueue).
+        make: Any = type(lane.queue)
+        self.parked: PendingQueue = make(lane, cl=self)
         self.lent: Job | None = None
         self.bound_id = 0
 
@@ -626,10 +682,10 @@ class ConflictLane:
         bound = self.parked.min_place_excluding(lent.key)
         if bound is None:
             return
-        key = lent.key
-        loans = key.lent
+        holder = lender(lent.key)
+        loans = holder.lent
         if len(loans) > 64:  # drop loans long moved on, which no charge may ever reach
-            key.lent = loans = [e for e in loans if e[2].bound_id == e[1]]
+            holder.lent = loans = [e for e in loans if e[2].bound_id == e[1]]
             heapify(loans)
         lane = self.lane
         if lane.by_key:  # (rank, acc, -level): a charge moves it past the others' (rank, acc)
@@ -665,11 +721,15 @@ class ConflictLane:
 
 
 def recheck_loans(key: KeyState) -> None:
-    """``key`` was charged: re-examine the loans whose bound its cost has reached.
+    """``key`` (or tenant) was charged: re-examine the loans whose bound its cost has reached.
 
     Amortised O(log n) per loan examined; a loan is examined only when its borrower's cost
-    crossed the recorded bound, i.e. when the loan may really have to move.
+    crossed the recorded bound, i.e. when the loan may really have to move. With two-level
+    keys the bounds are a tenant's ``(rank, acc)``; a loan whose next waiter is of the same
+    tenant has a bound its tenant always reaches, and is examined at each of its tenant's
+    charges (O(such loans)).
     """
+    key = lender(key)
     lent = key.lent
     due = []
     place = (key.rank, key.acc)
@@ -678,5 +738,5 @@ def recheck_loans(key: KeyState) -> None:
     # Each loan is examined once per charge: a loan still right after a tie on cost is
     # registered again with a bound the key already reached, and must wait for the next charge.
     for _, ident, cl in due:
-        if cl.bound_id == ident and cl.lent is not None and cl.lent.key is key:
+        if cl.bound_id == ident and cl.lent is not None and _borrows(cl.lent.key, key):
             cl.revalidate()

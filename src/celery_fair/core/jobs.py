@@ -30,10 +30,12 @@ __all__ = [
     "ConflictKey",
     "Job",
     "Lane",
+    "Order",
     "PendingQueue",
     "Place",
     "SideLane",
     "Tier",
+    "widen",
 ]
 
 Place = tuple[float, float, float]
@@ -42,6 +44,10 @@ with priority scope ``"global"``, ``(rank, acc, -level)`` with ``"key"``. ``leve
 effective priority. Once it has aged into urgency the place is ``(-URGENT, 0, 0)`` in both
 scopes (``rank``, ``acc`` and ``level`` no longer count), so ``place[0] == -URGENT`` says
 urgent whatever the scope."""
+
+Order = tuple[float, ...]
+"""A job's whole place in the order, smallest first (``Lane.order``): its ``Place`` (widened
+with its tenant's rank and cost with two-level keys, ``widen``), then arrival and seq."""
 
 ConflictKey = tuple[str, str]
 """``(conflict group, job_id)``."""
@@ -63,6 +69,9 @@ class PendingQueue(Protocol):
 
     def refresh(self) -> None:
         """Put every key queue back at its true place (costs went down)."""
+
+    def min_place_excluding(self, key: KeyState) -> tuple[float, ...] | None:
+        """A lower bound of the place of every key but ``key`` with jobs here."""
 
 
 class Job:
@@ -90,6 +99,7 @@ class Job:
         "lent_from",
         "seq",
         "state",
+        "tcharge",
         "token",
         "uid",
     )
@@ -121,12 +131,13 @@ class Job:
         self.effective: tuple[int, bool]
         self.estimate: float
         self.charge: float
+        self.tcharge = 0.0  # what its tenant was charged (two-level keys)
         self.token: int
         self.admitted_at: float
 
-    def order(self) -> tuple[float, float, float, float, int]:
+    def order(self) -> Order:
         """The job's place in the dispatch order at the lane agenda's ``now``, smallest first."""
-        return (*self.lane.place(self), self.arrival, self.seq)
+        return self.lane.order(self)
 
     def __repr__(self) -> str:
         return (
@@ -191,6 +202,7 @@ class Lane:
         "tier",
         "tokens",
         "tokens_at",
+        "two_level",
         "type",
     )
 
@@ -202,10 +214,12 @@ class Lane:
         queue: Callable[[Lane], PendingQueue],
         aging: Aging | None = None,
         by_key: bool = False,
+        two_level: bool = False,
     ) -> None:
         self.type = jtype
         self.tier = tier
         self.by_key = by_key
+        self.two_level = two_level
         cap = UNLIMITED if jtype.max_concurrency is None else jtype.max_concurrency
         self.limit = self.cap = cap
         self.elsewhere = 0
@@ -268,6 +282,29 @@ class Lane:
             return (key.rank, key.acc, -level)
         return (-level, key.rank, key.acc)
 
+    def order(self, job: Job) -> Order:
+        """``job``'s whole place in the order now: its ``place``, widened with its tenant's
+        rank and cost with two-level keys, then its arrival and seq."""
+        place = self.place(job)
+        if self.two_level:
+            tenant = job.key.tenant
+            assert tenant is not None
+            return (*widen(place, tenant.rank, tenant.acc, self.by_key), job.arrival, job.seq)
+        return (*place, job.arrival, job.seq)
+
+
+def widen(place: Place, rank: float, acc: float, by_key: bool) -> tuple[float, ...]:
+    """A key's ``place`` with its tenant's ``rank`` and ``acc`` (two-level keys): tenants are
+    served fairly first, then keys within the tenant. ``(-level, rank_t, acc_t, rank, acc)``
+    with priority scope ``"global"``, ``(rank_t, acc_t, rank, acc, -level)`` with ``"key"``;
+    an urgent place stays first in both, ``(-URGENT, 0, 0, 0, 0)``."""
+    p0 = place[0]
+    if p0 == _NEG_URGENT:
+        return (p0, 0, 0.0, 0, 0.0)
+    if by_key:
+        return (rank, acc, p0, place[1], place[2])
+    return (p0, rank, acc, place[1], place[2])
+
 
 def _forwarded(name: str) -> property:
     """An attribute of a side lane that is its type's lane's (``SideLane``)."""
@@ -322,6 +359,7 @@ class SideLane(Lane):
         self.type = home.type
         self.tier = tier
         self.by_key = home.by_key
+        self.two_level = home.two_level
         self.neg_base = -tier.priority
         self.agenda = home.agenda
         self.aging = aging if aging is not None and aging.ages(tier.priority) else None

@@ -20,9 +20,10 @@ from ..errors import ConfigurationError
 from .aging import Agenda, PauseLog
 from .allocation import Allocation, KeyDemand, redistributed, shares
 from .costs import UNLIMITED, Accounts, KeyState
-from .fairqueue import recheck_loans, reposition, resume_aging, take_back_loans, unblock
+from .fairqueue import recheck_loans, resume_aging, take_back_loans
 from .rates import level_at, may_start, refill_at, start_charge
-from .types import KeyPolicies
+from .tenants import reposition, tenant_name, unblock
+from .types import DEFAULT_KEY_POLICY, KeyPolicies, KeyPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -45,27 +46,46 @@ class KeyRules:
         policies: The policies by key.
         sharing: Whether allocation caps are on (``SchedulerConfig.allocation_caps``).
         agenda: The time of the operation in progress, and whether anything ages.
+        separator: With two-level keys, the key separator (``SchedulerConfig``), and
+            ``tenants`` the known tenants, whose terms this keeps too: a tenant's from the
+            policies named without the separator, a key's from those named with it
+            (``KeyPolicies.levels``).
     """
 
     __slots__ = (
         "accounts",
         "agenda",
         "elsewhere",
+        "levels",
         "paused_keys",
         "paused_types",
         "pauses",
         "policies",
         "reshare_due",
+        "separator",
         "sharing",
+        "tenant_elsewhere",
+        "tenants",
         "wakes",
     )
 
     def __init__(
-        self, accounts: Accounts, policies: KeyPolicies, sharing: bool, agenda: Agenda
+        self,
+        accounts: Accounts,
+        policies: KeyPolicies,
+        sharing: bool,
+        agenda: Agenda,
+        separator: str | None = None,
+        tenants: Accounts | None = None,
     ) -> None:
         self.accounts = accounts
         self.agenda = agenda
         self.policies = policies
+        self.separator = separator
+        self.tenants = tenants
+        self.levels = None if separator is None else policies.levels(separator)
+        # What other workers run of each tenant's keys together, by tenant (two levels).
+        self.tenant_elsewhere: dict[str, int] = {}
         # Keys and types paused by name (a key not known yet is paused when it appears), and
         # what other workers run of each key (a shared store's count, none listed as 0).
         self.paused_keys: set[str] = set()
@@ -82,14 +102,58 @@ class KeyRules:
         # its own time).
         self.wakes: list[tuple[float, int, Bucketed]] = []
 
+    def key_policy(self, name: str) -> KeyPolicy:
+        """Key ``name``'s own policy; with two-level keys, from the entries that hold the
+        separator, and the default one for a key without it (its tenant's terms apply to
+        it: ``tenant_policy``). O(1) for an exact name, O(patterns) otherwise."""
+        if self.levels is None:
+            return self.policies.for_key(name)
+        separator = self.separator
+        assert separator is not None
+        if separator not in name:
+            return DEFAULT_KEY_POLICY
+        return self.levels[1].for_key(name)
+
+    def tenant_policy(self, name: str) -> KeyPolicy:
+        """Tenant ``name``'s policy (two-level keys): from the entries without the separator."""
+        assert self.levels is not None
+        return self.levels[0].for_key(name)
+
+    def bound(self, name: str) -> int | None:
+        """Key ``name``'s ``max_priority``: its own, or with two-level keys the lower of its
+        own and its tenant's. O(1) known, O(patterns) otherwise."""
+        key = self.accounts.keys.get(name)
+        if key is not None:
+            return key.max_priority
+        bound = self.key_policy(name).max_priority
+        if self.separator is not None:
+            return _lower(bound, self.tenant_policy(tenant_name(name, self.separator)).max_priority)
+        return bound
+
+    def adopt_tenant(self, tenant: KeyState) -> None:
+        """Give ``tenant`` its policy and count elsewhere (new, or after a change): its weight,
+        minimum, cap over all its keys and ``max_priority`` for all its jobs."""
+        policy = self.tenant_policy(tenant.name)
+        tenant.is_tenant = True
+        tenant.weight = float(policy.weight)
+        tenant.min_slots = policy.min_slots
+        tenant.max_priority = policy.max_priority
+        cap = policy.max_concurrency
+        tenant.limit = UNLIMITED if cap is None else cap
+        tenant.elsewhere = self.tenant_elsewhere.get(tenant.name, 0)
+        limits_changed(tenant)
+
     def adopt(self, key: KeyState) -> None:
-        """Give ``key`` its policy, pause and count elsewhere (new, or after a change)."""
+        """Give ``key`` its policy, pause and count elsewhere (new, or after a change); with
+        two-level keys, its tenant first (``key.tenant``, adopted)."""
         name = key.name
-        policy = self.policies.for_key(name)
+        policy = self.key_policy(name)
         key.weight = float(policy.weight)
         key.min_slots = policy.min_slots
         bound = key.max_priority
         key.max_priority = policy.max_priority
+        if key.tenant is not None:
+            key.max_priority = _lower(key.max_priority, key.tenant.max_priority)
         cap = policy.max_concurrency
         key.limit = UNLIMITED if cap is None else cap
         key.paused = name in self.paused_keys
@@ -112,6 +176,11 @@ class KeyRules:
         if not isinstance(policies, KeyPolicies):
             raise ConfigurationError(f"expected KeyPolicies, got {policies!r}")
         self.policies = policies
+        if self.separator is not None:
+            self.levels = policies.levels(self.separator)
+            assert self.tenants is not None
+            for tenant in list(self.tenants.keys.values()):
+                self.adopt_tenant(tenant)
         for key in list(self.accounts.keys.values()):
             self.adopt(key)
 
@@ -120,7 +189,7 @@ class KeyRules:
         key = self.accounts.keys.get(name)
         if key is not None:
             return (None if key.limit == UNLIMITED else key.limit), key.weight
-        policy = self.policies.for_key(name)
+        policy = self.key_policy(name)
         return policy.max_concurrency, float(policy.weight)
 
     def rate_terms(self, name: str) -> tuple[float, float, bool] | None:
@@ -129,7 +198,7 @@ class KeyRules:
         key = self.accounts.keys.get(name)
         if key is not None:
             return None if key.rate is None else (key.rate, key.burst, key.per_cost)
-        policy = self.policies.for_key(name)
+        policy = self.key_policy(name)
         if policy.rate is None:
             return None
         return policy.rate, policy.bucket, policy.per == "cost"
@@ -155,6 +224,21 @@ class KeyRules:
             if key is not None:
                 key.elsewhere = now.get(name, 0)
                 limits_changed(key)
+        separator = self.separator
+        if separator is None:
+            return
+        assert self.tenants is not None
+        sums: dict[str, int] = {}
+        for name, n in now.items():
+            tenant = tenant_name(name, separator)
+            sums[tenant] = sums.get(tenant, 0) + n
+        was = self.tenant_elsewhere
+        self.tenant_elsewhere = sums
+        for name in was.keys() | sums.keys():
+            tenant_state = self.tenants.keys.get(name)
+            if tenant_state is not None and tenant_state.elsewhere != sums.get(name, 0):
+                tenant_state.elsewhere = sums.get(name, 0)
+                limits_changed(tenant_state)
 
     # -- rate limits (core/rates.py) ---------------------------------------------------------
 
@@ -388,3 +472,10 @@ def limits_changed(key: KeyState) -> None:
             take_back_loans(key)
     elif key.blocked is not None:
         unblock(key)
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    """The lower of two bounds, ``None`` being none."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from .costs import KeyState
-    from .jobs import Conflict, ConflictKey, Job, Tier
+    from .jobs import Conflict, ConflictKey, Job, Order, Tier
     from .types import Admission
 
 __all__ = [
@@ -43,8 +43,8 @@ def comes_before(a: Job, b: Job) -> bool:
     """Whether pending ``a`` precedes pending ``b`` in their tier: by place (effective
     priority, rank, accumulated cost of the key, in the order of the priority scope; urgent
     jobs first), then arrival, then submission order. O(1)."""
-    if a.lane.aging is not None or b.lane.aging is not None:
-        return (*a.lane.place(a), a.arrival, a.seq) < (*b.lane.place(b), b.arrival, b.seq)
+    if a.lane.aging is not None or b.lane.aging is not None or a.lane.two_level:
+        return a.lane.order(a) < b.lane.order(b)
     a_key = a.key
     b_key = b.key
     if a_key.rank != b_key.rank:
@@ -67,11 +67,14 @@ def key_holds(key: KeyState, level: float) -> bool:
 
 
 def key_blocks(job: Job) -> bool:
-    """Whether ``job``'s key holds it back now (``key_holds`` at the job's place). O(1)."""
+    """Whether ``job``'s key, or with two-level keys its tenant, holds it back now
+    (``key_holds`` at the job's place, for each). O(1)."""
     key = job.key
-    if key.running < key.cap:
+    tenant = key.tenant
+    if key.running < key.cap and (tenant is None or tenant.running < tenant.cap):
         return False
-    return key.halted or job.lane.place(job)[0] != _NEG_URGENT
+    level = job.lane.place(job)[0]
+    return key_holds(key, level) or (tenant is not None and key_holds(tenant, level))
 
 
 def conflict_held(conflicts: Mapping[ConflictKey, Conflict], job: Job) -> bool:
@@ -134,7 +137,7 @@ def select(
 
 def _select_aged(tiers: list[Tier], urgent_passes: bool) -> Job | None:
     best: Job | None = None
-    best_place: tuple[float, float, float, float, int] | None = None
+    best_place: Order | None = None
     for tier in tiers:
         if tier.pending == 0:
             continue
@@ -150,10 +153,9 @@ def _select_aged(tiers: list[Tier], urgent_passes: bool) -> Job | None:
                 continue
             job = queue.best(True)
             if job is not None:
-                p0, p1, p2 = lane.place(job)
-                if full and p0 != _NEG_URGENT:
+                place = lane.order(job)
+                if full and place[0] != _NEG_URGENT:
                     continue  # full but for other workers' jobs, which only urgent jobs pass
-                place = (p0, p1, p2, job.arrival, job.seq)
                 if best_place is None or place < best_place:
                     best = job
                     best_place = place
@@ -206,11 +208,13 @@ def goes_before(
     even charged ``cost``, has used no more than the admission's key had before it was
     charged (``keys``: the keys by name, as the admissions' keys are now). With priority
     scope ``"key"`` the cost comes first: it goes before when its key, charged ``cost``, has
-    used less, or as much and its priority is no lower.
+    used less, or as much and its priority is no lower. With two-level keys, a job and an
+    admission of different tenants compare their tenants' costs instead.
     """
     by_key = job.lane.by_key
     priority, urgent = job.lane.effective(job)
-    used = job.key.acc + cost
+    mine = job.key
+    tenant = mine.tenant
     ahead = 0.0  # the estimates of the admissions ``job`` goes before
     for other in admitted:
         if urgent or other.urgent:  # urgent jobs go first, oldest first
@@ -220,17 +224,20 @@ def goes_before(
             theirs = other.effective_priority
             if theirs is None:
                 theirs = other.priority
-            if by_key:
-                key = keys.get(other.fairness_key)
+            # What ``job``'s key would have used, and what the admission's had: with
+            # two-level keys, their tenants' when the tenants differ.
+            key = keys.get(other.fairness_key)
+            if tenant is not None and key is not None and key.tenant not in (None, tenant):
+                used = tenant.acc + cost
+                before = key.tenant.acc - other.estimate
+            else:
+                used = mine.acc + cost
                 before = (0.0 if key is None else key.acc) - other.estimate
+            if by_key:
                 if used > before or (used == before and priority < theirs):
                     continue
-            elif priority < theirs:
+            elif priority < theirs or (priority == theirs and used > before):
                 continue
-            elif priority == theirs:
-                key = keys.get(other.fairness_key)
-                if used > (0.0 if key is None else key.acc) - other.estimate:
-                    continue
         ahead += other.estimate
         if ahead >= tolerance:
             return True

@@ -126,17 +126,19 @@ class Scheduler(Shared):
         elif not (_type_of(arrival) in _NUMBER and -_INF < arrival < _INF):
             raise SchedulerError(f"job {uid!r}: arrival must be a finite number, got {arrival!r}")
         self._maintain(now)
-        accounts = self._accounts
-        key = accounts.keys.get(fairness_key)
-        if key is None:
-            key = accounts.get(fairness_key)
-            self._keys.adopt(key)
+        key = self._key(fairness_key)
         if key.max_priority is not None:
             priority = _bounded(lane, key.max_priority, priority)
         if priority is not None:
             lane = self._lane_at(lane, priority)
+        tenant = key.tenant
+        if tenant is not None:
+            if tenant.pending == 0 and tenant.running == 0:
+                assert self._tenants is not None
+                self._tenants.activate(tenant)
+            tenant.pending += 1
         if key.pending == 0 and key.running == 0:
-            accounts.activate(key)
+            self._accounts.activate(key)
         if self._keys.sharing:
             self._keys.demand_moved(key, 1)
         group = lane.type.conflict_group
@@ -160,11 +162,7 @@ class Scheduler(Shared):
         lane = self._lanes.get(type)
         if lane is None:
             raise UnknownJobType(f"unknown job type {type!r}")
-        key = self._accounts.keys.get(fairness_key)
-        if key is not None:
-            bound = key.max_priority
-        else:
-            bound = self._keys.policies.for_key(fairness_key).max_priority
+        bound = self._keys.bound(fairness_key)
         return priority if bound is None else _bounded(lane, bound, priority)
 
     def priority_of(self, uid: Hashable) -> int | None:
@@ -191,11 +189,11 @@ class Scheduler(Shared):
         self._pending -= 1
         key = job.key
         key.pending -= 1
+        if key.tenant is not None:
+            key.tenant.pending -= 1
         if self._keys.sharing:
             self._keys.demand_moved(key, -1)
-        if key.pending == 0 and key.running == 0:
-            self._accounts.deactivate(key, now)
-            self._expiring(self._accounts.lifecycle.cost_ttl, now)
+        self._went_idle(key, now)
         return CancelOutcome.CANCELLED
 
     def reprioritize(self, uid: Hashable, priority: int | None) -> PriorityOutcome:
@@ -263,6 +261,12 @@ class Scheduler(Shared):
                     self._set_acc(key, max(0.0, key.acc - job.charge))
                 if key.rate is not None:
                     self._keys.refund_rate(key, job.estimate)
+            tenant = key.tenant
+            if tenant is not None and job.tcharge:
+                tenants = self._tenants
+                assert tenants is not None
+                if tenants.keys.get(tenant.name) is tenant:
+                    self._set_acc(tenant, max(0.0, tenant.acc - job.tcharge))
             if job.lane.rate is not None:
                 self._keys.refund_rate(job.lane, job.estimate)
         return released

@@ -14,14 +14,11 @@ from collections.abc import Hashable, Mapping
 
 from ..errors import SchedulerError, UnknownJob, UnknownJobType
 from .costs import UNLIMITED, KeyState, cap_left
-from .fairqueue import (
-    park_on,
-    release,
-    unblock,
-)
+from .fairqueue import park_on, release
 from .jobs import ELSEWHERE, Conflict, Lane
 from .keys import rerank
 from .state import _INF, _NUMBER, State, _type_of
+from .tenants import unblock
 from .types import JobState
 
 __all__ = ["Shared"]
@@ -54,6 +51,12 @@ class Shared(State):
             unblock(key)
         if key.min_slots or key.share != UNLIMITED:
             rerank(key)
+        tenant = key.tenant
+        if tenant is not None:
+            if tenant.blocked is not None and tenant.running < tenant.cap:
+                unblock(tenant)
+            if tenant.min_slots:
+                rerank(tenant)
         conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
         if conflict is not None and conflict.holder is job:
             conflict.holder = None
@@ -69,6 +72,8 @@ class Shared(State):
         else:
             lane.queue.push(job)
         self._set_acc(key, key.acc - job.charge)
+        if tenant is not None:
+            self._set_acc(tenant, tenant.acc - job.tcharge)
         if key.rate is not None:
             self._keys.refund_rate(key, job.estimate)
         if lane.rate is not None:

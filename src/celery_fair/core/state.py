@@ -26,14 +26,13 @@ from .fairqueue import (
     park_on,
     recheck_loans,
     release,
-    reposition,
     rise,
     take,
     take_back_loans,
-    unblock,
 )
-from .jobs import Conflict, Job, Lane, SideLane, Tier
+from .jobs import Conflict, Job, Lane, PendingQueue, SideLane, Tier
 from .keys import KeyRules, rerank
+from .tenants import TenantedQueue, reposition, tenant_name, unblock
 from .types import (
     Admission,
     Aging,
@@ -78,13 +77,24 @@ class State:
         self._tokens = count(1)
         self._estimates = Estimates(config.alpha, config.lifecycle.estimate_ttl)
         self._accounts = Accounts(config.lifecycle, now)
+        # Two-level keys: the separator, and the tenants' states and costs, with the same
+        # lifecycle as the keys' (tenants.py).
+        self._separator = config.key_separator
+        self._tenants = None if self._separator is None else Accounts(config.lifecycle, now)
         # _due: no cost or estimate expires, no reset falls, and no key out of its rate
         # refills (keys.py, ``KeyRules.wake``) before this time.
         self._due = self._accounts.next_due()
         # The time of the operation in progress, and when aging next moves a key queue up.
         self._agenda = Agenda(now)
         # The keys' terms by name: policies, pauses, counts elsewhere, shares (keys.py).
-        self._keys = KeyRules(self._accounts, config.keys, config.allocation_caps, self._agenda)
+        self._keys = KeyRules(
+            self._accounts,
+            config.keys,
+            config.allocation_caps,
+            self._agenda,
+            self._separator,
+            self._tenants,
+        )
         # Priority orders only a key's own jobs (``Place``): every decision compares lanes.
         self._by_key = config.priority_scope == "key"
         # Whether urgent jobs pass what other workers run against tier and type caps (the
@@ -110,7 +120,15 @@ class State:
                 )
             return
         tier = self._tier(jtype.priority)
-        lane = Lane(jtype, tier, self._agenda, self._queue, self._aging_of(jtype), self._by_key)
+        lane = Lane(
+            jtype,
+            tier,
+            self._agenda,
+            self._queue,
+            self._aging_of(jtype),
+            self._by_key,
+            self._separator is not None,
+        )
         if lane.aging is not None:
             self._agenda.active = True
         if jtype.name in self._keys.paused_types:
@@ -131,9 +149,38 @@ class State:
             self._tiers.sort(key=lambda t: -t.priority)
         return tier
 
-    def _queue(self, lane: Lane) -> KeyedQueue:
-        """A new queue of pending jobs for ``lane``, seeing this scheduler's conflicts."""
+    def _queue(self, lane: Lane) -> PendingQueue:
+        """A new queue of pending jobs for ``lane``, seeing this scheduler's conflicts: two
+        levels deep with two-level keys (``tenants.TenantedQueue``)."""
+        if self._separator is not None:
+            return TenantedQueue(lane, self._conflicts)
         return KeyedQueue(lane, self._conflicts)
+
+    def _key(self, name: str) -> KeyState:
+        """Key ``name``'s state, made and given its terms if new; with two-level keys, linked
+        to its tenant's (made too if new). O(1) known, O(patterns) new."""
+        accounts = self._accounts
+        key = accounts.keys.get(name)
+        tenants = self._tenants
+        if tenants is None:
+            if key is None:
+                key = accounts.get(name)
+                self._keys.adopt(key)
+            return key
+        assert self._separator is not None
+        tname = tenant_name(name, self._separator)
+        tenant = tenants.keys.get(tname)
+        if tenant is None:
+            tenant = tenants.get(tname)
+            self._keys.adopt_tenant(tenant)
+        if key is None:
+            key = accounts.get(name)
+            key.tenant = tenant
+            self._keys.adopt(key)
+        elif key.tenant is not tenant:  # its tenant was forgotten while it was idle
+            key.tenant = tenant
+            self._keys.adopt(key)
+        return key
 
     def _aging_of(self, jtype: JobType) -> Aging | None:
         return jtype.aging if jtype.aging is not None else self.config.aging
@@ -235,6 +282,9 @@ class State:
                 take_back_loans(key)
             elif key.lent[0][0] <= (key.rank, key.acc):
                 recheck_loans(key)
+        tenant = key.tenant
+        if tenant is not None:
+            self._charge_tenant(job, key, tenant, estimate)
         job.token = token = next(self._tokens)
         job.admitted_at = now
         job.effective = (effective, urgent)
@@ -252,6 +302,24 @@ class State:
             urgent,
         )
 
+    @staticmethod
+    def _charge_tenant(job: Job, key: KeyState, tenant: KeyState, estimate: float) -> None:
+        """``job`` of ``key`` was just admitted (two-level keys): its tenant is charged
+        ``estimate / weight`` too, and the loans to its keys move if they must (each key's
+        loans are its tenant's: ``fairqueue.lender``)."""
+        weight = tenant.weight
+        job.tcharge = charge = estimate if weight == 1.0 else estimate / weight
+        tenant.acc += charge
+        if tenant.min_slots:
+            tenant.rank = tenant.rank_now()
+        if tenant.lent:
+            if key.running >= key.cap:
+                take_back_loans(key)
+            if tenant.running >= tenant.cap:
+                take_back_loans(tenant)
+            elif tenant.lent and tenant.lent[0][0] <= (tenant.rank, tenant.acc):
+                recheck_loans(tenant)
+
     def _start(self, job: Job, n: int) -> None:
         """Move ``job`` from pending to running (``n = 1``) or back (``n = -1``) in every count."""
         lane = job.lane
@@ -265,6 +333,10 @@ class State:
         self._running += n
         key.pending -= n
         key.running += n
+        tenant = key.tenant
+        if tenant is not None:
+            tenant.pending -= n
+            tenant.running += n
 
     def _release(self, uid: Hashable, elapsed: float | None) -> Release:
         job = self._jobs.get(uid)
@@ -281,6 +353,13 @@ class State:
         key.running -= 1
         if key.blocked is not None and key.running < key.cap:
             unblock(key)
+        tenant = key.tenant
+        if tenant is not None:
+            tenant.running -= 1
+            if tenant.blocked is not None and tenant.running < tenant.cap:
+                unblock(tenant)
+            if tenant.min_slots:
+                rerank(tenant)
         if self._keys.sharing:
             self._keys.demand_moved(key, -1)
         if key.min_slots or key.share != UNLIMITED:
@@ -297,10 +376,20 @@ class State:
             conflict = self._conflicts.get(ckey)
             if conflict is not None and conflict.holder is job:
                 release(conflict)
+        self._went_idle(key, now)
+        return Release(uid, jtype.name, job.job_id, key.name, elapsed, estimate)
+
+    def _went_idle(self, key: KeyState, now: float) -> None:
+        """A job of ``key`` left (ended or cancelled): the key, and with two-level keys its
+        tenant, start their idle time if they have no job left. O(1)."""
         if key.pending == 0 and key.running == 0:
             self._accounts.deactivate(key, now)
             self._expiring(self._accounts.lifecycle.cost_ttl, now)
-        return Release(uid, jtype.name, job.job_id, key.name, elapsed, estimate)
+        tenant = key.tenant
+        if tenant is not None and tenant.pending == 0 and tenant.running == 0:
+            assert self._tenants is not None
+            self._tenants.deactivate(tenant, now)
+            self._expiring(self._tenants.lifecycle.cost_ttl, now)
 
     def _set_acc(self, key: KeyState, value: float) -> None:
         """Set a key's accumulated cost, keeping every order that uses it right."""
@@ -311,7 +400,9 @@ class State:
                 recheck_loans(key)
         elif value < old:
             reposition(key)
-            self._accounts.lowered(key)
+            accounts = self._tenants if key.is_tenant else self._accounts
+            assert accounts is not None
+            accounts.lowered(key)
 
     def _age(self, now: float) -> None:
         """Make ``now`` the time of the operation, and move up the key queues whose heads
@@ -327,13 +418,19 @@ class State:
         self._age(now)
         if now < self._due:
             return
-        if self._accounts.expire(now):
+        lowered = self._accounts.expire(now)
+        tenants = self._tenants
+        if tenants is not None and tenants.expire(now):
+            lowered = True
+        if lowered:
             self._reorder()
         self._estimates.expire(now)
         self._keys.wake(now)
         self._due = min(
             self._accounts.next_due(), self._estimates.next_due(), self._keys.next_wake()
         )
+        if tenants is not None:
+            self._due = min(self._due, tenants.next_due())
 
     def _woken_by(self) -> None:
         """A key or type ran out of its rate: keep ``_due`` no later than its wake. O(1)
@@ -353,6 +450,8 @@ class State:
             lane.queue.refresh()
         for key in self._accounts.keys.values():
             key.lent.clear()
+            if key.tenant is not None:
+                key.tenant.lent.clear()
         for conflict in self._conflicts.values():
             for cl in conflict.lanes.values():
                 cl.parked.refresh()

@@ -37,6 +37,7 @@ __all__ = [
     "SchedulerConfig",
     "Snapshot",
     "TypeName",
+    "check_separator",
     "key_label",
     "tier_cap",
 ]
@@ -438,6 +439,29 @@ class KeyPolicies:
         entries = (*self.exact.values(), *(p for _, p in self.patterns), self.default)
         return any(policy.rate is not None for policy in entries)
 
+    def levels(self, separator: str) -> tuple[KeyPolicies, KeyPolicies]:
+        """The policies of tenants and of keys with two-level keys (``separator``): the
+        entries whose name or pattern holds no separator are the tenants' (``"acme"``,
+        ``"*"``: every tenant), those that hold it the keys' (``"acme/*"``, ``"*/*"``). A key
+        has a policy of its own only if its name holds the separator (``key_policy``).
+
+        Example:
+            >>> p = KeyPolicies.from_mapping({"acme": {"weight": 2}, "acme/*": {"weight": 3}})
+            >>> tenants, keys = p.levels("/")
+            >>> tenants.for_key("acme").weight, keys.for_key("acme/alice").weight
+            (2, 3)
+        """
+        tenants = KeyPolicies(
+            {n: p for n, p in self.exact.items() if separator not in n},
+            tuple((n, p) for n, p in self.patterns if separator not in n),
+            self.default,
+        )
+        keys = KeyPolicies(
+            {n: p for n, p in self.exact.items() if separator in n},
+            tuple((n, p) for n, p in self.patterns if separator in n),
+        )
+        return tenants, keys
+
     def for_key(self, name: str) -> KeyPolicy:
         """The policy of key ``name``. O(1) for an exact name, O(patterns) otherwise."""
         return self.match(name)[1]
@@ -477,6 +501,25 @@ PRIORITY_SCOPES = ("global", "key")
 """What a job's priority may order (``SchedulerConfig.priority_scope``)."""
 
 
+_NOT_SEPARATORS = "*?[]"
+
+
+def check_separator(separator: object) -> None:
+    """Refuse a ``key_separator`` that is not ``None`` or one character outside ``*?[]``
+    (which patterns in ``fair_keys`` use).
+
+    Raises:
+        ConfigurationError: It is not.
+    """
+    if separator is None:
+        return
+    if not isinstance(separator, str) or len(separator) != 1 or separator in _NOT_SEPARATORS:
+        raise ConfigurationError(
+            f"key_separator must be None or one character other than {_NOT_SEPARATORS}, "
+            f"got {separator!r}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Scheduler-wide settings.
@@ -500,6 +543,14 @@ class SchedulerConfig:
             first (minimum slots, then weighted accumulated cost), and priority orders only
             that key's own jobs. Urgent jobs go first in both; caps and conflicts hold in
             both (docs/design.md 5g says when to choose which).
+        key_separator: Two-level keys (``None``, the default: flat keys). With ``"/"``, key
+            ``acme/alice`` belongs to tenant ``acme`` (the text before the first separator; a
+            key without one is a tenant of one key, itself): tenants are served fairly first,
+            then the keys within the chosen tenant, so a tenant that spreads its work over
+            many keys gets one tenant's share. Policies named without the separator are the
+            tenants' (``"acme"``, ``"*"``), those with it the keys' (``"acme/*"``, ``"*/*"``);
+            see ``KeyPolicies.levels``. One character, not one of ``*?[]``; not with
+            ``allocation_caps``.
     """
 
     capacity: int
@@ -510,8 +561,15 @@ class SchedulerConfig:
     aging: Aging | None = None
     allocation_caps: bool = False
     priority_scope: str = "global"
+    key_separator: str | None = None
 
     def __post_init__(self) -> None:
+        check_separator(self.key_separator)
+        if self.key_separator is not None and self.allocation_caps is True:
+            raise ConfigurationError(
+                "allocation_caps cannot be used with a key_separator (two-level keys) yet: "
+                "choose one"
+            )
         if self.priority_scope not in PRIORITY_SCOPES:
             raise ConfigurationError(
                 f"priority_scope must be one of {', '.join(map(repr, PRIORITY_SCOPES))}, "

@@ -1,0 +1,207 @@
+"""Two-level keys in the core (issue 34 part 2, docs/design.md 5g): tenants are served fairly
+first, then the keys within the chosen tenant. Hand-computed cases; the property tests
+compare every decision with the reference oracle."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make, refs
+
+from celery_fair.core import BlockReason, CostLifecycle, KeyPolicies, SchedulerConfig
+from celery_fair.errors import ConfigurationError
+
+JOB = ("job", 1, None, "", 1.0)
+CLONE = ("clone", 1, None, "git", 1.0)
+
+
+def tenants(capacity=1, keys=None, **config):
+    return make(
+        capacity,
+        [JOB, CLONE],
+        key_separator="/",
+        keys=KeyPolicies.from_mapping(keys or {}),
+        tier_caps={1: None},
+        **config,
+    )
+
+
+def run_one_at_a_time(s, n):
+    """Admit and finish ``n`` jobs, one slot at a time: their keys in start order."""
+    out = []
+    for _ in range(n):
+        (a,) = s.schedule()
+        out.append(a.fairness_key)
+        s.complete(a.uid, 1.0)
+    return out
+
+
+def backlog(s, key, n, type="job", job_id=None):
+    for i in range(n):
+        s.submit(f"{key}#{i}", type, job_id, key)
+
+
+def test_a_tenant_on_ten_keys_gets_one_share_not_ten():
+    s, _ = tenants()
+    for k in range(10):
+        backlog(s, f"S/{k}", 3)
+    backlog(s, "T", 10)
+    started = run_one_at_a_time(s, 20)
+    # T (one key) and S (ten) take turns: every other start is T's.
+    assert started[1::2] == ["T"] * 10
+    # Within S, its keys take turns too.
+    assert started[0::2] == [f"S/{k}" for k in range(10)]
+
+
+def test_flat_keys_give_the_same_backlog_ten_shares():
+    s, _ = make(1, [JOB])
+    for k in range(10):
+        backlog(s, f"S/{k}", 3)
+    backlog(s, "T", 10)
+    started = run_one_at_a_time(s, 22)
+    assert started.count("T") == 2  # one start in eleven
+
+
+def test_a_tenants_weight_and_its_keys_weights_apply_at_their_levels():
+    s, _ = tenants(keys={"S": {"weight": 2}, "S/a": {"weight": 3}})
+    backlog(s, "S/a", 20)
+    backlog(s, "S/b", 20)
+    backlog(s, "T/x", 20)
+    started = run_one_at_a_time(s, 24)
+    # S weighs 2 against T's 1: 16 of 24 starts; within S, a weighs 3 against b's 1.
+    assert started.count("T/x") == 8
+    assert started.count("S/a") == 12
+    assert started.count("S/b") == 4
+
+
+def test_a_key_without_the_separator_is_a_tenant_of_one_key_and_star_names_every_tenant():
+    s, _ = tenants(capacity=4, keys={"*": {"max_concurrency": 1}})
+    backlog(s, "solo", 3)
+    backlog(s, "S/a", 3)
+    backlog(s, "S/b", 3)
+    # Every tenant runs at most one job, over all its keys: solo one, S one.
+    assert sorted(a.fairness_key for a in s.schedule()) in (["S/a", "solo"], ["S/b", "solo"])
+
+
+def test_a_tenants_cap_holds_over_all_its_keys_and_its_slots_go_to_others():
+    s, _ = tenants(capacity=4, keys={"S": {"max_concurrency": 2}})
+    for k in range(5):
+        backlog(s, f"S/{k}", 2)
+    backlog(s, "T/x", 4)
+    got = s.schedule()
+    keys = [a.fairness_key for a in got]
+    assert len(got) == 4
+    assert sum(k.startswith("S/") for k in keys) == 2
+    assert keys.count("T/x") == 2
+    # A job of S waits for its tenant's cap, and says so.
+    view = s.status("S/4#0")
+    assert view is not None
+    assert BlockReason.KEY_CAP in view.blocked_by
+    # One of S's jobs ends: T and S have used 2 each, and the tie goes to the earlier
+    # submission, S's.
+    first_s = next(a for a in got if a.fairness_key.startswith("S/"))
+    s.complete(first_s.uid, 1.0)
+    (again,) = s.schedule()
+    assert again.fairness_key.startswith("S/")
+
+
+def test_a_key_cap_inside_a_tenant_holds_beside_the_tenants():
+    s, _ = tenants(capacity=4, keys={"S/a": {"max_concurrency": 1}})
+    backlog(s, "S/a", 4)
+    got = s.schedule()
+    assert refs(got) == ["S/a#0"]  # S/a at its own cap; no other key has work
+
+
+def test_a_tenants_minimum_puts_it_first_until_it_runs_that_many():
+    s, _ = tenants(capacity=3, keys={"T": {"min_slots": 2}})
+    backlog(s, "S/a", 5)
+    backlog(s, "S/b", 5)
+    s.submit("t1", "job", None, "T/x")
+    s.submit("t2", "job", None, "T/y")
+    got = refs(s.schedule())
+    assert got[:2] == ["t1", "t2"]
+
+
+def test_the_lower_of_a_keys_and_its_tenants_max_priority_bounds_its_jobs():
+    s, _ = tenants(keys={"S": {"max_priority": 4}, "S/a": {"max_priority": 6}})
+    assert s.priority_for("job", "S/a", 8) == 4
+    assert s.priority_for("job", "S/b", 8) == 4
+    assert s.priority_for("job", "T/a", 8) == 8
+
+
+def test_a_conflict_lends_its_best_waiter_by_tenant_then_key():
+    s, _ = tenants(capacity=2)
+    s.submit("holder", "clone", "linux", "S/a")
+    assert refs(s.schedule()) == ["holder"]
+    # Waiters of the same repository from S's other keys and from T: T has used nothing.
+    s.submit("s1", "clone", "linux", "S/b")
+    s.submit("s2", "clone", "linux", "S/c")
+    s.submit("t1", "clone", "linux", "T/x")
+    assert s.schedule() == []
+    s.complete("holder", 1.0)
+    assert refs(s.schedule()) == ["t1"]
+
+
+def test_a_reverted_admission_refunds_the_tenant_too():
+    s, _ = tenants(capacity=2)
+    backlog(s, "S/a", 2)
+    s.submit("t1", "job", None, "T/x")
+    got = refs(s.schedule())
+    assert got == ["S/a#0", "t1"]
+    s.revert("S/a#0")
+    assert s._tenants.keys["S"].acc == 0
+    assert refs(s.schedule()) == ["S/a#0"]
+
+
+def test_an_admission_of_another_tenant_is_outranked_by_tenant_cost():
+    s, _ = tenants(capacity=1)
+    backlog(s, "S/a", 3)
+    for _ in range(3):  # S has used 3
+        (a,) = s.schedule()
+        s.complete(a.uid, 1.0)
+    s.submit("s-next", "job", None, "S/b")  # a new key of S, which has used 3 as a tenant
+    (admitted,) = s.schedule()
+    s.submit("t1", "job", None, "T/x")
+    # T has used nothing: it goes before an admission of S's, though S/b had used nothing.
+    assert s.outranks("t1", [admitted])
+
+
+def test_an_idle_tenant_is_forgotten_after_the_cost_ttl():
+    s, clock = tenants(lifecycle=CostLifecycle(cost_ttl=10, estimate_ttl=None))
+    s.submit("a", "job", None, "S/a")
+    assert refs(s.schedule()) == ["a"]
+    s.complete("a", 1.0)
+    clock.advance(11)
+    s.submit("b", "job", None, "T/x")  # any operation applies the lifecycle
+    assert "S" not in s._tenants.keys
+    assert "S/a" not in s._accounts.keys
+
+
+def test_a_returning_tenant_starts_from_the_least_active_tenants_cost():
+    s, _ = tenants(lifecycle=CostLifecycle(cost_ttl=None, estimate_ttl=None, advance_idle=True))
+    backlog(s, "T/x", 6)
+    run_one_at_a_time(s, 4)  # T has used 4 and still has work
+    s.submit("s1", "job", None, "S/a")
+    assert s._tenants.keys["S"].acc == 4
+    assert s.accumulated_cost("S/a") == 0  # the first key of its tenant: no floor among them
+
+
+@pytest.mark.parametrize("separator", ["", "//", "*", "?", "[", 1])
+def test_a_separator_must_be_one_character_that_patterns_do_not_use(separator):
+    with pytest.raises(ConfigurationError, match="key_separator"):
+        SchedulerConfig(1, key_separator=separator)
+
+
+def test_allocation_caps_with_a_separator_are_refused_clearly():
+    with pytest.raises(ConfigurationError, match="allocation_caps"):
+        SchedulerConfig(1, key_separator="/", allocation_caps=True)
+
+
+def test_policies_split_into_the_tenants_and_the_keys():
+    p = KeyPolicies.from_mapping(
+        {"acme": {"weight": 2}, "acme/*": {"weight": 3}, "*/*": {"max_concurrency": 1}, "*": {}}
+    )
+    tenants_, keys = p.levels("/")
+    assert tenants_.for_key("acme").weight == 2
+    assert tenants_.for_key("other").weight == 1
+    assert keys.for_key("acme/alice").weight == 3
+    assert keys.for_key("bob/x").max_concurrency == 1
