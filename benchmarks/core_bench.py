@@ -15,6 +15,13 @@ round, and each row is the median of the rounds.
 Blocked rows: 100 hot conflict ids are held by long-running jobs and 90% of pending jobs wait
 on them. "churn" rows release and re-take the hot ids all the time, so loans move; "N ids/key"
 is how many distinct hot ids one client's jobs wait on.
+
+Two-level rows ("S/0..S/K-1 + T0..T3"): tenant S spreads 90% of the pending jobs over K keys
+S/0..S/K-1 (100 or 10,000), and four tenants T0..T3 have one key each (2.5% each); each
+replacement goes to the admitted job's tenant (S: one of its keys at random), so every tenant
+keeps its share of N. "two-level" runs them with ``key_separator="/"`` (tenants served fairly
+first, then the keys of the chosen tenant); "flat" runs the same jobs without it (K + 4 keys),
+the row to compare it with.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from celery_fair.core import CostLifecycle, JobType, Scheduler, SchedulerConfig,
 
 SLOTS = 64
 HOT_IDS = 100
+TENANT_SHARE = 0.9  # two-level rows: tenant S's share of the pending jobs
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,8 @@ class Case:
     blocked: float = 0.0  # share of pending jobs on hot conflict ids
     churn: bool = False  # hot conflicts are released and taken again (loans move)
     spread: int = HOT_IDS  # how many distinct hot ids one key's jobs wait on
+    tenant_keys: int = 0  # keys of tenant S beside `keys` one-key tenants (0: clients, flat)
+    two_level: bool = False  # key_separator="/": S/0.. are one tenant's keys
 
 
 class Workload:
@@ -59,9 +69,12 @@ class Workload:
         self.rng = random.Random(seed)
         self.n = 0
 
-    def next_job(self, hot: bool | None = None) -> tuple[int, str, str]:
-        """A new job; on a hot id with probability ``blocked`` unless ``hot`` says."""
+    def next_job(self, hot: bool | None = None, like: str | None = None) -> tuple[int, str, str]:
+        """A new job; on a hot id with probability ``blocked`` unless ``hot`` says. In the
+        two-level rows, of the tenant of key ``like`` (the admitted job's), if given."""
         self.n += 1
+        if self.case.tenant_keys:
+            return self.n, f"repo-{self.n}", self.tenant_key(like)
         key = f"client-{self.rng.randrange(self.case.keys)}"
         if hot is None:
             hot = self.rng.random() < self.case.blocked
@@ -73,11 +86,28 @@ class Workload:
             job_id = f"repo-{self.n}"
         return self.n, job_id, key
 
+    def tenant_key(self, like: str | None) -> str:
+        """A key of tenant S (``TENANT_SHARE``) or of one of the one-key tenants T0.., or of
+        ``like``'s tenant if given."""
+        rng = self.rng
+        if like is not None:
+            tenant = like.partition("/")[0]
+        elif rng.random() < TENANT_SHARE:
+            tenant = "S"
+        else:
+            tenant = f"T{rng.randrange(self.case.keys)}"
+        return f"S/{rng.randrange(self.case.tenant_keys)}" if tenant == "S" else tenant
+
 
 def build(case: Case) -> tuple[Scheduler, Workload, deque[int]]:
     clock = SimClock()
     types = [JobType("clone", priority=SLOTS + HOT_IDS, conflict_group="git")]
-    config = SchedulerConfig(SLOTS + HOT_IDS, lifecycle=CostLifecycle.never())
+    if case.two_level:  # (the flat rows name no separator: they run --against older code too)
+        config = SchedulerConfig(
+            SLOTS + HOT_IDS, lifecycle=CostLifecycle.never(), key_separator="/"
+        )
+    else:
+        config = SchedulerConfig(SLOTS + HOT_IDS, lifecycle=CostLifecycle.never())
     scheduler = Scheduler(config, clock, types)
     work = Workload(case)
     if case.blocked:
@@ -127,7 +157,7 @@ def measure(case: Case, cycles: int, collect: bool = True) -> tuple[float, float
         assert admission is not None, "every cycle must admit a job"
         running.append(_uid(admission))  # type: ignore[arg-type]
         hot = admission.job_id.startswith("hot")  # type: ignore[union-attr]
-        ref, job_id, key = next_job(hot=hot)
+        ref, job_id, key = next_job(hot, admission.fairness_key)
         submit(ref, "clone", job_id, key, cost=1.0)
     elapsed = clock() - start
     gc.enable()
@@ -167,6 +197,7 @@ def cases(quick: bool) -> list[Case]:
             Case("quick", 1_000, 10),
             Case("quick blocked", 1_000, 10, blocked=0.9),
             Case("quick churn", 1_000, 10, blocked=0.9, churn=True, spread=3),
+            Case("quick two-level", 1_000, 4, tenant_keys=100, two_level=True),
         ]
     out = [Case(f"N={n:,} keys=1k", n, 1_000) for n in (1_000, 10_000, 100_000, 1_000_000)]
     out += [Case(f"N=100,000 keys={k:,}", 100_000, k) for k in (10, 100_000)]
@@ -179,6 +210,11 @@ def cases(quick: bool) -> list[Case]:
         for n in (1_000, 100_000, 1_000_000)
     ]
     out += [Case("N=100,000 keys=1k 90% hot, churn, 100 ids/key", 100_000, 1_000, 0.9, True)]
+    out += [
+        Case(f"N=100,000 S/0..S/{k - 1} + T0..T3, {mode}", 100_000, 4, tenant_keys=k, two_level=two)
+        for k in (100, 10_000)
+        for mode, two in (("flat", False), ("two-level", True))
+    ]
     return out
 
 
