@@ -44,6 +44,9 @@ def ask(
     type_rate: float | None = None,
     type_burst: float = 1.0,
     type_per_cost: bool = False,
+    tenant: str | None = None,
+    tenant_weight: float = 1.0,
+    tenant_cap: int | None = None,
 ) -> Ask:
     return Ask(
         uid,
@@ -65,6 +68,9 @@ def ask(
         type_rate,
         type_burst,
         type_per_cost,
+        tenant,
+        tenant_weight,
+        tenant_cap,
     )
 
 
@@ -770,3 +776,105 @@ def test_a_types_rate_per_cost_and_a_keys_rate_are_both_paid(make_store):
     assert [round(g.type_tokens, 3) for g in reply.grants] == [3.0, 1.0, -1.0, -1.0]
     assert [round(g.tokens, 3) for g in reply.grants] == [2.0, 1.0, 0.0, 0.0]
     assert verdicts(reply)[3] == Verdict.RATE_LIMIT
+
+
+# -- two-level keys (core/tenants.py): a tenant's cost and running jobs beside its keys' -------
+
+
+def tenant_ask(uid: str, key: str, **kwargs) -> Ask:
+    """An ask of key ``key`` with its tenant (the text before "/", or the key itself)."""
+    return ask(uid, key, tenant=key.split("/", 1)[0], **kwargs)
+
+
+def test_a_tenant_is_charged_beside_its_key_and_a_heartbeat_reads_both(make_store):
+    store = make_store(lifecycle=NEVER)
+    reply = store.admit("w1", [tenant_ask("a", "acme/alice", cost=4.0, tenant_weight=2.0)])
+    [a] = reply.grants
+    assert (a.verdict, a.accumulated, a.tenant_accumulated) == (Verdict.ADMITTED, 4.0, 2.0)
+    [b] = store.admit("w2", [tenant_ask("b", "acme/bob", cost=1.0, tenant_weight=2.0)]).grants
+    assert (b.accumulated, b.tenant_accumulated) == (1.0, 2.5)  # the tenant sums its keys
+    [flat] = store.admit("w1", [ask("c", "acme/carol", cost=1.0)]).grants
+    assert flat.tenant_accumulated is None  # an ask without a tenant: flat keys
+    view = store.heartbeat("w1", [], ["acme/alice"], tenants=["acme", "other"])
+    assert view.tenant_accumulated == {"acme": 2.5, "other": 0.0}
+    assert view.tenants == {"acme": 2}  # running jobs, fleet-wide; none of "other"
+    assert view.accumulated == {"acme/alice": 4.0}
+    store.finish("w1", [Done("a", a.token, 1.0)])
+    assert store.heartbeat("w1", [], [], tenants=["acme"]).tenants == {"acme": 1}
+
+
+def test_a_tenants_cap_counts_its_keys_on_every_worker(make_store):
+    store = make_store(lifecycle=NEVER)
+    store.admit("w1", [tenant_ask("a", "acme/alice", tenant_cap=2)])
+    reply = store.admit(
+        "w2",
+        [tenant_ask("b", "acme/bob", tenant_cap=2), tenant_ask("c", "acme/carol", tenant_cap=2)],
+    )
+    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.KEY_CAP]
+    assert reply.tenants == {"acme": 2}
+    [other] = store.admit("w2", [tenant_ask("d", "beta/x", tenant_cap=2)]).grants
+    assert other.verdict is Verdict.ADMITTED  # another tenant's cap is its own
+
+
+def test_a_job_given_back_unstarted_refunds_its_tenant_too(make_store):
+    store = make_store(lifecycle=NEVER)
+    store.admit("w1", [tenant_ask("a", "acme/alice", cost=2.0, tenant_weight=0.5)])
+    [b] = store.admit("w1", [tenant_ask("b", "acme/bob", cost=1.0, tenant_weight=0.5)]).grants
+    assert b.tenant_accumulated == 6.0
+    store.finish("w1", [Done("b", b.token, None, unstarted=True)])
+    view = store.heartbeat("w1", [], [], tenants=["acme"])
+    assert view.tenant_accumulated == {"acme": 4.0}
+    assert view.tenants == {"acme": 1}
+
+
+def test_with_advance_idle_a_tenant_starts_from_the_least_active_tenant_and_a_key_from_its_own(
+    make_store,
+):
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=None, advance_idle=True))
+    store.admit("w1", [tenant_ask("b", "beta/y", cost=2.0)])
+    [a] = store.admit("w1", [tenant_ask("a", "acme/x", cost=10.0)]).grants
+    assert (a.accumulated, a.tenant_accumulated) == (10.0, 12.0)  # acme starts from beta's 2
+    # A key new to acme starts from acme's least running key (10), not beta's (2).
+    [z] = store.admit("w1", [tenant_ask("c", "acme/z", cost=1.0)]).grants
+    assert (z.accumulated, z.tenant_accumulated) == (11.0, 13.0)
+    # A new tenant starts from the least running tenant's cost: beta's 2.
+    [g] = store.admit("w1", [tenant_ask("d", "gamma/q", cost=1.0)]).grants
+    assert (g.accumulated, g.tenant_accumulated) == (1.0, 3.0)  # gamma's first key: no floor
+    # acme/x is charged again: its place among acme's keys moves (10 -> 12), so a key new to
+    # acme now starts from acme/z's 11.
+    store.admit("w1", [tenant_ask("e", "acme/x", cost=2.0)])
+    [w] = store.admit("w1", [tenant_ask("f", "acme/w", cost=0.0)]).grants
+    assert w.accumulated == 11.0
+
+
+def test_an_idle_tenants_cost_expires(make_store):
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=0.3, estimate_ttl=None))
+    [a] = store.admit("w1", [tenant_ask("a", "acme/x", cost=3.0)]).grants
+    store.admit("w1", [tenant_ask("b", "busy/y", cost=1.0)])
+    store.finish("w1", [Done("a", a.token, 1.0)])
+
+    def expired():
+        view = store.heartbeat("w1", [], [], tenants=["acme", "busy"])
+        return view.tenant_accumulated == {"acme": 0.0, "busy": 1.0}
+
+    wait_until(expired, 10, "the idle tenant's cost to expire, the busy one's to stay")
+
+
+def test_a_periodic_reset_zeroes_a_tenants_cost(make_store):
+    reset = make_store(lifecycle=CostLifecycle(cost_ttl=None, reset_interval=0.3))
+    reset.admit("w1", [tenant_ask("a", "acme/x", cost=3.0)])
+    wait_until(
+        lambda: reset.heartbeat("w1", [], [], tenants=["acme"]).tenant_accumulated == {"acme": 0.0},
+        10,
+        "the periodic reset of the tenant's cost",
+    )
+
+
+def test_register_counts_a_tenants_jobs_again(make_store):
+    store = make_store(lifecycle=NEVER)
+    job = Running("r1", first_token(time.time()) + 5, "clone", 8, "", "clone/", "acme/x", 1.0, 1.0,
+                  "acme", 0.5)  # fmt: skip
+    assert store.register("w1", [job]).registered == 1
+    assert store.heartbeat("w1", [], [], tenants=["acme"]).tenants == {"acme": 1}
+    store.finish("w1", [Done("r1", job.token, None)])
+    assert store.heartbeat("w1", [], [], tenants=["acme"]).tenants == {}

@@ -15,6 +15,7 @@ from test_contract import NEVER, ask
 
 from celery_fair.cli import main
 from celery_fair.store import Done
+from celery_fair.store.base import SCHEMA
 
 
 @pytest.fixture(params=["redis", "cluster", "sentinel"])
@@ -46,7 +47,7 @@ def test_inspect_shows_workers_jobs_counts_conflicts_and_costs(make_store):
 
     state = store.inspect()
 
-    assert state["schema"] == "4"
+    assert state["schema"] == SCHEMA
     assert state["token"] == c.token
     workers = {w["worker"]: w for w in state["workers"]}
     assert {w: workers[w]["jobs"] for w in workers} == {"w1": 1, "w2": 1}

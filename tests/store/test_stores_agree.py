@@ -28,7 +28,8 @@ from celery_fair.store.wire import unpack_token
 
 NEVER = CostLifecycle.never()
 WORKERS = ("w1", "w2")
-KEYS = ("a", "b", "c")
+KEYS = ("a", "b", "c", "s/x", "s/y", "t/x")
+TENANTS = ("a", "b", "c", "s", "t")  # two-level keys: a key's tenant is the text before "/"
 JOB_IDS = ("linux", "git", None)
 TYPES = {  # type: (priority, type cap)
     "clone": (8, 2),
@@ -48,12 +49,19 @@ def same(x: object, y: object) -> bool:
     return x == y
 
 
+def tenant_of(key: str) -> str:
+    return key.split("/", 1)[0]
+
+
 class BothStores(RuleBasedStateMachine):
+    lifecycle = NEVER
+    two_level = False  # every ask names its key's tenant (as with a key separator), or none
+
     def __init__(self) -> None:
         super().__init__()
         self.prefix = f"test-agree-{uuid.uuid4().hex[:10]}"
         self.client = redis.Redis.from_url(REDIS_URL)
-        options = {"alpha": 0.5, "lifecycle": NEVER, "lease": 1e6, "dedupe": 1e6}
+        options = {"alpha": 0.5, "lifecycle": self.lifecycle, "lease": 1e6, "dedupe": 1e6}
         self.redis = RedisStore(redis.Redis.from_url(REDIS_URL), self.prefix, **options)
         # Tokens start above a store's creation time (store/wire.py): the Redis store is
         # created first, and the memory store's tokens start where its do.
@@ -86,6 +94,8 @@ class BothStores(RuleBasedStateMachine):
                 st.none() | st.just(0.0) | st.floats(0.1, 50.0),
                 st.none() | st.integers(1, 3),
                 st.booleans(),  # urgent: claims a full tier or type cap
+                st.sampled_from([1.0, 2.0]),  # its tenant's weight (with two levels)
+                st.none() | st.integers(1, 2),  # its tenant's cap
             ),
             min_size=1,
             max_size=4,
@@ -95,13 +105,15 @@ class BothStores(RuleBasedStateMachine):
     )
     def admit(self, worker, jobs, ends, watched):
         asks = []
-        for jtype, job_id, key, cost, tier_cap, urgent in jobs:
+        for jtype, job_id, key, cost, tier_cap, urgent, tweight, tcap in jobs:
             self.serial += 1
             priority, type_cap = TYPES[jtype]
+            tenant = tenant_of(key) if self.two_level else None
             asks.append(
                 ask(f"j{self.serial}", key, type=jtype, priority=priority, tier_cap=tier_cap,
                     type_cap=type_cap, job_id=job_id, cost=cost, default_cost=2.0,
-                    claim=1e6 if urgent else None)
+                    claim=1e6 if urgent else None, tenant=tenant, tenant_weight=tweight,
+                    tenant_cap=None if tenant is None else tcap)
             )  # fmt: skip
         self._admit(worker, asks, ends, watched)
 
@@ -122,12 +134,16 @@ class BothStores(RuleBasedStateMachine):
         assert mine.workers == theirs.workers
         assert same(mine.tiers, theirs.tiers)
         assert same(mine.types, theirs.types)
+        assert mine.keys == theirs.keys
+        assert mine.tenants == theirs.tenants
         for a, grant in zip(asks, mine.grants, strict=True):
             if a.claim is not None and not grant.token:
                 self.refused.append((worker, a))
             if grant.token:
+                assert grant.estimate is not None
                 record = Running(a.uid, grant.token, a.type, a.priority, a.conflict,
-                                 a.estimate_key, a.fairness_key, grant.estimate, 2.0)  # fmt: skip
+                                 a.estimate_key, a.fairness_key, grant.estimate, 2.0, a.tenant,
+                                 grant.estimate / a.tenant_weight)  # fmt: skip
                 self.running[a.uid] = (worker, grant.token, record)
 
     @rule(worker=st.sampled_from(WORKERS), ends=st.integers(1, 3))
@@ -150,8 +166,10 @@ class BothStores(RuleBasedStateMachine):
         dropped = set(ours[:forget]) if keep else set()
         listed = [self.running[uid][2] for uid in ours if uid not in dropped]
         self.serial += 1
+        key = data.draw(st.sampled_from(KEYS))
+        tenant = tenant_of(key) if self.two_level else None
         fresh = Running(f"r{self.serial}", self.base + 10_000 + self.serial, "pull", 4, "",
-                        "pull/", data.draw(st.sampled_from(KEYS)), 1.0, 2.0)  # fmt: skip
+                        "pull/", key, 1.0, 2.0, tenant, 0.0 if tenant is None else 0.5)  # fmt: skip
         listed.append(fresh)
         kept = [uid for w, uid, _ in self.ended if w == worker] if keep else None
         mine, theirs = self.both("register", worker, listed, kept)
@@ -163,13 +181,19 @@ class BothStores(RuleBasedStateMachine):
     @rule(worker=st.sampled_from(WORKERS))
     def heartbeat(self, worker):
         conflicts = sorted({r.conflict for _, _, r in self.running.values() if r.conflict})
-        mine, theirs = self.both("heartbeat", worker, conflicts, list(KEYS))
+        mine, theirs = self.both("heartbeat", worker, conflicts, list(KEYS), -1, list(TENANTS))
         assert mine.mine == theirs.mine
         assert mine.reclaimed == theirs.reclaimed == 0
         assert same(mine.tiers, theirs.tiers)
         assert same(mine.types, theirs.types)
         assert mine.held == theirs.held
         assert same(mine.accumulated, theirs.accumulated), (mine.accumulated, theirs.accumulated)
+        assert mine.keys == theirs.keys
+        assert same(mine.tenant_accumulated, theirs.tenant_accumulated), (
+            mine.tenant_accumulated,
+            theirs.tenant_accumulated,
+        )
+        assert mine.tenants == theirs.tenants
         assert mine.workers == theirs.workers
 
     @invariant()
@@ -206,6 +230,19 @@ class BothStores(RuleBasedStateMachine):
 
 TestStoresAgree = BothStores.TestCase
 TestStoresAgree.settings = settings(stateful_step_count=30, deadline=None)
+
+
+class BothStoresTwoLevels(BothStores):
+    """The same with two-level keys (each ask names its key's tenant, as with a key
+    separator) and ``advance_idle``: a key or tenant that runs nothing starts from the least
+    cost of those that run (a key, of its tenant's keys)."""
+
+    two_level = True
+    lifecycle = CostLifecycle(cost_ttl=None, estimate_ttl=None, advance_idle=True)
+
+
+TestStoresAgreeTwoLevels = BothStoresTwoLevels.TestCase
+TestStoresAgreeTwoLevels.settings = settings(stateful_step_count=30, deadline=None)
 
 
 @pytest.fixture(autouse=True)

@@ -60,9 +60,10 @@ def store() -> RedisStore:
 ASKED = Ask(
     "u1", "clone", 8, 3, None, "git:linux", "clone:linux", "tenant", 2.5, 1.0, 4, 0.5, 2.0,
     rate=0.25, burst=3.0, per_cost=True, type_rate=2.0, type_burst=5.0,
+    tenant="acme", tenant_weight=2.0, tenant_cap=6,
 )  # fmt: skip
 ENDED = Done("u0", 41, 0.75, final=True)
-RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5)
+RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5, "other", 0.75)
 
 
 def test_every_script_reads_argv_only_through_the_tables_names():
@@ -164,8 +165,14 @@ def test_the_head_and_an_admission_are_packed_in_the_tables_order():
         "type_rate": "2.0",
         "type_burst": "5.0",
         "type_per_cost": "0",
+        "tenant": "acme",
+        "tenant_weight": "2.0",
+        "tenant_cap": "6",
     }
     assert args[at + 1 + len(ASK) :] == ["git:watched"]
+    # Flat keys: no tenant weight says so (a tenant may be named "").
+    flat = s.admit_request("w1", [ASKED._replace(tenant=None, tenant_cap=None)]).args
+    assert flat[-len(ASK) :][-3:] == ["", "", ""]
 
 
 def test_a_registration_is_packed_in_the_tables_order():
@@ -182,6 +189,8 @@ def test_a_registration_is_packed_in_the_tables_order():
         "fairness_key": "other",
         "estimate": "3.25",
         "default_cost": "1.5",
+        "tenant": "other",
+        "tenant_charge": "0.75",
     }
     assert args[b + len(RUNNING) :] == ["1", "u9"]
 

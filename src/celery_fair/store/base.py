@@ -49,7 +49,7 @@ __all__ = [
     "submission_field",
 ]
 
-SCHEMA = "4"
+SCHEMA = "5"
 """The version of the shared layout. A store holding another version refuses to work."""
 
 
@@ -296,6 +296,11 @@ class Ask(NamedTuple):
     type_rate: float | None = None
     type_burst: float = 1.0
     type_per_cost: bool = False
+    # Two-level keys (core/tenants.py): the key's tenant (None: flat keys), charged estimate /
+    # tenant_weight beside the key, and its cap over all its keys' running jobs (None: none).
+    tenant: str | None = None
+    tenant_weight: float = 1.0
+    tenant_cap: int | None = None
 
 
 class Grant(NamedTuple):
@@ -308,6 +313,8 @@ class Grant(NamedTuple):
     accumulated: float  # the key's accumulated cost, fleet-wide, after this decision
     tokens: float | None = None  # the key's bucket after this decision (None: no rate)
     type_tokens: float | None = None  # the type's bucket after it (None: no rate)
+    # The tenant's accumulated cost, fleet-wide, after it (None: the ask named no tenant).
+    tenant_accumulated: float | None = None
 
 
 class Done(NamedTuple):
@@ -345,6 +352,7 @@ class Reply(NamedTuple):
         held: For each watched conflict field, whether some job holds it now.
         workers: Workers holding a live lease (this one included).
         keys: Running jobs, fleet-wide, of each fairness key asked for with a ``key_cap``.
+        tenants: Running jobs, fleet-wide, of each tenant asked for with a ``tenant_cap``.
     """
 
     epoch: str
@@ -355,6 +363,7 @@ class Reply(NamedTuple):
     held: dict[str, bool]
     workers: int
     keys: dict[str, int]
+    tenants: dict[str, int] = {}  # noqa: RUF012 (a NamedTuple's default, never mutated)
 
 
 class Running(NamedTuple):
@@ -369,6 +378,8 @@ class Running(NamedTuple):
     fairness_key: str
     estimate: float  # what its key was charged (refunded if it is given back unstarted)
     default_cost: float
+    tenant: str | None = None  # its key's tenant (two-level keys), and what it was charged
+    tenant_charge: float = 0.0
 
 
 class Registered(NamedTuple):
@@ -394,6 +405,8 @@ class View(NamedTuple):
     keys: dict[str, int]  # running jobs, fleet-wide, per asked fairness key that runs any
     policies: int = 0  # the runtime policies' version (0: never set)
     policy_doc: str | None = None  # their document, when the caller had another version
+    tenant_accumulated: dict[str, float] = {}  # noqa: RUF012 per asked tenant (two levels)
+    tenants: dict[str, int] = {}  # noqa: RUF012 running jobs per asked tenant that runs any
 
 
 PolicyChange = Callable[[str], tuple[str, Collection[str], Collection[str]]]
@@ -428,7 +441,8 @@ class Store(Protocol):
            counted as running. An urgent ask (``claim``) refused here claims the tier's next
            free slot, unless another job's claim holds it.
         6. ``TYPE_CAP``: its type runs ``type_cap`` jobs, as for the tier (claims included).
-        7. ``KEY_CAP``: its fairness key runs ``key_cap`` jobs.
+        7. ``KEY_CAP``: its fairness key runs ``key_cap`` jobs, or its tenant (two-level
+           keys) runs ``tenant_cap`` over all its keys.
         8. ``RATE_LIMIT``: its fairness key has a ``rate`` and its bucket, refilled to now,
            holds less than a start (core/rates.py); or so does its type's (``type_rate``).
         9. ``CONFLICT``: another job holds its conflict.
@@ -439,6 +453,14 @@ class Store(Protocol):
         Each grant carries its key's bucket level after it (``Grant.tokens``) when the ask
         has a ``rate``. A key whose cost expires (``cost_ttl``) forgets its bucket with it.
 
+        With a ``tenant``, an admitted job also charges the tenant ``estimate /
+        tenant_weight``, and counts as running for it until it ends. A tenant's cost follows
+        a key's lifecycle: forgotten ``cost_ttl`` after its last running job ended, reset with
+        the keys', and with ``advance_idle`` a tenant that starts a job with none running
+        starts from the least active tenant's cost, and a key from the least active key's of
+        its tenant. Each grant of an ask with a tenant carries the tenant's cost after it
+        (``Grant.tenant_accumulated``).
+
         A refused ask does not stop the ones after it.
         """
         ...
@@ -448,9 +470,15 @@ class Store(Protocol):
         ...
 
     def heartbeat(
-        self, worker: str, conflicts: list[str], keys: list[str], policies: int = -1
+        self,
+        worker: str,
+        conflicts: list[str],
+        keys: list[str],
+        policies: int = -1,
+        tenants: list[str] | None = None,
     ) -> View:
-        """Renew the worker's lease, reclaim dead workers' jobs, read what the worker needs."""
+        """Renew the worker's lease, reclaim dead workers' jobs, read what the worker needs
+        (with ``tenants``, their accumulated costs and running jobs too)."""
         ...
 
     def register(

@@ -73,6 +73,8 @@ class _Admitted:
     since: float = 0.0  # when it was admitted (or registered again)
     rate_charged: float = 0.0  # what its admission took from its key's bucket
     type_charged: float = 0.0  # and from its type's
+    tenant: str | None = None  # its key's tenant (two-level keys), and what it was charged
+    tenant_charged: float = 0.0
 
 
 class MemoryStore:
@@ -113,6 +115,13 @@ class MemoryStore:
         self.est: dict[str, float] = {}
         self._est_used: OrderedDict[str, float] = OrderedDict()
         self._min: list[tuple[float, int, str]] = []  # lazy min-heap over active keys' acc
+        # Two-level keys: each tenant's cost, running jobs, idle time and lazy min-heap (as
+        # the keys'), and each tenant's lazy min-heap over its active keys' costs.
+        self.tacc: dict[str, float] = {}
+        self.tactive: dict[str, int] = {}
+        self._tidle: OrderedDict[str, float] = OrderedDict()
+        self._tmin: list[tuple[float, int, str]] = []
+        self._kmin: dict[str, list[tuple[float, int, str]]] = {}
         self._ids = count()
         self._token = first_token(self.clock.now()) if token_base is None else token_base
         self._reset_at: float | None = None
@@ -159,7 +168,8 @@ class MemoryStore:
                 tokens = None if a.rate is None else self._tokens(a, now)
                 type_tokens = None if a.type_rate is None else self._type_tokens(a, now)
                 acc = self.acc.get(a.fairness_key, 0.0)
-                grants.append(Grant(a.uid, verdict, 0, None, acc, tokens, type_tokens))
+                tacc = None if a.tenant is None else self.tacc.get(a.tenant, 0.0)
+                grants.append(Grant(a.uid, verdict, 0, None, acc, tokens, type_tokens, tacc))
                 continue
             est = a.cost
             if est is None:
@@ -170,15 +180,28 @@ class MemoryStore:
                     est = learned
                     self._used(a.estimate_key, now)
             k = a.fairness_key
+            t = a.tenant
             acc = self.acc.get(k, 0.0)
             if self.lifecycle.advance_idle and k not in self.active:
-                low = self._min_active()
+                low = self._min_active(self._min if t is None else self._kmin.get(t), self.acc)
                 if low is not None and low > acc:
                     acc = low
             charge = est if a.weight == 1.0 else est / a.weight
             acc = acc + charge
             self.acc[k] = acc
-            self._key_active(k, acc)
+            self._key_active(k, acc, t)
+            tacc = None
+            tcharge = 0.0
+            if t is not None:
+                tacc = self.tacc.get(t, 0.0)
+                if self.lifecycle.advance_idle and t not in self.tactive:
+                    low = self._min_active(self._tmin, self.tacc)
+                    if low is not None and low > tacc:
+                        tacc = low
+                tcharge = est if a.tenant_weight == 1.0 else est / a.tenant_weight
+                tacc = tacc + tcharge
+                self.tacc[t] = tacc
+                self._tenant_active(t, tacc)
             self._token += 1
             if a.claim is not None:
                 for field in (f"p:{a.priority}", f"t:{a.type}"):
@@ -202,10 +225,10 @@ class MemoryStore:
                 self.type_buckets[a.type] = (type_tokens, now)
             self.jobs[a.uid] = _Admitted(
                 worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
-                a.default_cost, charge, self.clock.now(), rate_charged, type_charged,
+                a.default_cost, charge, self.clock.now(), rate_charged, type_charged, t, tcharge,
             )  # fmt: skip
             grants.append(
-                Grant(a.uid, Verdict.ADMITTED, self._token, est, acc, tokens, type_tokens)
+                Grant(a.uid, Verdict.ADMITTED, self._token, est, acc, tokens, type_tokens, tacc)
             )
         tiers, types = self._counts()
         return Reply(
@@ -220,6 +243,11 @@ class MemoryStore:
                 a.fairness_key: self.active.get(a.fairness_key, 0)
                 for a in asks
                 if a.key_cap is not None
+            },
+            {
+                a.tenant: self.tactive.get(a.tenant, 0)
+                for a in asks
+                if a.tenant is not None and a.tenant_cap is not None
             },
         )
 
@@ -243,7 +271,16 @@ class MemoryStore:
                 self.est[job.estimate_key] = value
                 self._used(job.estimate_key, now)
             if d.unstarted and job.key in self.acc:
-                self.acc[job.key] = max(0.0, self.acc[job.key] - job.charged)
+                self.acc[job.key] = acc = max(0.0, self.acc[job.key] - job.charged)
+                if self.lifecycle.advance_idle:  # lower: its lazy entry must not stay above
+                    heap = (
+                        self._min if job.tenant is None else self._kmin.setdefault(job.tenant, [])
+                    )
+                    heapq.heappush(heap, (acc, next(self._ids), job.key))
+            if d.unstarted and job.tenant is not None and job.tenant in self.tacc:
+                self.tacc[job.tenant] = tacc = max(0.0, self.tacc[job.tenant] - job.tenant_charged)
+                if self.lifecycle.advance_idle:
+                    heapq.heappush(self._tmin, (tacc, next(self._ids), job.tenant))
             if d.unstarted and job.rate_charged and job.key in self.buckets:
                 level, at = self.buckets[job.key]
                 self.buckets[job.key] = (level + job.rate_charged, at)
@@ -258,7 +295,12 @@ class MemoryStore:
         return out
 
     def heartbeat(
-        self, worker: str, conflicts: list[str], keys: list[str], policies: int = -1
+        self,
+        worker: str,
+        conflicts: list[str],
+        keys: list[str],
+        policies: int = -1,
+        tenants: list[str] | None = None,
     ) -> View:
         now = self.clock.now()
         self.workers[worker] = now + self.lease
@@ -280,6 +322,8 @@ class MemoryStore:
             {k: self.active[k] for k in keys if k in self.active},
             self._policies[0],
             None if policies == self._policies[0] or not self._policies[1] else self._policies[1],
+            {t: self.tacc.get(t, 0.0) for t in tenants or ()},
+            {t: self.tactive[t] for t in tenants or () if t in self.tactive},
         )
 
     def policies(self) -> tuple[int, str]:
@@ -426,11 +470,13 @@ class MemoryStore:
             self.types[j.type] = self.types.get(j.type, 0) + 1
             if j.conflict and j.conflict not in self.conflicts:
                 self.conflicts[j.conflict] = j.uid
-            self._key_active(j.fairness_key, self.acc.get(j.fairness_key, 0.0))
+            self._key_active(j.fairness_key, self.acc.get(j.fairness_key, 0.0), j.tenant)
+            if j.tenant is not None:
+                self._tenant_active(j.tenant, self.tacc.get(j.tenant, 0.0))
             self._token = max(self._token, j.token)
             self.jobs[j.uid] = _Admitted(
                 worker, j.token, j.type, j.priority, j.conflict, j.estimate_key, j.fairness_key,
-                j.default_cost, j.estimate, now,
+                j.default_cost, j.estimate, now, tenant=j.tenant, tenant_charged=j.tenant_charge,
             )  # fmt: skip
             registered += 1
         released = 0
@@ -506,6 +552,12 @@ class MemoryStore:
             return Verdict.TYPE_CAP
         if a.key_cap is not None and self.active.get(a.fairness_key, 0) >= a.key_cap:
             return Verdict.KEY_CAP
+        if (
+            a.tenant is not None
+            and a.tenant_cap is not None
+            and self.tactive.get(a.tenant, 0) >= a.tenant_cap
+        ):
+            return Verdict.KEY_CAP
         if a.rate is not None and not may_start(self._tokens(a, now)):
             return Verdict.RATE_LIMIT
         if a.type_rate is not None and not may_start(self._type_tokens(a, now)):
@@ -552,20 +604,31 @@ class MemoryStore:
                 types[field[2:]] = types.get(field[2:], 0) + 1
         return tiers, types
 
-    def _key_active(self, k: str, acc: float) -> None:
+    def _key_active(self, k: str, acc: float, tenant: str | None) -> None:
         self.active[k] = self.active.get(k, 0) + 1
         self._idle.pop(k, None)
         if self.lifecycle.advance_idle:
-            heapq.heappush(self._min, (acc, next(self._ids), k))
+            heap = self._min if tenant is None else self._kmin.setdefault(tenant, [])
+            heapq.heappush(heap, (acc, next(self._ids), k))
 
-    def _min_active(self) -> float | None:
-        heap = self._min
+    def _tenant_active(self, t: str, tacc: float) -> None:
+        self.tactive[t] = self.tactive.get(t, 0) + 1
+        self._tidle.pop(t, None)
+        if self.lifecycle.advance_idle:
+            heapq.heappush(self._tmin, (tacc, next(self._ids), t))
+
+    def _min_active(
+        self, heap: list[tuple[float, int, str]] | None, costs: dict[str, float]
+    ) -> float | None:
+        """The least cost in ``costs`` of a name of ``heap`` (a lazy min-heap: ``_min`` and
+        ``_kmin``'s over keys, ``_tmin`` over tenants) that runs a job."""
+        active = self.tactive if costs is self.tacc else self.active
         while heap:
             acc, _, k = heap[0]
-            if k not in self.active:
+            if k not in active:
                 heapq.heappop(heap)
-            elif acc != self.acc.get(k, 0.0):
-                heapq.heapreplace(heap, (self.acc.get(k, 0.0), next(self._ids), k))
+            elif acc != costs.get(k, 0.0):
+                heapq.heapreplace(heap, (costs.get(k, 0.0), next(self._ids), k))
             else:
                 return acc
         return None
@@ -576,15 +639,9 @@ class MemoryStore:
         _decrement(self.types, job.type)
         if job.conflict and self.conflicts.get(job.conflict) == uid:
             del self.conflicts[job.conflict]
-        k = job.key
-        left = self.active[k] - 1
-        if left <= 0:
-            del self.active[k]
-            if k in self.acc:
-                self._idle[k] = now
-                self._idle.move_to_end(k)
-        else:
-            self.active[k] = left
+        _went_idle(self.active, job.key, self.acc, self._idle, now)
+        if job.tenant is not None:
+            _went_idle(self.tactive, job.tenant, self.tacc, self._tidle, now)
 
     def _reclaim(self, now: float) -> int:
         dead = [w for w, expiry in self.workers.items() if expiry < now]
@@ -607,6 +664,7 @@ class MemoryStore:
         life = self.lifecycle
         if life.cost_ttl is not None:
             _expire(self._idle, self.acc, now - life.cost_ttl, self.buckets)
+            _expire(self._tidle, self.tacc, now - life.cost_ttl)
         if life.estimate_ttl is not None:
             _expire(self._est_used, self.est, now - life.estimate_ttl)
         if self.dedupe > 0:
@@ -620,6 +678,32 @@ class MemoryStore:
                 self.acc = dict.fromkeys(self.active, 0.0)
                 self._idle.clear()
                 self._min = [(0.0, next(self._ids), k) for k in self.active]
+                self.tacc = dict.fromkeys(self.tactive, 0.0)
+                self._tidle.clear()
+                self._tmin = [(0.0, next(self._ids), t) for t in self.tactive]
+                self._kmin = {
+                    t: [(0.0, next(self._ids), k) for _, _, k in heap if k in self.active]
+                    for t, heap in self._kmin.items()
+                }
+
+
+def _went_idle(
+    active: dict[str, int],
+    name: str,
+    costs: dict[str, float],
+    idle: OrderedDict[str, float],
+    now: float,
+) -> None:
+    """A running job of key or tenant ``name`` ended: one fewer runs, and with none left its
+    cost (if any) starts its idle time."""
+    left = active[name] - 1
+    if left <= 0:
+        del active[name]
+        if name in costs:
+            idle[name] = now
+            idle.move_to_end(name)
+    else:
+        active[name] = left
 
 
 def _decrement(counts: dict[Any, int], name: object) -> None:

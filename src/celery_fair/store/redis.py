@@ -78,6 +78,11 @@ KEY_NAMES = (
     "lanes",
     "rates",
     "type_rates",
+    "tacc",
+    "tseen",
+    "tactive",
+    "tminacc",
+    "tkmin",
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
@@ -258,12 +263,17 @@ class RedisStore:
         return result
 
     def heartbeat(
-        self, worker: str, conflicts: list[str], keys: list[str], policies: int = -1
+        self,
+        worker: str,
+        conflicts: list[str],
+        keys: list[str],
+        policies: int = -1,
+        tenants: list[str] | None = None,
     ) -> View:
-        """Renew the lease, reclaim, read counts, conflicts and costs: one round trip. With
-        the runtime policies' version the caller has (``policies``), the reply carries the
-        policies when they are another version."""
-        result: View = self.run(self.heartbeat_request(worker, conflicts, keys, policies))
+        """Renew the lease, reclaim, read counts, conflicts and costs (of ``keys`` and
+        ``tenants``): one round trip. With the runtime policies' version the caller has
+        (``policies``), the reply carries the policies when they are another version."""
+        result: View = self.run(self.heartbeat_request(worker, conflicts, keys, policies, tenants))
         return result
 
     def policies(self) -> tuple[int, str]:
@@ -369,21 +379,25 @@ class RedisStore:
                 _opt(a.type_rate),
                 repr(float(a.type_burst)),
                 "1" if a.type_per_cost else "0",
+                a.tenant or "",
+                "" if a.tenant is None else repr(float(a.tenant_weight)),
+                "" if a.tenant_cap is None else str(a.tenant_cap),
             )
         args += watch
 
         def parse(raw: Any) -> Reply:
-            _, _, finished, results, tiers, types, held, workers, keys = raw
+            _, _, finished, results, tiers, types, held, workers, keys, tenants = raw
             grants = []
             for a, row in zip(asks, results, strict=True):
-                status, high, low, estimate, acc, tokens, type_tokens = row
+                status, high, low, estimate, acc, tokens, type_tokens, tacc = row
                 verdict = _VERDICTS.get(status) or Verdict(status.decode())
                 admitted = verdict is Verdict.ADMITTED
                 token = unpack_token(high, low) if admitted else 0
                 grants.append(
                     Grant(a.uid, verdict, token, float(estimate) if admitted else None,
                           float(acc), float(tokens) if tokens else None,
-                          float(type_tokens) if type_tokens else None)
+                          float(type_tokens) if type_tokens else None,
+                          float(tacc) if tacc else None)
                 )  # fmt: skip
                 if token > self.token_seen:
                     self.token_seen = token
@@ -396,6 +410,7 @@ class RedisStore:
                 {c: bool(h) for c, h in zip(watch, held, strict=True)},
                 int(workers),
                 _pairs(keys, str),
+                _pairs(tenants, str),
             )
 
         return Request("admit", args, parse)
@@ -406,16 +421,25 @@ class RedisStore:
         return Request("complete", args, lambda raw: _finished(done, raw[2]))
 
     def heartbeat_request(
-        self, worker: str, conflicts: list[str], keys: list[str], policies: int = -1
+        self,
+        worker: str,
+        conflicts: list[str],
+        keys: list[str],
+        policies: int = -1,
+        tenants: list[str] | None = None,
     ) -> Request:
+        tenants = tenants or []
         args = self._head(worker)
         args.append(str(policies))
         args.append(str(len(conflicts)))
         args += conflicts
+        args.append(str(len(keys)))
         args += keys
+        args += tenants
 
         def parse(raw: Any) -> View:
-            (_, now, mine, reclaimed, tiers, types, held, accs, workers, runs, version, doc) = raw
+            (_, now, mine, reclaimed, tiers, types, held, accs, workers, runs, version, doc,
+             taccs, truns) = raw  # fmt: skip
             return View(
                 self.epoch,
                 float(now),
@@ -429,6 +453,8 @@ class RedisStore:
                 {k: int(n) for k, n in zip(keys, runs, strict=True) if int(n)},
                 int(version),
                 _as_text(doc) or None,
+                {t: float(v) for t, v in zip(tenants, taccs, strict=True)},
+                {t: int(n) for t, n in zip(tenants, truns, strict=True) if int(n)},
             )
 
         return Request("heartbeat", args, parse)
@@ -451,6 +477,8 @@ class RedisStore:
                 j.fairness_key,
                 repr(float(j.estimate)),
                 repr(float(j.default_cost)),
+                j.tenant or "",
+                "" if j.tenant is None else repr(float(j.tenant_charge)),
             )
         if keep is not None:
             args.append(str(len(keep)))

@@ -5,19 +5,21 @@
 --       n, and n times: uid, type, priority, tier cap, type cap ('' = none), conflict field
 --          ('' = none), estimate field, fairness key, cost ('' = learned), default cost,
 --          key cap ('' = none), weight, claim ('' = none), rate ('' = none), burst,
---          per cost ('1'/'0'), type rate ('' = none), type burst, type per cost
+--          per cost ('1'/'0'), type rate ('' = none), type burst, type per cost, tenant,
+--          tenant weight ('' = no tenant: flat keys), tenant cap ('' = none)
 --          (as Ask's fields, store/wire.py);
 --       then any number of conflict fields to watch.
 -- Each job gets the first verdict that applies (order: see Store.admit, store/base.py); a
 -- refused job does not stop the ones after it. A slot that an urgent job's claim holds
 -- (common.lua, CLAIMS) counts as taken for every other job. An admitted job gets the next
--- fencing token, its key is charged its estimate / weight, and it is held under this worker's
--- lease, which the call renews when a quarter of it has passed since the last renewal.
+-- fencing token, its key is charged its estimate / weight (and its tenant estimate / tenant
+-- weight: charge_key, TEN.charge), and it is held under this worker's lease, which the call
+-- renews when a quarter of it has passed since the last renewal.
 -- Returns {epoch, now, {status, estimate} per finished job, {status, token high, token low,
 --          estimate, accumulated, key's bucket level ('' = no rate), type's bucket level ('' = no
---          rate)} per job (the token's halves: wire.py, 0 and 0 unless ok),
---          tiers, types, {1/0 held per watched conflict}, live workers,
---          {key, running} flat for each key asked with a cap};
+--          rate), tenant's accumulated ('' = no tenant)} per job (the token's halves: wire.py,
+--          0 and 0 unless ok), tiers, types, {1/0 held per watched conflict}, live workers,
+--          {key, running} flat for each key asked with a cap, {tenant, running} likewise};
 -- a finished job's status is F_APPLIED or F_STALE (as complete.lua), a job's is its verdict,
 -- V_<NAME> for Verdict.<NAME> (both generated from store/wire.py).
 -- Cost: O(d + n + watched), plus housekeeping bounded at 64 per kind at most every
@@ -39,6 +41,7 @@ local finished = finish_jobs(HEAD + 2, d, now, snow)
 
 local results = {}
 local capped = {}  -- the fairness keys asked for with a cap: their running counts go back
+local tcapped = {}  -- and the tenants
 local at = HEAD + 2 + d * FIN_N
 local n = tonumber(ARGV[at])
 for i = 0, n - 1 do
@@ -52,6 +55,11 @@ for i = 0, n - 1 do
   local claim_ttl = optnum(ARGV[b + ASK_CLAIM])
   local rate, burst = optnum(ARGV[b + ASK_RATE]), tonumber(ARGV[b + ASK_BURST])
   local trate, tburst = optnum(ARGV[b + ASK_TYPE_RATE]), tonumber(ARGV[b + ASK_TYPE_BURST])
+  local t = nil  -- its tenant (two-level keys), if the ask has a tenant weight
+  if ARGV[b + ASK_TENANT_WEIGHT] ~= '' then
+    t = ARGV[b + ASK_TENANT]
+    if ARGV[b + ASK_TENANT_CAP] ~= '' then tcapped[t] = true end
+  end
   local status = V_ADMITTED
   if recovering then
     status = V_RECOVERING
@@ -69,6 +77,9 @@ for i = 0, n - 1 do
     status = V_TYPE_CAP
     if claim_ttl then claim('t:' .. jtype, uid, claim_ttl) end
   elseif key_cap and tonumber(redis.call('HGET', ACTIVE, k) or '0') >= key_cap then
+    status = V_KEY_CAP
+  elseif t and ARGV[b + ASK_TENANT_CAP] ~= ''
+      and tonumber(redis.call('HGET', TEN.ACTIVE, t) or '0') >= tonumber(ARGV[b + ASK_TENANT_CAP]) then
     status = V_KEY_CAP
   elseif rate and bucket_level(RATES, k, rate, burst, now) < RATE_FULL_START then
     status = V_RATE_LIMIT
@@ -89,17 +100,8 @@ for i = 0, n - 1 do
         noted = 1
       end
     end
-    local acc = tonumber(redis.call('HGET', ACC, k) or '0')
-    if key_active(k) and advance then  -- a returning key starts from the least active cost
-      local low = redis.call('ZRANGE', MINACC, 0, 0, 'WITHSCORES')
-      if low[2] and tonumber(low[2]) > acc then acc = tonumber(low[2]) end
-    end
-    local weight = tonumber(ARGV[b + ASK_WEIGHT])
-    local charge = tonumber(est)
-    if weight ~= 1 then charge = charge / weight end
-    local sacc = fmt(acc + charge)
-    redis.call('HSET', ACC, k, sacc)
-    if advance then redis.call('ZADD', MINACC, sacc, k) end
+    local sacc, charge = charge_key(k, t, tonumber(est), tonumber(ARGV[b + ASK_WEIGHT]), advance)
+    local tcost = t and TEN.charge(t, tonumber(est), tonumber(ARGV[b + ASK_TENANT_WEIGHT]), advance)
     local tokens, rate_charged = '', nil
     if rate then  -- its bucket pays for the start: 1, or its estimate (core/rates.py)
       rate_charged = 1
@@ -120,15 +122,16 @@ for i = 0, n - 1 do
     if cf ~= '' then redis.call('HSET', CONFLICTS, cf, uid) end
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
       w = worker, toh = toh, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
-      est = fmt(charge), d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted,
-      rc = rate_charged, trc = type_charged}))
+      est = charge, d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted,
+      rc = rate_charged, trc = type_charged, tn = t, tst = tcost and tcost[2]}))
     mine = mine + 1
-    results[#results + 1] = {V_ADMITTED, toh, tok, est, sacc, tokens, ttokens}
+    results[#results + 1] = {V_ADMITTED, toh, tok, est, sacc, tokens, ttokens, tcost and tcost[1] or ''}
   else
     local tokens, ttokens = '', ''
     if rate then tokens = fmt(bucket_level(RATES, k, rate, burst, now)) end
     if trate then ttokens = fmt(bucket_level(TYPE_RATES, jtype, trate, tburst, now)) end
-    results[#results + 1] = {status, 0, 0, '', redis.call('HGET', ACC, k) or '0', tokens, ttokens}
+    results[#results + 1] = {status, 0, 0, '', redis.call('HGET', ACC, k) or '0', tokens, ttokens,
+      t and (redis.call('HGET', TEN.ACC, t) or '0') or ''}
   end
 end
 
@@ -139,6 +142,11 @@ for k in pairs(capped) do
   keys_out[#keys_out + 1] = k
   keys_out[#keys_out + 1] = tonumber(redis.call('HGET', ACTIVE, k) or '0')
 end
+local tenants_out = {}
+for t in pairs(tcapped) do
+  tenants_out[#tenants_out + 1] = t
+  tenants_out[#tenants_out + 1] = tonumber(redis.call('HGET', TEN.ACTIVE, t) or '0')
+end
 local tiers_out, types_out = close_store()
 return {epoch, snow, finished, results, tiers_out, types_out, held, redis.call('ZCARD', WORKERS),
-  keys_out}
+  keys_out, tenants_out}

@@ -35,6 +35,13 @@
 --                     absent: full), charged by admit, forgotten with the key's cost (TTL)
 --  18 type_rates hash job type -> '<level>|<when>': the type's rate's bucket, as a key's
 --                     (never forgotten: types are few)
+--  19 tacc      hash  tenant -> accumulated cost (two-level keys: core/tenants.py)
+--  20 tseen     zset  idle tenant -> when it became idle (for the TTL)
+--  21 tactive   hash  tenant -> its keys' running jobs (tenants with at least one)
+--  22 tminacc   zset  active tenant -> accumulated cost (for advance_idle)
+--  23 tkmin     zset  for advance_idle with two-level keys, each running key's cost among its
+--                     tenant's keys: members TEN.member(tenant, key, cost), all at score 0,
+--                     so that one tenant's members sort by cost (see TEN.member)
 -- ARGV of every script starts with the same head, then its own lists: their positions and
 -- strides are locals generated from celery_fair/store/wire.py (HEAD, H_WORKER, ASK_N, ...).
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
@@ -45,6 +52,9 @@ local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local DONE, POLICIES, CLAIMS, LANES, RATES = KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local TYPE_RATES = KEYS[18]
+-- Two-level keys (keys 19 to 23, and their helpers below): one table, as a script may not
+-- have more than 200 locals.
+local TEN = {ACC = KEYS[19], SEEN = KEYS[20], ACTIVE = KEYS[21], MINACC = KEYS[22], KMIN = KEYS[23]}
 -- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
 local MAINTAIN_EVERY = 0.05
 
@@ -119,7 +129,9 @@ local function upgrade_or_refuse(found, schema, now)
   if old and new and old < new and live == 0 then
     -- a key that ran goes idle now, so that its accumulated cost lapses after the TTL as usual
     for _, k in ipairs(redis.call('HKEYS', ACTIVE)) do redis.call('ZADD', SEEN, now, k) end
-    redis.call('DEL', META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS, ACTIVE, MINACC, CLAIMS)
+    for _, t in ipairs(redis.call('HKEYS', TEN.ACTIVE)) do redis.call('ZADD', TEN.SEEN, now, t) end
+    redis.call('DEL', META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS, ACTIVE, MINACC, CLAIMS,
+      TEN.ACTIVE, TEN.MINACC, TEN.KMIN)
     return
   end
   local why
@@ -296,24 +308,59 @@ local function key_active(k)
   return false
 end
 
-local function key_idle(k, snow)
+-- TEN.KMIN's member for key ``k`` of tenant ``t`` at cost ``acc``: the tenant's name after its
+-- length (8 hex digits, so no tenant's members fall among another's), then the cost as a
+-- big-endian double (a cost >= 0 sorts as its bytes do), then the key.
+function TEN.member(t, k, acc)
+  return string.format('%08x', #t) .. t .. struct.pack('>d', acc) .. k
+end
+
+-- The least cost of a running key of tenant ``t`` (nil: none runs), from TEN.KMIN.
+function TEN.low(t)
+  local p = string.format('%08x', #t) .. t
+  local first = redis.call('ZRANGEBYLEX', TEN.KMIN, '[' .. p, '(' .. p .. '\255', 'LIMIT', 0, 1)
+  if #first == 0 then return nil end
+  return struct.unpack('>d', string.sub(first[1], #p + 1, #p + 8))
+end
+
+local function key_idle(k, snow, t)
   if redis.call('HINCRBY', ACTIVE, k, -1) <= 0 then
     redis.call('HDEL', ACTIVE, k)
     redis.call('ZREM', MINACC, k)
-    if redis.call('HEXISTS', ACC, k) == 1 then
-      redis.call('ZADD', SEEN, snow, k)
-    end
+    local acc = redis.call('HGET', ACC, k)
+    if acc then redis.call('ZADD', SEEN, snow, k) end
+    -- (a cost absent since a reset is 0, as its member says)
+    if t then redis.call('ZREM', TEN.KMIN, TEN.member(t, k, tonumber(acc or '0'))) end
+  end
+end
+
+-- The tenant gets one more running job; true if it had none (it was idle).
+function TEN.running(t)
+  if redis.call('HINCRBY', TEN.ACTIVE, t, 1) == 1 then
+    redis.call('ZREM', TEN.SEEN, t)
+    return true
+  end
+  return false
+end
+
+function TEN.idle(t, snow)
+  if redis.call('HINCRBY', TEN.ACTIVE, t, -1) <= 0 then
+    redis.call('HDEL', TEN.ACTIVE, t)
+    redis.call('ZREM', TEN.MINACC, t)
+    if redis.call('HEXISTS', TEN.ACC, t) == 1 then redis.call('ZADD', TEN.SEEN, snow, t) end
   end
 end
 
 -- Release one running job: its counts, its conflict (``rec.c`` is set only while it holds
--- one), its key. The count of its worker's jobs is the caller's business.
+-- one), its key and its tenant (``rec.tn``, two-level keys). The count of its worker's jobs
+-- is the caller's business.
 local function drop_job(uid, rec, snow)
   released = released + 1
   count(rec.p, rec.t, -1)
   if rec.c ~= '' then redis.call('HDEL', CONFLICTS, rec.c) end
   redis.call('HDEL', JOBS, uid)
-  key_idle(rec.k, snow)
+  key_idle(rec.k, snow, rec.tn)
+  if rec.tn then TEN.idle(rec.tn, snow) end
 end
 
 -- Note that the estimate ``ef`` was used or learned now: at most every sixteenth of its TTL,
@@ -351,12 +398,75 @@ local function refund_rate(h, f, amount)
   redis.call('HSET', h, f, fmt(level) .. string.sub(held, bar))
 end
 
-local function refund(k, est)
+local function refund(k, est, t)
   local acc = tonumber(redis.call('HGET', ACC, k) or '')
   if not acc then return end
   local sacc = fmt(math.max(0, acc - est))
   redis.call('HSET', ACC, k, sacc)
-  if ARGV[H_ADVANCE_IDLE] == '1' then redis.call('ZADD', MINACC, sacc, k) end
+  if ARGV[H_ADVANCE_IDLE] == '1' then
+    if t then  -- still running: its place among its tenant's keys moves
+      redis.call('ZREM', TEN.KMIN, TEN.member(t, k, acc))
+      redis.call('ZADD', TEN.KMIN, 0, TEN.member(t, k, tonumber(sacc)))
+    else
+      redis.call('ZADD', MINACC, sacc, k)
+    end
+  end
+end
+
+-- Charge key ``k`` (of tenant ``t``, nil for flat keys) ``est / weight`` for a job it starts:
+-- with ``advance``, a key that ran nothing starts from the least cost of the running keys (of
+-- its tenant's). Returns its cost after it and the charge, both as text.
+local function charge_key(k, t, est, weight, advance)
+  local acc = tonumber(redis.call('HGET', ACC, k) or '0')
+  local was, fresh = acc, key_active(k)
+  if fresh and advance then  -- a returning key starts from the least active cost
+    local low
+    if t then
+      low = TEN.low(t)
+    else
+      low = tonumber(redis.call('ZRANGE', MINACC, 0, 0, 'WITHSCORES')[2] or '')
+    end
+    if low and low > acc then acc = low end
+  end
+  local charge = est
+  if weight ~= 1 then charge = charge / weight end
+  local sacc = fmt(acc + charge)
+  redis.call('HSET', ACC, k, sacc)
+  if advance then
+    if t then  -- its place among its tenant's running keys
+      if not fresh then redis.call('ZREM', TEN.KMIN, TEN.member(t, k, was)) end
+      redis.call('ZADD', TEN.KMIN, 0, TEN.member(t, k, tonumber(sacc)))
+    else
+      redis.call('ZADD', MINACC, sacc, k)
+    end
+  end
+  return sacc, fmt(charge)
+end
+
+-- Charge tenant ``t`` ``est / weight`` for a job one of its keys starts, as ``charge_key``
+-- a key (the least cost of the running tenants with ``advance``). Returns {its cost after it,
+-- the charge}, as text.
+function TEN.charge(t, est, weight, advance)
+  local acc = tonumber(redis.call('HGET', TEN.ACC, t) or '0')
+  if TEN.running(t) and advance then
+    local low = tonumber(redis.call('ZRANGE', TEN.MINACC, 0, 0, 'WITHSCORES')[2] or '')
+    if low and low > acc then acc = low end
+  end
+  local charge = est
+  if weight ~= 1 then charge = charge / weight end
+  local sacc = fmt(acc + charge)
+  redis.call('HSET', TEN.ACC, t, sacc)
+  if advance then redis.call('ZADD', TEN.MINACC, sacc, t) end
+  return {sacc, fmt(charge)}
+end
+
+-- Give back ``est`` charged to tenant ``t`` (as ``refund`` for its key).
+function TEN.refund(t, est)
+  local acc = tonumber(redis.call('HGET', TEN.ACC, t) or '')
+  if not acc then return end
+  local sacc = fmt(math.max(0, acc - est))
+  redis.call('HSET', TEN.ACC, t, sacc)
+  if ARGV[H_ADVANCE_IDLE] == '1' then redis.call('ZADD', TEN.MINACC, sacc, t) end
 end
 
 -- Release every job of every worker whose lease has expired (at most ``limit`` workers).
@@ -403,7 +513,10 @@ local function maintain(now, cost_ttl, est_ttl, reset_interval, limit, every)
     meta_changes[#meta_changes + 1] = fmt(now + every)
   end
   limit = limit or 64
-  if cost_ttl then expire(ACC, SEEN, now, cost_ttl, limit, RATES) end
+  if cost_ttl then
+    expire(ACC, SEEN, now, cost_ttl, limit, RATES)
+    expire(TEN.ACC, TEN.SEEN, now, cost_ttl, limit)
+  end
   if est_ttl then expire(EST, ESTSEEN, now, est_ttl, limit) end
   local dedupe = tonumber(ARGV[H_DEDUPE])
   if dedupe > 0 then
@@ -417,9 +530,18 @@ local function maintain(now, cost_ttl, est_ttl, reset_interval, limit, every)
     elseif now >= at then
       while at <= now do at = at + reset_interval end
       redis.call('HSET', META, 'reset_at', fmt(at))
-      redis.call('DEL', ACC, SEEN)
+      redis.call('DEL', ACC, SEEN, TEN.ACC, TEN.SEEN)
       local active = redis.call('ZRANGE', MINACC, 0, -1)
       for _, k in ipairs(active) do redis.call('ZADD', MINACC, 0, k) end
+      for _, t in ipairs(redis.call('ZRANGE', TEN.MINACC, 0, -1)) do redis.call('ZADD', TEN.MINACC, 0, t) end
+      local members = redis.call('ZRANGE', TEN.KMIN, 0, -1)
+      if #members > 0 then
+        redis.call('DEL', TEN.KMIN)
+        for _, m in ipairs(members) do
+          local n = tonumber(string.sub(m, 1, 8), 16)
+          redis.call('ZADD', TEN.KMIN, 0, TEN.member(string.sub(m, 9, 8 + n), string.sub(m, 17 + n), 0))
+        end
+      end
     end
   end
 end
@@ -454,7 +576,8 @@ local function finish_jobs(b, n, now, snow)
       end
       local how = ARGV[at + FIN_HOW]
       if how == 'u' then
-        refund(rec.k, tonumber(rec.est))
+        refund(rec.k, tonumber(rec.est), rec.tn)
+        if rec.tn then TEN.refund(rec.tn, tonumber(rec.tst)) end
         refund_rate(RATES, rec.k, rec.rc)
         refund_rate(TYPE_RATES, rec.t, rec.trc)
       end

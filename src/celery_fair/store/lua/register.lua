@@ -7,7 +7,7 @@
 -- failover to a replica lost).
 -- ARGV: the common head (see common.lua), n, then n times:
 --       uid, token ("high:low"), type, priority, conflict field, estimate field, fairness key, what its key
---       was charged, default cost;
+--       was charged, default cost, tenant, what its tenant was charged ('' = no tenant);
 --       then, optionally, k and k uids to keep.
 -- Returns {epoch, registered, released}.
 -- Cost: O(n); with a keep list, O(n + k + running jobs of the fleet) (rare: the worker asks
@@ -32,11 +32,24 @@ for i = 0, n - 1 do
         cf = ''  -- someone else holds it: this job must not release it
       end
     end
-    key_active(k)
+    local tn, tst = nil, nil
+    if ARGV[b + RUN_TENANT_CHARGE] ~= '' then tn, tst = ARGV[b + RUN_TENANT], ARGV[b + RUN_TENANT_CHARGE] end
+    if key_active(k) and ARGV[H_ADVANCE_IDLE] == '1' then  -- running again: among the least
+      local acc = redis.call('HGET', ACC, k) or '0'
+      if tn then
+        redis.call('ZADD', TEN.KMIN, 0, TEN.member(tn, k, tonumber(acc)))
+      else
+        redis.call('ZADD', MINACC, acc, k)
+      end
+    end
+    if tn and TEN.running(tn) and ARGV[H_ADVANCE_IDLE] == '1' then
+      redis.call('ZADD', TEN.MINACC, redis.call('HGET', TEN.ACC, tn) or '0', tn)
+    end
     raise_token(toh, tok)  -- later tokens go above it
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
       w = worker, toh = toh, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
-      est = ARGV[b + RUN_ESTIMATE], d = ARGV[b + RUN_DEFAULT_COST], at = fmt(now)}))
+      est = ARGV[b + RUN_ESTIMATE], d = ARGV[b + RUN_DEFAULT_COST], at = fmt(now), tn = tn,
+      tst = tst}))
     mine = mine + 1
     registered = registered + 1
   end
