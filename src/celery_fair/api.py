@@ -394,8 +394,9 @@ def _one_job_time(
 
 def _check_bound(app: Celery, fairness_key: str, priority: int) -> None:
     """Refuse ``priority`` above ``fairness_key``'s ``max_priority`` (``fair_keys`` and the
-    runtime policies as this producer last read them): the worker would lower it."""
-    bound = key_policies(app).for_key(fairness_key).max_priority
+    runtime policies as this producer last read them; with ``fair_key_separator``, the lower
+    of its own and its tenant's): the worker would lower it."""
+    bound = key_policies(app).bound(fairness_key, settings_of(app).key_separator)
     if bound is not None and priority > bound:
         raise SchedulerError(
             f"fair_priority {priority} is above fairness key {fairness_key!r}'s "

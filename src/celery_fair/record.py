@@ -201,8 +201,8 @@ def _policy_spec(policy: KeyPolicy) -> dict[str, Any]:
 
 def settings_config(settings: Any) -> dict[str, Any]:
     """The trace's top-level fields for what ``settings`` (``FairSettings``) sets that the
-    simulator models: tier caps, aging, alpha, allocation caps, the priority scope and the cost
-    lifecycle."""
+    simulator models: tier caps, aging, alpha, allocation caps, the priority scope, the key
+    separator and the cost lifecycle."""
     out: dict[str, Any] = {"alpha": settings.alpha}
     if settings.tier_caps:
         out["tier_caps"] = {str(p): cap for p, cap in sorted(settings.tier_caps.items())}
@@ -212,6 +212,8 @@ def settings_config(settings: Any) -> dict[str, Any]:
         out["allocation_caps"] = True
     if settings.priority_scope != "global":
         out["priority_scope"] = settings.priority_scope
+    if settings.key_separator is not None:
+        out["key_separator"] = settings.key_separator
     out["lifecycle"] = asdict(settings.lifecycle)
     return out
 

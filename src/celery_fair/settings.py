@@ -41,6 +41,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # what a priority orders: "global" (every job of a higher priority first) or "key"
         # (the key to serve by fairness first; priority orders that key's own jobs)
         "fair_priority_scope": "global",
+        # two-level keys: with "/", key "acme/alice" belongs to tenant "acme", and tenants are
+        # served fairly first, then the keys within the chosen tenant; None = flat keys
+        "fair_key_separator": None,
         "fair_pool": "prefork",  # the real pool that runs tasks
         "fair_capacity": None,  # slots; None = the pool's size, following autoscale
         # jobs admitted ahead of a free slot; None = sized by fair_reserve_seconds (1 to 8)
@@ -137,6 +140,7 @@ class FairSettings:
     inherit_aging: bool = False
     allocation_caps: bool = False
     priority_scope: str = "global"
+    key_separator: str | None = None
     pool: str = "prefork"
     capacity: int | None = None
     lookahead: int | None = None
@@ -221,6 +225,10 @@ class FairSettings:
                 "fair_priority_scope",
                 lambda: SchedulerConfig(1, priority_scope=v["fair_priority_scope"]).priority_scope,
             ),
+            key_separator=_setting(
+                "fair_key_separator",
+                lambda: SchedulerConfig(1, key_separator=v["fair_key_separator"]).key_separator,
+            ),
             pool=_text("fair_pool", v["fair_pool"]),
             capacity=_optional_int("fair_capacity", v["fair_capacity"], minimum=1),
             lookahead=_optional_int("fair_lookahead", v["fair_lookahead"], minimum=0),
@@ -268,6 +276,12 @@ class FairSettings:
             metrics_address=_text("fair_metrics_address", v["fair_metrics_address"]),
             metrics_top_keys=_int("fair_metrics_top_keys", v["fair_metrics_top_keys"], minimum=0),
         )
+        _setting("fair_keys", lambda: settings.keys.check_levels(settings.key_separator))
+        if settings.key_separator is not None and settings.allocation_caps:
+            raise ConfigurationError(
+                "fair_allocation_caps cannot be used with fair_key_separator (two-level keys) "
+                "yet: choose one"
+            )
         if settings.metrics_port is not None and settings.metrics_port > 65535:
             raise ConfigurationError("fair_metrics_port: a TCP port, 0 to 65535")
         if len(settings.default_fairness_key) > settings.max_header_length:
@@ -305,6 +319,7 @@ class FairSettings:
             aging=self.aging,
             allocation_caps=self.allocation_caps,
             priority_scope=self.priority_scope,
+            key_separator=self.key_separator,
         )
 
     def describe(self) -> dict[str, object]:
@@ -316,6 +331,7 @@ class FairSettings:
             "aging": None if self.aging is None else describe_aging(self.aging),
             "allocation_caps": self.allocation_caps,
             "priority_scope": self.priority_scope,
+            "key_separator": self.key_separator,
             "pool": self.pool,
             "capacity": self.capacity or "pool size",
             "lookahead": self.lookahead if self.lookahead is not None else "adaptive",

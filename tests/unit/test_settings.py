@@ -70,6 +70,13 @@ def test_job_types_from_settings():
         ({"fair_max_queued_per_key": {"a": 1.5}}, r"fair_max_queued_per_key\['a'\]"),
         ({"fair_max_queued_per_key": {7: 10}}, "keys are fairness keys"),
         ({"fair_on_queue_full": "drop"}, "fair_on_queue_full: must be one of raise, return"),
+        ({"fair_key_separator": "::"}, "fair_key_separator: key_separator must be None or one"),
+        ({"fair_key_separator": "*"}, "fair_key_separator: key_separator must be None or one"),
+        ({"fair_key_separator": "/", "fair_allocation_caps": True}, "fair_allocation_caps"),
+        (
+            {"fair_key_separator": "/", "fair_keys": {"acme": {"rate": "1/s"}}},
+            "fair_keys: key policy 'acme': .* a tenant's rate is not supported yet",
+        ),
     ],
 )
 def test_a_bad_value_is_an_error_that_names_the_setting(values, named):

@@ -205,3 +205,22 @@ def test_policies_split_into_the_tenants_and_the_keys():
     assert tenants_.for_key("other").weight == 1
     assert keys.for_key("acme/alice").weight == 3
     assert keys.for_key("bob/x").max_concurrency == 1
+
+
+def test_a_tenants_rate_is_refused_rather_than_ignored():
+    with pytest.raises(ConfigurationError, match="tenant's rate is not supported"):
+        SchedulerConfig(
+            1, key_separator="/", keys=KeyPolicies.from_mapping({"acme": {"rate": "5/s"}})
+        )
+    s, _ = tenants(keys={"acme/*": {"rate": "5/s"}})  # its keys' rates are
+    with pytest.raises(ConfigurationError, match="tenant's rate"):
+        s.set_key_policies(KeyPolicies.from_mapping({"*": {"rate": "5/s"}}))
+    assert s.key_rate("acme/x") == (5.0, 1.0, False)
+
+
+def test_the_engine_asks_the_store_with_each_keys_tenant_and_its_terms():
+    s, _ = tenants(keys={"acme": {"weight": 2, "max_concurrency": 3}})
+    assert s.tenant_terms("acme/alice") == ("acme", 3, 2.0)
+    assert s.tenant_terms("solo") == ("solo", None, 1.0)
+    flat, _ = make(1, [JOB])
+    assert flat.tenant_terms("acme/alice") is None

@@ -125,10 +125,7 @@ class KeyRules:
         key = self.accounts.keys.get(name)
         if key is not None:
             return key.max_priority
-        bound = self.key_policy(name).max_priority
-        if self.separator is not None:
-            return _lower(bound, self.tenant_policy(tenant_name(name, self.separator)).max_priority)
-        return bound
+        return self.policies.bound(name, self.separator)
 
     def adopt_tenant(self, tenant: KeyState) -> None:
         """Give ``tenant`` its policy and count elsewhere (new, or after a change): its weight,
@@ -175,6 +172,7 @@ class KeyRules:
         O(q log n) for each key that unblocks."""
         if not isinstance(policies, KeyPolicies):
             raise ConfigurationError(f"expected KeyPolicies, got {policies!r}")
+        policies.check_levels(self.separator)
         self.policies = policies
         if self.separator is not None:
             self.levels = policies.levels(self.separator)
@@ -191,6 +189,20 @@ class KeyRules:
             return (None if key.limit == UNLIMITED else key.limit), key.weight
         policy = self.key_policy(name)
         return policy.max_concurrency, float(policy.weight)
+
+    def tenant_terms(self, name: str) -> tuple[str, int | None, float] | None:
+        """With two-level keys, key ``name``'s tenant, its cap (``None``: none) and weight;
+        ``None`` with flat keys. O(1) known, O(patterns) otherwise."""
+        separator = self.separator
+        if separator is None:
+            return None
+        assert self.tenants is not None
+        tenant = tenant_name(name, separator)
+        known = self.tenants.keys.get(tenant)
+        if known is not None:
+            return tenant, (None if known.limit == UNLIMITED else known.limit), known.weight
+        policy = self.tenant_policy(tenant)
+        return tenant, policy.max_concurrency, float(policy.weight)
 
     def rate_terms(self, name: str) -> tuple[float, float, bool] | None:
         """``name``'s rate per second, bucket size and whether a start charges its estimate;
@@ -213,9 +225,13 @@ class KeyRules:
             n for n, key in self.accounts.keys.items() if key.limit != UNLIMITED or key.min_slots
         }
 
-    def set_elsewhere(self, counts: Mapping[str, int]) -> None:
-        """What other workers run of each key (keys not named: none). O(keys named now or
-        before), plus what each key whose cap moves unblocks."""
+    def set_elsewhere(
+        self, counts: Mapping[str, int], tenants: Mapping[str, int] | None = None
+    ) -> None:
+        """What other workers run of each key (keys not named: none), and with two-level
+        keys of each tenant (``tenants``: as a store counts them; ``None``: the sums of its
+        keys' ``counts``). O(keys and tenants named now or before), plus what each key or
+        tenant whose cap moves unblocks."""
         before = self.elsewhere
         self.elsewhere = now = {k: n for k, n in counts.items() if n}
         known = self.accounts.keys
@@ -229,9 +245,12 @@ class KeyRules:
             return
         assert self.tenants is not None
         sums: dict[str, int] = {}
-        for name, n in now.items():
-            tenant = tenant_name(name, separator)
-            sums[tenant] = sums.get(tenant, 0) + n
+        if tenants is not None:
+            sums = {t: n for t, n in tenants.items() if n}
+        else:
+            for name, n in now.items():
+                tenant = tenant_name(name, separator)
+                sums[tenant] = sums.get(tenant, 0) + n
         was = self.tenant_elsewhere
         self.tenant_elsewhere = sums
         for name in was.keys() | sums.keys():

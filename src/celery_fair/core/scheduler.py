@@ -13,7 +13,7 @@ from collections.abc import Hashable, Iterable
 from ..errors import ConfigurationError, DuplicateJob, SchedulerError, UnknownJobType
 from . import inspect
 from .allocation import Allocation
-from .costs import KeyState
+from .costs import UNLIMITED, KeyState
 from .inspect import Why
 from .jobs import ELSEWHERE, Job, Lane
 from .policy import conflict_held, goes_before, key_blocks, select
@@ -317,6 +317,12 @@ class Scheduler(Shared):
         O(1) for a known key, O(patterns) otherwise."""
         return self._keys.terms(fairness_key)
 
+    def tenant_terms(self, fairness_key: str) -> tuple[str, int | None, float] | None:
+        """With two-level keys, ``fairness_key``'s tenant, the tenant's cap (``None``: none)
+        and weight, as its policy gives them; ``None`` with flat keys. O(1) for a known
+        tenant, O(patterns) otherwise."""
+        return self._keys.tenant_terms(fairness_key)
+
     def key_rate(self, fairness_key: str) -> tuple[float, float, bool] | None:
         """``fairness_key``'s rate (per second), bucket size and whether a start charges its
         estimate (``per = "cost"``), as its policy gives them; ``None`` without a rate. O(1)
@@ -339,6 +345,21 @@ class Scheduler(Shared):
         """The known keys whose jobs on other workers matter here: those with a cap or a
         minimum of slots. O(keys)."""
         return self._keys.counted()
+
+    def tenant_limits(self) -> dict[str, int]:
+        """The cap of every known tenant that has one (two-level keys). O(tenants)."""
+        tenants = self._tenants
+        if tenants is None:
+            return {}
+        return {n: t.limit for n, t in tenants.keys.items() if t.limit != UNLIMITED}
+
+    def counted_tenants(self) -> set[str]:
+        """As ``counted_keys``, the known tenants with a cap or a minimum (two-level keys).
+        O(tenants)."""
+        tenants = self._tenants
+        if tenants is None:
+            return set()
+        return {n for n, t in tenants.keys.items() if t.limit != UNLIMITED or t.min_slots}
 
     def allocation(self) -> Allocation:
         """How many of this scheduler's slots each key with work would get by its policy
@@ -523,6 +544,20 @@ class Scheduler(Shared):
     def pending_keys(self) -> list[str]:
         """The fairness keys that have pending jobs. O(keys)."""
         return [name for name, key in self._accounts.keys.items() if key.pending]
+
+    def pending_tenants(self) -> list[str]:
+        """The tenants that have pending jobs (two-level keys; none with flat keys).
+        O(tenants)."""
+        tenants = self._tenants
+        if tenants is None:
+            return []
+        return [name for name, t in tenants.keys.items() if t.pending]
+
+    def tenant_cost(self, tenant: str) -> float:
+        """``tenant``'s accumulated cost here (0 for a tenant not known; two-level keys)."""
+        tenants = self._tenants
+        state = None if tenants is None else tenants.keys.get(tenant)
+        return 0.0 if state is None else state.acc
 
     def __contains__(self, uid: object) -> bool:
         return uid in self._jobs

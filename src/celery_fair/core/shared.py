@@ -95,6 +95,16 @@ class Shared(State):
         if key is not None and key.acc != value:
             self._set_acc(key, float(value))
 
+    def set_tenant_accumulated(self, tenant: str, value: float) -> None:
+        """Make ``tenant``'s accumulated cost ``value`` (the fleet's, from a store; two-level
+        keys), as ``set_accumulated`` for a key. Ignored for a tenant not known here."""
+        if not (_type_of(value) in _NUMBER and 0 <= value < _INF):
+            raise SchedulerError(f"accumulated cost must be a finite number >= 0, got {value!r}")
+        tenants = self._tenants
+        tenant_state = None if tenants is None else tenants.keys.get(tenant)
+        if tenant_state is not None and tenant_state.acc != value:
+            self._set_acc(tenant_state, float(value))
+
     def set_tokens(self, fairness_key: str, level: float) -> None:
         """Make ``fairness_key``'s rate bucket ``level`` now (the fleet's, from a store): at
         most 0, the key starts nothing until it refills (core/rates.py). Ignored for a key
@@ -134,6 +144,7 @@ class Shared(State):
         keys: Mapping[str, int] | None = None,
         *,
         urgent_passes: bool = True,
+        tenants: Mapping[str, int] | None = None,
     ) -> None:
         """Count, against each cap, the jobs that other workers run (by priority, by type and,
         if given, by fairness key).
@@ -144,7 +155,9 @@ class Shared(State):
         against its tier's and type's caps, as a store then decides and holds the next free
         slot for it (docs/design.md 5e); with ``urgent_passes=False`` it keeps within
         ``cap - elsewhere`` like any job (a worker's share of each cap while the store is
-        unreachable). O(tiers + types + keys).
+        unreachable). With two-level keys, ``tenants`` says what other workers run of each
+        tenant (with ``keys``; without it, a tenant's count is the sum of its keys').
+        O(tiers + types + keys + tenants).
         """
         self._urgent_passes = urgent_passes
         self._tiers_elsewhere = dict(tiers)
@@ -156,7 +169,7 @@ class Shared(State):
             lane.recap()
         if keys is None:
             return
-        self._keys.set_elsewhere(keys)
+        self._keys.set_elsewhere(keys, tenants)
 
     def hold_elsewhere(self, group: str, job_id: str) -> None:
         """Another worker holds the conflict ``(group, job_id)``: its waiters here wait. O(1)."""

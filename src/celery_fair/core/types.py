@@ -462,6 +462,44 @@ class KeyPolicies:
         )
         return tenants, keys
 
+    def check_levels(self, separator: str | None) -> None:
+        """Refuse what two-level keys (``separator``) do not do yet: a ``rate`` on a tenant's
+        entry (one without the separator), which would otherwise be silently ignored.
+
+        Raises:
+            ConfigurationError: Some tenant's entry has a rate.
+        """
+        if separator is None:
+            return
+        tenants, _ = self.levels(separator)
+        entries = [*tenants.exact.items(), *tenants.patterns, ("*", tenants.default)]
+        for name, policy in entries:
+            if policy.rate is not None:
+                raise ConfigurationError(
+                    f"key policy {name!r}: with key_separator {separator!r} an entry without "
+                    f"it is a tenant's, and a tenant's rate is not supported yet: give the "
+                    f"rate to its keys ({name + separator + '*'!r})"
+                )
+
+    def bound(self, name: str, separator: str | None = None) -> int | None:
+        """Key ``name``'s ``max_priority`` (``None``: none): its policy's, or with two-level
+        keys (``separator``) the lower of its own and its tenant's (``levels``).
+
+        Example:
+            >>> p = KeyPolicies.from_mapping({"acme": {"max_priority": 4}})
+            >>> p.bound("acme/alice"), p.bound("acme/alice", "/")
+            (None, 4)
+        """
+        if separator is None:
+            return self.for_key(name).max_priority
+        tenants, keys = self.levels(separator)
+        head, sep, _ = name.partition(separator)
+        own = keys.for_key(name).max_priority if sep else None
+        theirs = tenants.for_key(head).max_priority
+        if own is None:
+            return theirs
+        return own if theirs is None else min(own, theirs)
+
     def for_key(self, name: str) -> KeyPolicy:
         """The policy of key ``name``. O(1) for an exact name, O(patterns) otherwise."""
         return self.match(name)[1]
@@ -565,6 +603,8 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         check_separator(self.key_separator)
+        if isinstance(self.keys, KeyPolicies):
+            self.keys.check_levels(self.key_separator)
         if self.key_separator is not None and self.allocation_caps is True:
             raise ConfigurationError(
                 "allocation_caps cannot be used with a key_separator (two-level keys) yet: "

@@ -107,12 +107,15 @@ class BeatCall(Call):
     kind: ClassVar[str] = "beat"
     keys: list[str] = field(default_factory=list)
     policies: int = -1  # the runtime policies' version this worker has
+    tenants: list[str] = field(default_factory=list)  # two-level keys: pending tenants
 
     def execute(self, store: Store) -> View:
-        return store.heartbeat(self.worker, self._watched(), self.keys, self.policies)
+        return store.heartbeat(self.worker, self._watched(), self.keys, self.policies, self.tenants)
 
     def request(self, store: RedisStore) -> Request:
-        return store.heartbeat_request(self.worker, self._watched(), self.keys, self.policies)
+        return store.heartbeat_request(
+            self.worker, self._watched(), self.keys, self.policies, self.tenants
+        )
 
     def applied(self, engine: Engine, reply: View) -> Decision:
         engine._apply_beat(self, reply)

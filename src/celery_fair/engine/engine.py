@@ -76,6 +76,15 @@ def _charged(job: _Tracked) -> float:
     return job.estimate if weight == 1.0 else job.estimate / weight
 
 
+def _tenant_charged(job: _Tracked) -> float:
+    """What ``job``'s tenant was charged at its admission (two-level keys; 0 without)."""
+    ask = job.ask
+    if ask.tenant is None:
+        return 0.0
+    weight = ask.tenant_weight
+    return job.estimate if weight == 1.0 else job.estimate / weight
+
+
 class Engine:
     """A worker's core and the fleet's store, composed (see the module docstring).
 
@@ -460,6 +469,8 @@ class Engine:
     ) -> Ask:
         key_cap, weight = self.core.key_terms(fairness_key)
         own = jtype.priority if priority is None else priority
+        terms = self.core.tenant_terms(fairness_key)  # two-level keys: its tenant's
+        tenant, tenant_cap, tenant_weight = (None, None, 1.0) if terms is None else terms
         return Ask(
             str(uid),
             jtype.name,
@@ -476,6 +487,9 @@ class Engine:
             type_rate=jtype.rate,  # a type's terms never change (its key's: _ask_now)
             type_burst=jtype.bucket,
             type_per_cost=jtype.per == "cost",
+            tenant=tenant,
+            tenant_weight=tenant_weight,
+            tenant_cap=tenant_cap,
         )  # its key's rate terms come with each ask (_ask_now): they may change before then
 
     def _ask_now(self, job: _Tracked, admission: Admission) -> Ask:
@@ -496,6 +510,14 @@ class Engine:
             claim = self.claim_seconds
         if key_cap != ask.key_cap or weight != ask.weight or claim != ask.claim:
             ask = job.ask = ask._replace(key_cap=key_cap, weight=weight, claim=claim)
+        if ask.tenant is not None:  # two-level keys: its tenant's terms now (urgent: no cap)
+            terms = self.core.tenant_terms(ask.fairness_key)
+            assert terms is not None
+            _, tenant_cap, tenant_weight = terms
+            if admission.urgent:
+                tenant_cap = None
+            if tenant_cap != ask.tenant_cap or tenant_weight != ask.tenant_weight:
+                ask = job.ask = ask._replace(tenant_cap=tenant_cap, tenant_weight=tenant_weight)
         rate = self.core.key_rate(ask.fairness_key)
         if rate is None:
             if ask.rate is not None:
@@ -542,6 +564,7 @@ class Engine:
         call.policies = self._policy_version
         call.watch = self.core.held_elsewhere()
         call.keys = self.core.pending_keys()
+        call.tenants = self.core.pending_tenants()
         return call
 
     def _register_call(self) -> RegisterCall:
@@ -567,6 +590,8 @@ class Engine:
                         ask.fairness_key,
                         _charged(job),
                         ask.default_cost,
+                        ask.tenant,
+                        _tenant_charged(job),
                     )
                 )
                 if not job.in_store:

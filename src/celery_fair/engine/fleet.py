@@ -19,8 +19,10 @@ class FleetMirror:
 
     __slots__ = (
         "fleet_keys",
+        "fleet_tenants",
         "keys_elsewhere",
         "mine_keys",
+        "mine_tenants",
         "mine_tiers",
         "mine_types",
         "others_run",
@@ -38,6 +40,9 @@ class FleetMirror:
         # fleet_keys: running jobs per fairness key, fleet-wide, as the store last said, for
         # the keys with a cap or a minimum (what the core needs to know of other workers).
         self.fleet_keys: dict[str, int] = {}
+        # mine_tenants / fleet_tenants: the same for tenants (two-level keys).
+        self.mine_tenants: dict[str, int] = {}
+        self.fleet_tenants: dict[str, int] = {}
         # workers: live workers as the store last said (this one included, at least 1).
         self.workers = 1
         # others_run: other workers run jobs (of any tier or type, as the store said);
@@ -53,12 +58,9 @@ class FleetMirror:
         types = self.mine_types
         tiers[ask.priority] = tiers.get(ask.priority, 0) + n
         types[ask.type] = types.get(ask.type, 0) + n
-        keys = self.mine_keys
-        left = keys.get(ask.fairness_key, 0) + n
-        if left > 0:
-            keys[ask.fairness_key] = left
-        else:
-            keys.pop(ask.fairness_key, None)
+        _add(self.mine_keys, ask.fairness_key, n)
+        if ask.tenant is not None:
+            _add(self.mine_tenants, ask.tenant, n)
 
     def mine(self) -> int:
         """How many running jobs the store should count under this worker."""
@@ -83,17 +85,24 @@ class FleetMirror:
         }
         mine_keys = self.mine_keys
         keys_else = {k: max(0, n - mine_keys.get(k, 0)) for k, n in self.fleet_keys.items()}
+        mine_tenants = self.mine_tenants
+        tenants_else = {
+            t: max(0, n - mine_tenants.get(t, 0)) for t, n in self.fleet_tenants.items()
+        }
         if foreground:
             # Propose its jobs to the store even when other workers fill a tier or type: a
             # refusal claims the next free slot (``Engine.foreground``), which no ask cannot.
-            core.set_running_elsewhere({}, {}, keys_else)
+            core.set_running_elsewhere({}, {}, keys_else, tenants=tenants_else)
         else:
-            core.set_running_elsewhere(tiers_else, types_else, keys_else)
+            core.set_running_elsewhere(tiers_else, types_else, keys_else, tenants=tenants_else)
         self.others_run = any(n > 0 for n in tiers_else.values()) or any(
             n > 0 for n in types_else.values()
         )
-        # A key held back by what other workers run of it learns of their ends from a beat.
-        self.keys_elsewhere = any(n > 0 for n in keys_else.values())
+        # A key (or tenant) held back by what other workers run of it learns of their ends
+        # from a beat.
+        self.keys_elsewhere = any(n > 0 for n in keys_else.values()) or any(
+            n > 0 for n in tenants_else.values()
+        )
 
     @staticmethod
     def see_conflicts(core: Scheduler, watched: list[tuple[str, str]], held: list[bool]) -> None:
@@ -101,3 +110,12 @@ class FleetMirror:
         for ckey, is_held in zip(watched, held, strict=True):
             if not is_held:
                 core.release_elsewhere(*ckey)
+
+
+def _add(counts: dict[str, int], name: str, n: int) -> None:
+    """``counts[name] += n``, an entry that falls to 0 dropped."""
+    left = counts.get(name, 0) + n
+    if left > 0:
+        counts[name] = left
+    else:
+        counts.pop(name, None)

@@ -43,6 +43,11 @@ def local_shares(
     return tiers, types, keys
 
 
+def local_tenant_shares(core: Scheduler, workers: int) -> dict[str, int]:
+    """As ``local_shares``, per tenant with a cap (two-level keys)."""
+    return {t: cap - math.ceil(cap / workers) for t, cap in core.tenant_limits().items()}
+
+
 class Outage:
     """The engine's bookkeeping for outages: the backoff, local holds, local tokens."""
 
@@ -63,7 +68,8 @@ class Outage:
     def enter_local(self, core: Scheduler, workers: int, priorities: Iterable[int]) -> None:
         """This worker's share of every cap is what the core may fill from now on."""
         tiers, types, keys = local_shares(core, workers, priorities)
-        core.set_running_elsewhere(tiers, types, keys, urgent_passes=False)
+        tenants = local_tenant_shares(core, workers)
+        core.set_running_elsewhere(tiers, types, keys, urgent_passes=False, tenants=tenants)
 
     def hold(self, core: Scheduler, group: str, job_id: str | None) -> None:
         """A job with a conflict waits in local mode: its conflict counts as held elsewhere."""

@@ -46,6 +46,7 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
     start: list[Admission] = []
     drop: list[Hashable] = []
     costs: dict[str, float] = {}
+    tenant_costs: dict[str, float] = {}  # two-level keys: each tenant's, fleet-wide
     now = engine.clock.now()
     # A reply read a lease or more after its call was sent (this worker was paused in
     # between): the store may have released what it admitted since, so none of it starts.
@@ -57,6 +58,8 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
         uid = admission.uid
         job = jobs[uid]
         costs[job.ask.fairness_key] = grant.accumulated
+        if grant.tenant_accumulated is not None and job.ask.tenant is not None:
+            tenant_costs[job.ask.tenant] = grant.tenant_accumulated
         if grant.tokens is not None:
             tokens[job.ask.fairness_key] = grant.tokens
         if grant.type_tokens is not None:
@@ -125,12 +128,15 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
         gave_back_stale(engine, given)
     for key, value in costs.items():
         core.set_accumulated(key, value)
+    for tenant, value in tenant_costs.items():
+        core.set_tenant_accumulated(tenant, value)
     for key, level in tokens.items():  # a key out of its rate waits here until it refills
         core.set_tokens(key, level)
     for name, level in type_tokens.items():  # and so does a type
         core.set_type_tokens(name, level)
     fleet = engine._fleet
     fleet.fleet_keys.update(reply.keys)
+    fleet.fleet_tenants.update(reply.tenants)
     fleet.see(core, reply.tiers, reply.types, reply.workers, foreground=engine.foreground)
     held = [reply.held[conflict_field(*c)] for c in call.watch]
     fleet.see_conflicts(core, call.watch, held)
@@ -144,11 +150,15 @@ def apply_beat(engine: Engine, call: BeatCall, view: View) -> None:
         engine._see_policies(view.policies, view.policy_doc or "")
     for key, value in view.accumulated.items():
         engine.core.set_accumulated(key, value)
-    # The beat asked about every key with jobs pending here: the others matter to no
-    # decision here until they have some, and an admission's reply reports them again.
+    for tenant, value in view.tenant_accumulated.items():
+        engine.core.set_tenant_accumulated(tenant, value)
+    # The beat asked about every key (and tenant) with jobs pending here: the others matter
+    # to no decision here until they have some, and an admission's reply reports them again.
     counted = engine.core.counted_keys()
     fleet = engine._fleet
     fleet.fleet_keys = {k: view.keys.get(k, 0) for k in call.keys if k in counted}
+    counted = engine.core.counted_tenants()
+    fleet.fleet_tenants = {t: view.tenants.get(t, 0) for t in call.tenants if t in counted}
     fleet.see(engine.core, view.tiers, view.types, view.workers, foreground=engine.foreground)
     held = [view.held[conflict_field(*c)] for c in call.watch]
     fleet.see_conflicts(engine.core, call.watch, held)
