@@ -145,6 +145,30 @@ def test_how_far_behind_a_lanes_keys_are_is_their_least_cost_and_a_shards_is_non
     assert here.behind(3, lambda k: cost(k, 0.0)) == 7.0
 
 
+def test_with_tenants_a_shard_is_as_far_behind_as_the_tenant_of_its_last_key() -> None:
+    # Two-level keys: tenant S spreads its backlog over light keys in the shards, tenant T has
+    # a lane; the read order puts T's lane first when T has used less, not the shards always.
+    from celery_fair.worker.shard_turns import ShardTurns
+
+    lanes = FleetLanes()
+    here = LanesHere(lanes, shards=2, consumed=2, window=lambda: 4, now=lambda: 0.0)
+    turns = ShardTurns(2, lambda: 4, lanes=2)
+    jobs = HeldJobs(turns, here.crowding)
+    tenant_cost = {"S": 9.0, "T": 4.0}
+    cost = lambda key: tenant_cost.get(key.split("/")[0], 0.0)  # noqa: E731
+    lanes.ask("T")  # lane 0: slot 2
+    s_key = "S/1"
+    shard = shard_of(s_key, 2)
+    assert here.behind_tenants(shard, cost) == 0.0  # nothing read from it yet: a newcomer's
+    hold(here, jobs, s_key, f"q.fair.{shard}")
+    assert here.behind_tenants(shard, cost) == 9.0  # S's, whose key it last gave
+    assert here.behind_tenants(2, cost) == 4.0  # T's lane
+    assert here.behind(shard, cost) == 0.0  # flat keys: a shard is always furthest behind
+    jobs.take(f"{s_key}-0")
+    turns.behind = lambda slot: here.behind_tenants(slot, cost)
+    assert turns.order([f"q.fair.{shard}", "q.fair.lane.0"])[0] == "q.fair.lane.0"
+
+
 def test_stragglers_are_read_past_only_while_their_keys_lane_has_messages_here() -> None:
     # Given a worker holding six of H's messages from H's shard, H's whole backlog there from
     # before it had a lane (H crowded its shard: the worker asked for it),

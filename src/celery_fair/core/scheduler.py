@@ -19,6 +19,7 @@ from .jobs import ELSEWHERE, Job, Lane
 from .policy import conflict_held, goes_before, key_blocks, select
 from .shared import Shared
 from .state import _INF, _NUMBER, _type_of
+from .tenants import tenant_name
 from .types import (
     Admission,
     CancelOutcome,
@@ -552,6 +553,13 @@ class Scheduler(Shared):
         if tenants is None:
             return []
         return [name for name, t in tenants.keys.items() if t.pending]
+
+    def order_cost(self, fairness_key: str) -> float:
+        """The cost that first orders ``fairness_key``'s jobs: its tenant's accumulated cost
+        with two-level keys, else its own (0 for a key not known). O(1)."""
+        if self._separator is None:
+            return self.accumulated_cost(fairness_key)
+        return self.tenant_cost(tenant_name(fairness_key, self._separator))
 
     def tenant_cost(self, tenant: str) -> float:
         """``tenant``'s accumulated cost here (0 for a tenant not known; two-level keys)."""

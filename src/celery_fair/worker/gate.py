@@ -113,9 +113,15 @@ class Gate:
             )
         crowding = self.lanes.crowding if self.lanes is not None else None
         if self.lanes is not None and self.windows.turns is not None:
-            # Redis reads the lanes it holds none of by how far behind their keys are.
-            here, cost = self.lanes, scheduler.accumulated_cost
-            self.windows.turns.behind = lambda slot: here.behind(slot, cost)
+            # Redis reads the lanes it holds none of by how far behind their keys are (with
+            # two-level keys, their tenants).
+            here = self.lanes
+            if settings.key_separator is None:
+                cost = scheduler.accumulated_cost
+                self.windows.turns.behind = lambda slot: here.behind(slot, cost)
+            else:
+                tcost = scheduler.order_cost
+                self.windows.turns.behind = lambda slot: here.behind_tenants(slot, tcost)
         self.held = HeldJobs(self.windows.turns, crowding)
         self.reserve = Reserve(lookahead, sizer)
         self.runs = Runs(monotonic.now)

@@ -52,6 +52,8 @@ class LanesHere:
         self._fresh: str | None = None  # the key whose lane ``slot`` just learned
         # The fleet's map as last read for ``behind``, and its keys by lane.
         self._by_lane: tuple[Any, dict[int, list[str]]] = (None, {})
+        # The key of the last message held from each shard (``behind_tenants``).
+        self._last: dict[int, str] = {}
 
     def slot(self, req: Any, key: str) -> int:
         """The slot ``req`` (of fairness key ``key``) counts in. A message that came from a
@@ -89,6 +91,10 @@ class LanesHere:
         of it from its shard are stragglers from now on (``HeldJobs.reslot``). ``True`` if
         stragglers are held because of this message: the shard's window may have to open."""
         fresh, self._fresh = self._fresh == key, None
+        if slot < self.shards:
+            self._last[slot] = key
+        elif self.straggler(slot):
+            self._last[slot - self.shards - self.consumed] = key
         crowds = self.crowding.crowds(slot, key, self._window(), self._now())
         if crowds and self.lanes.map.lane_of(key) is None:
             self.asked += 1
@@ -147,6 +153,18 @@ class LanesHere:
             self._by_lane = (lanes, by_lane)
         keys = self._by_lane[1].get(lane)
         return min(map(cost, keys)) if keys else 0.0
+
+    def behind_tenants(self, slot: int, cost: Callable[[str], float]) -> float:
+        """``behind`` with two-level keys (``cost``: a key's tenant's accumulated cost). A
+        lane's, as ``behind``; a shard's, the cost of the last key held from it (0 before
+        any). Under flat keys a shard's light keys are the furthest behind; with tenants, its
+        light keys may be a heavy tenant's (one that spreads its backlog over many keys), and
+        read first they would keep a one-key tenant's lane unread while its next start is due.
+        O(1) for a shard, as ``behind`` for a lane."""
+        if slot < self.shards:
+            last = self._last.get(slot)
+            return 0.0 if last is None else cost(last)
+        return self.behind(slot, cost)
 
     def backlogged_keys(self) -> list[str]:
         """The keys whose lane this worker holds at least half a window of: they still need
