@@ -64,6 +64,8 @@ class GateLook:
     redistributed: float = 0.0
     # effective priority: pending jobs at it now
     levels: dict[int, int] = field(default_factory=dict)
+    # two-level keys: each tenant with work here, its (running, pending, accumulated cost)
+    tenants: dict[str, tuple[int, int, float]] = field(default_factory=dict)
 
 
 MODES = ("alone", "shared", "hold", "local")
@@ -451,6 +453,53 @@ class _GateCollector:
         for level, n in sorted(look.levels.items()):
             levels.add_metric([str(level)], n)
         yield levels
+        if look.tenants:  # two-level keys (fair_key_separator)
+            yield from _tenant_gauges(GaugeMetricFamily, look.tenants, self.top_keys)
+
+
+def _tenant_gauges(
+    family: Any, tenants: dict[str, tuple[int, int, float]], top: int
+) -> Iterator[Any]:
+    """The tenant level's gauges: running and held jobs and cost, for the ``top`` tenants
+    with the most jobs here and the rest as ``other`` (``top_tenants``)."""
+    named = top_tenants(tenants, top)
+    gauges = (
+        ("celery_fair_tenant_running_jobs", "Fair jobs this worker runs, by tenant"),
+        ("celery_fair_tenant_held_jobs", "Fair jobs this worker holds, not yet admitted, by "
+                                         "tenant"),
+        ("celery_fair_tenant_accumulated_cost", "Each tenant's accumulated cost as this worker "
+                                                "has it (the fleet's, with a store); other: "
+                                                "the least of the rest"),
+    )  # fmt: skip
+    for i, (name, text) in enumerate(gauges):
+        gauge = family(
+            name,
+            f"{text} (fair_key_separator): the fair_metrics_top_keys tenants with the most "
+            'jobs here by name, the rest as tenant="other".',
+            labels=["tenant"],
+        )
+        for tenant, values in named:
+            gauge.add_metric([tenant], values[i])
+        yield gauge
+
+
+def top_tenants(
+    tenants: dict[str, tuple[int, int, float]], top: int
+) -> list[tuple[str, tuple[int, int, float]]]:
+    """The ``top`` tenants with the most jobs (running and pending), then the rest as
+    ``other``: their jobs summed, the least of their costs (a tenant named ``other`` among
+    the top counts as the rest). O(tenants log tenants).
+
+    >>> top_tenants({"a": (1, 0, 5.0), "b": (2, 7, 1.0), "c": (0, 1, 3.0)}, 1)
+    [('b', (2, 7, 1.0)), ('other', (1, 1, 3.0))]
+    """
+    ranked = sorted(tenants.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0]))
+    named = [(t, v) for t, v in ranked[:top] if t != OTHER]
+    rest = [v for t, v in ranked if (t, v) not in named]
+    if not rest:
+        return named
+    summed = (sum(v[0] for v in rest), sum(v[1] for v in rest), min(v[2] for v in rest))
+    return [*named, (OTHER, summed)]
 
 
 def top_allocations(slots: dict[str, int], top: int) -> list[tuple[str, int]]:

@@ -61,3 +61,18 @@ def test_the_fleet_shares_a_tenants_cost() -> None:
     two.gate.sweep()
     two.run(two.pool.running()[0], 1.0)
     assert two.pool.ids() == ["hold", "t1"]  # not S's new key, though it came first
+
+
+def test_inspect_stats_name_the_tenants_with_most_jobs_and_the_rest_as_other() -> None:
+    w = World(slots=1, fair_metrics_top_keys=1, **TENANTS)
+    for i in range(4):
+        w.deliver(f"s{i}", key=f"S/{i}")
+    w.deliver("t0", key="T/x")
+    w.deliver("u0", key="U")
+    tenants = w.stats()["fair-tenants"]
+    assert set(tenants) == {"S", "other"}
+    assert tenants["S"]["running"] + tenants["S"]["held"] == 4
+    assert tenants["other"]["running"] + tenants["other"]["held"] == 2
+    flat = World(slots=1)
+    flat.deliver("a", key="S/1")
+    assert "fair-tenants" not in flat.stats()

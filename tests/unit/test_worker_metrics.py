@@ -189,3 +189,23 @@ def test_seed_001s_views_are_read_from_the_gate_the_utilization_of_the_keys_name
     m.allocation_changed("a", 0, 3)
     m.allocation_changed("a", 3, 2)
     assert value(m, "celery_fair_allocation_changes_total") == 2
+
+
+def test_with_two_level_keys_the_tenants_with_most_jobs_are_named_and_the_rest_is_other():
+    look = GateLook(
+        tenants={"acme": (3, 40, 12.5), "beta": (1, 2, 4.0), "gamma": (0, 1, 2.0), "d": (1, 0, 9.0)}
+    )
+    m = WorkerMetrics(look=lambda: look, registry=CollectorRegistry(), top_keys=1)
+    assert value(m, "celery_fair_tenant_running_jobs", tenant="acme") == 3
+    assert value(m, "celery_fair_tenant_held_jobs", tenant="acme") == 40
+    assert value(m, "celery_fair_tenant_accumulated_cost", tenant="acme") == 12.5
+    # the rest together: their jobs summed, the least of their costs; never a raw key
+    assert value(m, "celery_fair_tenant_running_jobs", tenant="other") == 2
+    assert value(m, "celery_fair_tenant_held_jobs", tenant="other") == 3
+    assert value(m, "celery_fair_tenant_accumulated_cost", tenant="other") == 2.0
+    assert value(m, "celery_fair_tenant_running_jobs", tenant="beta") is None
+    # flat keys: no tenant gauge at all
+    flat = GateLook()
+    m = WorkerMetrics(look=lambda: flat, registry=CollectorRegistry())
+    names = {s.name for f in m.registry.collect() for s in f.samples}
+    assert not {n for n in names if n.startswith("celery_fair_tenant_")}

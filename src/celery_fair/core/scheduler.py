@@ -554,6 +554,18 @@ class Scheduler(Shared):
             return []
         return [name for name, t in tenants.keys.items() if t.pending]
 
+    def tenant_use(self) -> dict[str, tuple[int, int, float]]:
+        """Each tenant with work here (two-level keys; none with flat keys): its running and
+        pending jobs and its accumulated cost. O(tenants)."""
+        tenants = self._tenants
+        if tenants is None:
+            return {}
+        return {
+            name: (t.running, t.pending, t.acc)
+            for name, t in tenants.keys.items()
+            if t.running or t.pending
+        }
+
     def order_cost(self, fairness_key: str) -> float:
         """The cost that first orders ``fairness_key``'s jobs: its tenant's accumulated cost
         with two-level keys, else its own (0 for a key not known). O(1)."""

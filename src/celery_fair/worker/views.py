@@ -15,7 +15,7 @@ from .. import words
 from ..core import BlockReason, JobType, Scheduler
 from ..core.inspect import why_to_dict
 from ..engine import Engine
-from ..metrics import GateLook, top_allocations
+from ..metrics import GateLook, top_allocations, top_tenants
 from ..observe import Counters
 from ..protocol import JOB_STATES
 from ..store.base import conflict_field
@@ -195,6 +195,7 @@ def pool_info(
         "fair-key-allocation": dict(
             top_allocations(scheduler.allocation().slots, parts.metrics_top_keys)
         ),
+        **tenants_info(scheduler.tenant_use(), parts.metrics_top_keys),
         # The pool's slots and the reserve apart: fair-running of fair-slots (the pool's size
         # less its plain runs) run in the pool; fair-reserved of fair-lookahead wait admitted
         # for a free process (the scheduler counts both).
@@ -208,6 +209,20 @@ def pool_info(
         **parts.counters.stats(),
         **({"fair-metrics-port": metrics_port} if metrics_port else {}),
         **{f"fair-store-{name}": v for name, v in parts.engine.info().items()},
+    }
+
+
+def tenants_info(tenants: dict[str, tuple[int, int, float]], top: int) -> dict[str, Any]:
+    """``fair-tenants`` with two-level keys (nothing with flat keys): the tenants with the
+    most jobs here (``fair_metrics_top_keys`` of them, the rest as ``other``), each with its
+    running and held jobs and its accumulated cost. O(tenants log tenants)."""
+    if not tenants:
+        return {}
+    return {
+        "fair-tenants": {
+            name: {"running": r, "held": p, "cost": round(c, 6)}
+            for name, (r, p, c) in top_tenants(tenants, top)
+        }
     }
 
 
@@ -243,6 +258,7 @@ def look(parts: Parts, wall_now: float, pool_slots: int) -> GateLook:
         running_by_key=scheduler.running_by_key(),
         redistributed=scheduler.redistributed(allocation),
         levels=scheduler.pending_levels(),
+        tenants=scheduler.tenant_use(),
     )
 
 
