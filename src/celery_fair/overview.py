@@ -26,8 +26,8 @@ TOP_KEYS = 10
 
 def fleet_status(app: Any, timeout: float = 1.0) -> dict[str, Any]:
     """Everything ``fair status`` shows, as plain data: ``store`` (``summarise``, or ``None``
-    without a shared store; ``store_error`` if it is unreachable), ``workers`` (``gates``) and
-    ``queues``."""
+    without a shared store; ``store_error`` if it is unreachable), ``workers`` (``gates``),
+    ``tenants`` (``tenants_of``, with two-level keys) and ``queues``."""
     from .connect import declared_types, open_store, store_url
     from .settings import FairSettings
 
@@ -46,8 +46,27 @@ def fleet_status(app: Any, timeout: float = 1.0) -> dict[str, Any]:
             finally:
                 store.close()
     out["workers"] = gates(app, timeout)
+    out["tenants"] = tenants_of(out["workers"])
     out["queues"] = _queues(app, settings.shards)
     return out
+
+
+def tenants_of(workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """With two-level keys, the tenants the workers' gates name (each its top tenants by jobs
+    there, and ``other``): running and held jobs summed over the workers, the highest cost any
+    of them has (each has the fleet's, as of its last look at the store), most jobs first,
+    ``other`` last. Empty with flat keys. O(workers x tenants)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for gate in workers:
+        for name, row in (gate.get("tenants") or {}).items():
+            into = merged.setdefault(name, {"tenant": name, "running": 0, "held": 0, "cost": 0.0})
+            into["running"] += int(row.get("running", 0))
+            into["held"] += int(row.get("held", 0))
+            into["cost"] = max(into["cost"], float(row.get("cost", 0.0)))
+    return sorted(
+        merged.values(),
+        key=lambda r: (r["tenant"] == "other", -(r["running"] + r["held"]), r["tenant"]),
+    )
 
 
 def summarise(state: dict[str, Any], settings: Any, types: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +132,7 @@ def gates(app: Any, timeout: float) -> list[dict[str, Any]]:
                 },
                 "mode": pool.get("fair-store-mode", "alone"),
                 "admitted": pool.get("fair-admitted", 0),
+                "tenants": pool.get("fair-tenants", {}),
             }
         )
     return gates
@@ -211,6 +231,14 @@ def render(state: dict[str, Any]) -> Any:
     if not state["workers"]:
         gates.add_row("(no fair worker answered)", "", "", "", "", "", "", "")
     parts.append(gates)
+    if state.get("tenants"):  # two-level keys (fair_key_separator)
+        tenants = Table(title="Tenants (jobs on the workers)", title_justify="left")
+        for column in ("tenant", "running", "held", "accumulated cost (s)"):
+            tenants.add_column(column, justify="left" if column == "tenant" else "right")
+        for t in state["tenants"]:
+            name = t["tenant"] if t["tenant"] == "other" else key_label(t["tenant"])
+            tenants.add_row(name, str(t["running"]), str(t["held"]), f"{t['cost']:.1f}")
+        parts.append(tenants)
     queues = Table(title="Queues (messages waiting in the broker)", title_justify="left")
     for column in ("queue", "in the queue", "in its shards"):
         queues.add_column(column, justify="left" if column == "queue" else "right")

@@ -231,3 +231,28 @@ def test_weights_without_a_shared_store_shows_the_fair_keys_in_force(tmp_path):
     assert change.returncode != 0
     assert "shared store" in change.stderr
     assert "Traceback" not in change.stderr
+
+
+def test_with_two_level_keys_status_shows_the_tenants_the_workers_name():
+    def gate(name, tenants):
+        return {"worker": name, "mode": "shared", "running": 1, "plain": 0, "slots": 2,
+                "reserved": 0, "lookahead": 0, "held": 3, "oldest_held": 0.5, "blocked": {},
+                "tenants": tenants}  # fmt: skip
+
+    workers = [
+        gate("w1", {"acme": {"running": 2, "held": 5, "cost": 7.5},
+                    "other": {"running": 1, "held": 0, "cost": 1.0}}),
+        gate("w2", {"acme": {"running": 1, "held": 1, "cost": 8.0},
+                    "beta": {"running": 1, "held": 0, "cost": 2.0}}),
+    ]  # fmt: skip
+    tenants = overview.tenants_of(workers)
+    assert [t["tenant"] for t in tenants] == ["acme", "beta", "other"]  # most jobs, other last
+    assert tenants[0] == {"tenant": "acme", "running": 3, "held": 6, "cost": 8.0}
+    shown = text(commands.render({"store": None, "workers": workers, "tenants": tenants,
+                                  "queues": []}))  # fmt: skip
+    rows = {r[0]: r[1:] for r in table_rows(shown)}
+    assert rows["acme"] == ["3", "6", "8.0"]
+    assert rows["other"] == ["1", "0", "1.0"]
+    # flat keys: no tenant table
+    assert overview.tenants_of([gate("w3", {})]) == []
+    assert "Tenants" not in text(commands.render({"store": None, "workers": [], "queues": []}))
