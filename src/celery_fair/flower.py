@@ -8,7 +8,8 @@
 Flower has no plugin interface; it executes its configuration file in its own process before it
 starts, which is where this module hooks in:
 
-- **Task fields.** Fair workers put ``fairness_key``, ``job_type``, ``job_id``, ``submitted``,
+- **Task fields.** Fair workers put ``fairness_key``, ``tenant`` (with ``fair_key_separator``),
+  ``job_type``, ``job_id``, ``submitted``,
   ``shard``, ``queue_wait``, ``publish_wait``, ``place_in_key``, ``held_at_receipt``,
   ``fencing_token``, ``effective_priority``, ``urgent`` and ``fair_priority`` in their task
   events (worker/events.py). Celery's event state keeps every field but lists only its own in
@@ -20,7 +21,8 @@ starts, which is where this module hooks in:
   the waits read as Flower's run times do (``format_task``).
 - **Metrics.** Flower's ``/metrics`` serves Prometheus' default registry; a collector there reads
   the fleet's shared store at each scrape: live workers, running jobs by tier and type against
-  their caps, by fairness key (the top ``TOP_KEYS`` and ``other``), conflicts held, accumulated
+  their caps, by fairness key (the top ``TOP_KEYS`` and ``other``) and by tenant with
+  ``fair_key_separator`` (the same), conflicts held, accumulated
   cost and service lag per top key, Jain's fairness index, and the submits a limit refused
   (``QueueFull``, counted by the producers' registry in the store). One exporter for the fleet:
   nothing is counted per worker here (workers serve their own metrics, metrics.py).
@@ -51,6 +53,7 @@ TOP_KEYS = 10
 #: Column labels of the tasks page.
 COLUMNS = {
     "fairness_key": "Fairness key",
+    "tenant": "Tenant",
     "job_type": "Job type",
     "job_id": "Job id",
     "submitted": "Published",
@@ -342,6 +345,31 @@ def fleet_metrics(
         for k in keys.top:
             family.add_metric([_label(k.key)], getattr(k, field))
         yield family
+    tenants = state.get("tenants") or {}
+    if tenants:  # two-level keys (fair_key_separator): the top tenants by running jobs
+        ranked = sorted(tenants.items(), key=lambda kv: (-kv[1]["running"], kv[0]))
+        named = [(t, v) for t, v in ranked[:top] if t != "other"]
+        rest = [v for t, v in ranked if (t, v) not in named]
+        running = GaugeMetricFamily(
+            "celery_fair_fleet_running_jobs_by_tenant",
+            f"Fair jobs running in the fleet, for the {top} tenants that run the most "
+            '(fair_key_separator); the rest summed under tenant="other".',
+            labels=["tenant"],
+        )
+        cost = GaugeMetricFamily(
+            "celery_fair_fleet_tenant_accumulated_cost",
+            "Accumulated cost of the tenants running_jobs_by_tenant names; other: the least "
+            "of the rest.",
+            labels=["tenant"],
+        )
+        for tenant, v in named:
+            running.add_metric([_label(tenant)], float(v["running"]))
+            cost.add_metric([_label(tenant)], float(v["cost"]))
+        if rest:
+            running.add_metric(["other"], float(sum(v["running"] for v in rest)))
+            cost.add_metric(["other"], float(min(v["cost"] for v in rest)))
+        yield running
+        yield cost
     jain = GaugeMetricFamily(
         "celery_fair_fleet_jain_index",
         "Jain's fairness index of the accumulated costs of the keys that run now: 1 when all "

@@ -167,8 +167,9 @@ def screenshot(driver, name: str, tmp_path: Path, version: str | None = None) ->
 def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
     make_run, start_worker, flower, browser, tmp_path, flower_version
 ):
-    # Given two fair workers on Redis that send task events, and Flower with the helper,
-    run = make_run(conf={"worker_send_task_events": True})
+    # Given two fair workers on Redis that send task events, with two-level keys ("tenant-a"
+    # is a tenant of one key, itself), and Flower with the helper,
+    run = make_run(conf={"worker_send_task_events": True, "fair_key_separator": "/"})
     workers = [start_worker(run, concurrency=2) for _ in range(2)]
     url = flower(run)
     # when a client's long job holds repository linux, another of its jobs on linux waits for
@@ -185,7 +186,9 @@ def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
     )
     assert "celery_fair_fleet_store_up 1.0" in metrics
     assert "celery_fair_fleet_workers 2.0" in metrics
-    assert "celery_fair_fleet_jain_index 1.0" in metrics  # one key runs: nobody is behind)
+    assert "celery_fair_fleet_jain_index 1.0" in metrics  # one key runs: nobody is behind
+    # and the tenants, with fair_key_separator,)
+    assert 'celery_fair_fleet_running_jobs_by_tenant{tenant="tenant-a"} 1.0' in metrics
     waiter = run.send(
         "fairapp.clone", "waiter", 0.01, headers=fair_headers("clone", "tenant-a", "linux")
     )
@@ -209,6 +212,11 @@ def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
         "clone",
         "linux",
     )
+    held = wait_until(
+        lambda: (t := api_task(waiter.id)).get("tenant") and t, 20, "the held task's tenant",
+        show=lambda: api_task(waiter.id),
+    )  # fmt: skip
+    assert held["tenant"] == "tenant-a"  # from the gate's receipt (two-level keys)
     # a finished job's from its later events, with its wait and fencing token,
     finished = wait_until(
         lambda: (t := api_task(done[0].id)).get("state") == "SUCCESS" and t, 20, "b0's success"
@@ -263,7 +271,8 @@ def test_flower_shows_each_tasks_fairness_fields_and_the_fleets_fairness(
     browser.set_window_size(1600, 1900)  # the fair fields come after Celery's own
     browser.get(f"{url}/task/{waiter.id}")
     page = browser.find_element(By.ID, "task-page").text
-    for label, value in (("Fairness key", "tenant-a"), ("Job type", "clone"), ("Job id", "linux")):
+    for label, value in (("Fairness key", "tenant-a"), ("Tenant", "tenant-a"),
+                         ("Job type", "clone"), ("Job id", "linux")):  # fmt: skip
         assert f"{label}\n{value}" in page or f"{label} {value}" in page, page
     screenshot(browser, "flower-task.png", tmp_path, flower_version)
     # and the worker page shows the gate's counters (the Pool tab).

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 from shared_redis import REDIS_URL, clean
-from test_contract import NEVER, ask
+from test_contract import NEVER, ask, tenant_ask
 
 from celery_fair.cli import main
 from celery_fair.store import Done
@@ -108,3 +108,18 @@ def test_celery_fair_store_says_so_when_redis_cannot_be_reached_or_the_url_is_wr
     assert "unreachable" in capsys.readouterr().err
     assert main(["store", "sentinel://127.0.0.1:1/0"]) == 2
     assert "needs the master's name" in capsys.readouterr().err
+
+
+def test_inspect_shows_each_running_tenant_with_its_jobs_and_cost(make_store):
+    store = make_store(lifecycle=NEVER)
+    store.admit("w1", [tenant_ask("a", "acme/x", cost=2.0), tenant_ask("b", "acme/y", cost=1.0)])
+    store.admit("w2", [tenant_ask("c", "beta/x", cost=4.0, tenant_weight=2.0)])
+    state = store.inspect()
+    assert state["tenants"] == {
+        "acme": {"running": 2, "cost": 3.0},
+        "beta": {"running": 1, "cost": 2.0},
+    }
+    assert {j["uid"]: j.get("tenant") for j in state["jobs"]} == {"a": "acme", "b": "acme",
+                                                                   "c": "beta"}  # fmt: skip
+    store.admit("w1", [ask("d", "flat")])
+    assert "tenant" not in next(j for j in store.inspect()["jobs"] if j["uid"] == "d")

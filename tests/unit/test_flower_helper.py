@@ -5,6 +5,7 @@ tests/e2e/test_flower.py)."""
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 from celery.events.state import State
@@ -159,3 +160,35 @@ def test_every_tier_has_its_cap_in_force_not_only_the_overridden_ones():
 )
 def test_jains_index(values, index):
     assert jain_index(values) == pytest.approx(index)
+
+
+def test_with_two_level_keys_the_fleet_metrics_name_the_top_tenants_and_the_rest_as_other():
+    tenants = {"acme": {"running": 4, "cost": 9.0}, "beta": {"running": 1, "cost": 2.0},
+               "gamma": {"running": 2, "cost": 5.0}}  # fmt: skip
+    got = samples({**STATE, "tenants": tenants}, top=1)
+    running = {dict(labels)["tenant"]: v for (n, labels), v in got.items()
+               if n == "celery_fair_fleet_running_jobs_by_tenant"}  # fmt: skip
+    assert running == {"acme": 4, "other": 3}
+    cost = {dict(labels)["tenant"]: v for (n, labels), v in got.items()
+            if n == "celery_fair_fleet_tenant_accumulated_cost"}  # fmt: skip
+    assert cost == {"acme": 9.0, "other": 2.0}
+    flat = samples(STATE, top=1)  # flat keys: no tenant series at all
+    assert not [n for n, _ in flat if "tenant" in n]
+
+
+def test_a_tenant_is_a_field_of_task_events_with_two_level_keys():
+    from celery_fair.worker.events import on_receipt
+
+    parsed = SimpleNamespace(fairness_key="acme/alice", job_type="clone", job_id="x",
+                             submitted=None)  # fmt: skip
+    assert on_receipt(parsed, None, 1, 1, "acme")["tenant"] == "acme"
+    assert "tenant" not in on_receipt(parsed, None, 1, 1)
+    assert helper.COLUMNS["tenant"] == "Tenant"
+
+
+def test_a_held_jobs_received_event_names_its_tenant_with_two_level_keys():
+    from celery_fair.worker.events import received_fields
+
+    message = SimpleNamespace(headers={"fairness_key": "acme/alice", "job_type": "clone"})
+    assert received_fields(message, 1, "/")["tenant"] == "acme"
+    assert "tenant" not in received_fields(message, 1)

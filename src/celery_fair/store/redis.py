@@ -545,7 +545,9 @@ class RedisStore:
         it keeps. Times are the Redis server's (``now`` says it). See ``celery-fair store``.
         ``queue_full`` counts the submits a limit refused since the store began (``QueueFull``,
         by scope: ``key``, ``total``), read in a second round trip; ``lanes``, in a third, the
-        lanes the fleet agrees on (``size``) and the keys that have one now (``keys``).
+        lanes the fleet agrees on (``size``) and the keys that have one now (``keys``). With
+        two-level keys, ``tenants`` has each tenant with a running job, its running jobs and
+        its accumulated cost.
         """
         import json
 
@@ -553,7 +555,7 @@ class RedisStore:
         state["token"] = unpack_token(*state["token"].split(":"))
         for job in state["jobs"] or ():
             job["token"] = unpack_token(*job["token"].split(":"))
-        for name in ("workers", "jobs", "conflicts", "costs", "tiers", "types"):
+        for name in ("workers", "jobs", "conflicts", "costs", "tiers", "types", "tenants"):
             if not state[name]:  # Lua's cjson writes an empty table as {}
                 state[name] = [] if name in ("workers", "jobs") else {}
         refused = self._read(lambda c: c.hgetall(self._queued_keys[4]))

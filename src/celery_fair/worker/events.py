@@ -35,6 +35,7 @@ from typing import Any
 
 from celery.worker.strategy import default as _default_strategy
 
+from ..core.tenants import tenant_name
 from ..observe import Observer
 from ..routing import shard_count, shard_of
 from .headers import FAIRNESS_KEY, JOB_ID, JOB_TYPE, SUBMITTED, header_text
@@ -51,6 +52,7 @@ __all__ = [
 #: Every field celery-fair adds to task events; ``celery_fair.flower`` shows them.
 EVENT_FIELDS = (
     "fairness_key",
+    "tenant",
     "job_type",
     "job_id",
     "submitted",
@@ -68,10 +70,10 @@ EVENT_FIELDS = (
 _LONGEST = 256
 
 
-def received_fields(message: Any, shards: int) -> dict[str, Any]:
+def received_fields(message: Any, shards: int, separator: str | None = None) -> dict[str, Any]:
     """The fields of a message's ``task-received`` event, from its raw headers: Unicode text
     only, none longer than 256 characters, and a finite submission time (the gate validates
-    them when it holds the job)."""
+    them when it holds the job); with a key ``separator``, the key's tenant."""
     headers = message.headers or {}
     fields: dict[str, Any] = {}
     for name in (FAIRNESS_KEY, JOB_TYPE, JOB_ID):
@@ -84,6 +86,8 @@ def received_fields(message: Any, shards: int) -> dict[str, Any]:
     key = fields.get(FAIRNESS_KEY)
     if key is not None and shards > 1:
         fields["shard"] = shard_of(key, shards)
+    if key is not None and separator is not None:
+        fields["tenant"] = tenant_name(key, separator)
     return fields
 
 
@@ -134,13 +138,16 @@ def fair_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Callable
         return _default_strategy(task, app, consumer, **kwargs)  # type: ignore[no-any-return]
     current: list[dict[str, Any] | None] = [None]
     shards = shard_count(app.conf)
+    separator = app.conf.get("fair_key_separator")  # validated by the worker's settings
+    if not isinstance(separator, str):
+        separator = None
     view = _ConsumerView(consumer, _Dispatcher(eventer, current))
     inner = _default_strategy(task, app, view, **kwargs)
 
     def task_message_handler(message: Any, *args: Any, **kw: Any) -> Any:
         if not eventer.enabled:
             return inner(message, *args, **kw)
-        current[0] = received_fields(message, shards)
+        current[0] = received_fields(message, shards, separator)
         try:
             return inner(message, *args, **kw)
         finally:
@@ -161,10 +168,13 @@ def attach(req: Any, fields: dict[str, Any]) -> None:
     req.send_event = send_event
 
 
-def on_receipt(parsed: Any, shard: int | None, place_in_key: int, held: int) -> dict[str, Any]:
-    """The fields a held job's task events carry from its receipt: its fairness headers, its
-    shard, its place among its key's pending jobs and how many the gate held with it, and its
-    publish time if the producer gave one (for the wait from then)."""
+def on_receipt(
+    parsed: Any, shard: int | None, place_in_key: int, held: int, tenant: str | None = None
+) -> dict[str, Any]:
+    """The fields a held job's task events carry from its receipt: its fairness headers (and
+    its key's ``tenant`` with ``fair_key_separator``), its shard, its place among its key's
+    pending jobs and how many the gate held with it, and its publish time if the producer gave
+    one (for the wait from then)."""
     fields = {
         "fairness_key": parsed.fairness_key,
         "job_type": parsed.job_type,
@@ -175,6 +185,8 @@ def on_receipt(parsed: Any, shard: int | None, place_in_key: int, held: int) -> 
     }
     if parsed.submitted is not None:
         fields["submitted"] = parsed.submitted
+    if tenant is not None:
+        fields["tenant"] = tenant
     return fields
 
 

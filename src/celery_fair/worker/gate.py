@@ -27,6 +27,7 @@ from celery.utils.log import get_logger
 from ..connect import untrack
 from ..core import Admission, JobType, ReserveDepth, Scheduler
 from ..core.clock import Clock
+from ..core.tenants import tenant_name
 from ..engine import Call, Decision, Engine
 from ..metrics import GateLook
 from ..observe import Counters, Observer
@@ -294,7 +295,9 @@ class Gate:
         if with_events:
             shard = shard_of(key, shards) if shards > 1 else None
             place = self.scheduler.pending_of(key)
-            held.events = events.on_receipt(parsed, shard, place, len(self.held))
+            separator = self.settings.key_separator
+            tenant = None if separator is None else tenant_name(key, separator)
+            held.events = events.on_receipt(parsed, shard, place, len(self.held), tenant)
             events.attach(req, held.events)
         # Worth a store call only if the reserve would hold the newcomer up longer than it is
         # meant to hold anything: fair_reserve_seconds of the pool's work.

@@ -4,9 +4,10 @@
 -- Returns one JSON document (tokens as "high:low": wire.py): {now, schema, epoch, token,
 -- recovering_until, workers
 -- [{worker, lease_until, jobs}], tiers, types, jobs [{uid, worker, token, type, priority,
--- conflict, fairness_key, estimate, since}], conflicts {field: uid}, costs {key: accumulated}
--- for the keys with a running job, keys (accumulated costs kept), estimates (estimates kept),
--- tombstones}.
+-- conflict, fairness_key, estimate, since, tenant (two-level keys)}], conflicts {field: uid},
+-- costs {key: accumulated} for the keys with a running job, tenants {tenant: {running, cost}}
+-- for the tenants with one (two-level keys), keys (accumulated costs kept), estimates
+-- (estimates kept), tombstones}.
 -- Cost: O(running jobs + live workers + conflicts held).
 local now = now_s()
 local meta = redis.call('HMGET', META, 'schema', 'epoch', 'token', 'recovering_until', 'token_high')
@@ -24,15 +25,20 @@ for i = 1, #workers, 2 do
   live[#live + 1] = {worker = w, lease_until = tonumber(workers[i + 1]),
     jobs = tonumber(redis.call('HGET', META, mine_field(w)) or '0')}
 end
-local jobs, costs = {}, {}
+local jobs, costs, tenants = {}, {}, {}
 local all = redis.call('HGETALL', JOBS)
 for i = 1, #all, 2 do
   local rec = cmsgpack.unpack(all[i + 1])
   jobs[#jobs + 1] = {uid = all[i], worker = rec.w, token = token_text(rec.toh, rec.tok), type = rec.t,
     priority = tonumber(rec.p), conflict = rec.c, fairness_key = rec.k,
-    estimate = tonumber(rec.est), since = tonumber(rec.at)}
+    estimate = tonumber(rec.est), since = tonumber(rec.at), tenant = rec.tn}
   if costs[rec.k] == nil then costs[rec.k] = tonumber(redis.call('HGET', ACC, rec.k) or '0') end
+  if rec.tn and tenants[rec.tn] == nil then
+    tenants[rec.tn] = {running = tonumber(redis.call('HGET', TEN.ACTIVE, rec.tn) or '0'),
+      cost = tonumber(redis.call('HGET', TEN.ACC, rec.tn) or '0')}
+  end
 end
+out.tenants = tenants
 local held = redis.call('HGETALL', CONFLICTS)
 local conflicts = {}
 for i = 1, #held, 2 do conflicts[held[i]] = held[i + 1] end
