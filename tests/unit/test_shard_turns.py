@@ -119,3 +119,18 @@ def test_lanes_not_held_a_window_of_are_read_the_furthest_behind_first() -> None
         "q",  # no shard or lane: after them
         "q.fair.lane.2",  # a window held: last
     ]
+
+
+def test_with_two_level_keys_cost_decides_before_whether_a_queue_is_held_none_of():
+    # A heavy tenant's shard held none of, and a lane of a tenant far behind held some of:
+    # flat keys read the shard first; with tenants, the lane.
+    turns = ShardTurns(shards=2, window=lambda: 4, lanes=1)
+    turns.add(2)  # one message of the lane's key is held
+    cost = {0: 9.0, 1: 9.0, 2: 1.0}
+    turns.behind = cost.__getitem__
+    queues = ["q.fair.0", "q.fair.lane.0"]
+    assert turns.order(queues) == ["q.fair.0", "q.fair.lane.0"]
+    turns.behind_first = True
+    assert turns.order(queues) == ["q.fair.lane.0", "q.fair.0"]
+    cost[2] = 9.0  # a tie: the queue held none of first, as with flat keys
+    assert turns.order(queues) == ["q.fair.0", "q.fair.lane.0"]

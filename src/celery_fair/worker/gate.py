@@ -123,6 +123,7 @@ class Gate:
             else:
                 tcost = scheduler.order_cost
                 self.windows.turns.behind = lambda slot: here.behind_tenants(slot, tcost)
+                self.windows.turns.behind_first = True
         self.held = HeldJobs(self.windows.turns, crowding)
         self.reserve = Reserve(lookahead, sizer)
         self.runs = Runs(monotonic.now)

@@ -86,6 +86,9 @@ class ShardTurns:
         # How far behind the keys of a slot are (their least accumulated cost; lower: further
         # behind), to order the queues held none of; None: in their turns.
         self.behind: Callable[[int], float] | None = None
+        # Two-level keys: ``behind`` orders the queues held none of and those held less than a
+        # window of together (a tenant's cost says more than whether any is held).
+        self.behind_first = False
 
     def add(self, slot: int) -> None:
         self.held[slot] += 1
@@ -153,6 +156,15 @@ class ShardTurns:
                 slot = index[name]
                 return _NOT_A_SLOT if slot is None else behind(slot)
 
+            if self.behind_first:
+                # With two-level keys a heavy tenant's shards (its light keys, or the
+                # stragglers its keys left there before their lanes) may be held none of while
+                # a tenant far behind has a lane held some of: the cost decides, then what is
+                # held none of.
+                merged = [(by(name), 0, name) for name in first]
+                merged += [(by(name), 1, name) for name in middle]
+                merged.sort(key=lambda item: (item[0], item[1]))
+                return [name for _, _, name in merged] + later
             first.sort(key=by)
             middle.sort(key=by)
         return first + middle + later
