@@ -224,3 +224,20 @@ def test_the_engine_asks_the_store_with_each_keys_tenant_and_its_terms():
     assert s.tenant_terms("solo") == ("solo", None, 1.0)
     flat, _ = make(1, [JOB])
     assert flat.tenant_terms("acme/alice") is None
+
+
+def test_a_loan_to_a_key_that_other_workers_cap_goes_to_the_next_waiter():
+    # Tenant T has used more than S; S/b and T/x wait for repository linux, which S/a holds,
+    s, _ = tenants(capacity=3, keys={"S/b": {"max_concurrency": 1}})
+    s.submit("t0", "job", None, "T/y", cost=5.0)
+    assert refs(s.schedule()) == ["t0"]
+    s.complete("t0", 1.0)
+    s.submit("holder", "clone", "linux", "S/a", cost=1.0)
+    assert refs(s.schedule()) == ["holder"]
+    s.submit("sb", "clone", "linux", "S/b")
+    s.submit("tx", "clone", "linux", "T/x")
+    # so when S/a is done, the repository goes to S (the tenant that has used less) and waits
+    # lent to S/b; then other workers run S/b's cap: the loan goes to T/x, which starts.
+    s.complete("holder", 1.0)
+    s.set_running_elsewhere({}, {}, {"S/b": 1})
+    assert refs(s.schedule()) == ["tx"]

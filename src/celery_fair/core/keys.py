@@ -20,7 +20,7 @@ from ..errors import ConfigurationError
 from .aging import Agenda, PauseLog
 from .allocation import Allocation, KeyDemand, redistributed, shares
 from .costs import UNLIMITED, Accounts, KeyState
-from .fairqueue import recheck_loans, resume_aging, take_back_loans
+from .fairqueue import lender, recheck_loans, resume_aging, take_back_loans
 from .rates import level_at, may_start, refill_at, start_charge
 from .tenants import reposition, tenant_name, unblock
 from .types import DEFAULT_KEY_POLICY, KeyPolicies, KeyPolicy
@@ -478,7 +478,7 @@ def rerank(key: KeyState) -> None:
     key.rank = rank
     if rank < old:  # earlier in the order: fresh entries, and the lanes it waits in lend
         reposition(key)
-    elif key.lent:  # later: loans it holds may have to move
+    elif lender(key).lent:  # later: loans it holds (its tenant's) may have to move
         recheck_loans(key)
 
 
@@ -487,7 +487,7 @@ def limits_changed(key: KeyState) -> None:
     rerank(key)
     key.recap()
     if key.running >= key.cap:
-        if key.lent:
+        if lender(key).lent:  # (with two-level keys, its loans are its tenant's)
             take_back_loans(key)
     elif key.blocked is not None:
         unblock(key)
