@@ -241,3 +241,14 @@ def test_a_loan_to_a_key_that_other_workers_cap_goes_to_the_next_waiter():
     s.complete("holder", 1.0)
     s.set_running_elsewhere({}, {}, {"S/b": 1})
     assert refs(s.schedule()) == ["tx"]
+
+
+def test_a_loan_moves_within_a_tenant_when_the_store_raises_the_borrowers_cost():
+    s, _ = tenants(capacity=3)
+    s.submit("holder", "clone", "linux", "T/h")
+    assert refs(s.schedule()) == ["holder"]
+    s.submit("sb", "clone", "linux", "S/b")
+    s.submit("sc", "clone", "linux", "S/c")
+    s.complete("holder", 1.0)  # the repository is lent to S/b, first of S's equal keys
+    s.set_accumulated("S/b", 10.0)  # the fleet says S/b has used more: S/c goes first
+    assert refs(s.schedule())[0] == "sc"

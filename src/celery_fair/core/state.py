@@ -23,6 +23,7 @@ from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
 from .fairqueue import (
     KeyedQueue,
     discard,
+    lender,
     park_on,
     recheck_loans,
     release,
@@ -396,7 +397,8 @@ class State:
         old = key.acc
         key.acc = value
         if value > old:
-            if key.lent and key.lent[0][0] <= (key.rank, value):
+            holder = lender(key)  # (with two-level keys, a key's loans are its tenant's)
+            if holder.lent and holder.lent[0][0] <= (holder.rank, holder.acc):
                 recheck_loans(key)
         elif value < old:
             reposition(key)
