@@ -21,6 +21,7 @@ from celery_fair.core import (
     SchedulerConfig,
     SimClock,
 )
+from celery_fair.core.policy import comes_before, key_blocks
 from reference import RefScheduler, RefType
 from strategies import (
     GROUPS,
@@ -418,6 +419,11 @@ class SchedulerMachineWithStructures(SchedulerMachine):
                     assert cl.lent.home is not None
                     owner = cl.lent.home.owner
                     assert (owner.parent or owner) is cl.lane.queue
+                    # and the loan is the best waiter: no waiter whose key (and tenant) may
+                    # start comes before it, and it may start unless none may.
+                    free = [j for j in cl.parked.jobs() if not key_blocks(j)]
+                    assert not any(comes_before(j, cl.lent) for j in free), (cl, free)
+                    assert not key_blocks(cl.lent) or not free, (cl, free)
 
     @invariant()
     def a_blocked_key_is_at_its_cap_and_its_queues_have_no_entry(self):
