@@ -47,9 +47,8 @@ def line(blocker: Blocker) -> str:
         return f"conflict on {on} held by task {blocker.holder} for {blocker.held_for:.1f} s"
     if isinstance(blocker, CapFull):
         name = repr(blocker.name) if blocker.reason is BlockReason.KEY_CAP else blocker.name
-        said = (
-            f"{_CAPS[blocker.reason]} {name} {blocker.running + blocker.elsewhere}/{blocker.limit}"
-        )
+        cap = "tenant cap" if blocker.tenant else _CAPS[blocker.reason]
+        said = f"{cap} {name} {blocker.running + blocker.elsewhere}/{blocker.limit}"
         if blocker.elsewhere:
             said += f" ({blocker.elsewhere} on other workers)"
         return said

@@ -252,3 +252,22 @@ def test_a_loan_moves_within_a_tenant_when_the_store_raises_the_borrowers_cost()
     s.complete("holder", 1.0)  # the repository is lent to S/b, first of S's equal keys
     s.set_accumulated("S/b", 10.0)  # the fleet says S/b has used more: S/c goes first
     assert refs(s.schedule())[0] == "sc"
+
+
+def test_why_names_the_tenants_cap_when_the_tenant_holds_a_key_back():
+    from celery_fair.core.inspect import CapFull, why_from_dict, why_to_dict
+    from celery_fair.words import line
+
+    s, _ = tenants(capacity=4, keys={"S": {"max_concurrency": 2}})
+    for k in range(3):
+        backlog(s, f"S/{k}", 1)
+    assert len(s.schedule()) == 2
+    why = s.why("S/2#0")
+    assert why is not None
+    [cap] = [b for b in why.blockers if isinstance(b, CapFull)]
+    assert (cap.name, cap.running, cap.limit, cap.tenant) == ("S", 2, 2, True)
+    assert line(cap) == "tenant cap 'S' 2/2"
+    assert why_from_dict(why_to_dict(why)) == why  # and a worker's reply reads back
+    # a blocker written before the field existed still reads
+    old = {"reason": "key_cap", "name": "a", "running": 1, "elsewhere": 0, "limit": 1}
+    assert why_from_dict({"blockers": [old], "ahead": 0}).blockers[0].tenant is False

@@ -13,12 +13,12 @@ the numbers behind it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING
 
 from .allocation import KeyDemand, shares
 from .jobs import ELSEWHERE, Job
-from .policy import blocked_by
+from .policy import blocked_by, key_holds
 from .rates import refill_at
 from .types import BLOCK_ORDER, BlockReason, ExpectedStart, JobState, JobView, Snapshot
 
@@ -91,13 +91,15 @@ class ConflictHeld:
 class CapFull:
     """``KEY_CAP``, ``TYPE_CAP`` or ``TIER_CAP``: ``name`` (the fairness key, the type, the
     tier's priority) runs ``running`` jobs here and ``elsewhere`` on other workers, against its
-    ``limit``."""
+    ``limit``. With ``tenant`` (two-level keys), a ``KEY_CAP`` is the key's tenant's: ``name``
+    is the tenant, which runs that many over all its keys."""
 
     reason: BlockReason
     name: str | int
     running: int
     elsewhere: int
     limit: int
+    tenant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,11 @@ def _blocker_from_dict(data: object) -> Blocker:
             raise TypeError(type(data).__name__)
         reason = BlockReason(data["reason"])
         kind = _KINDS[reason]
-        given = {f.name: data[f.name] for f in fields(kind) if f.name != "reason"}
+        given = {
+            f.name: data[f.name]
+            for f in fields(kind)
+            if f.name != "reason" and (f.name in data or f.default is MISSING)
+        }
     except (TypeError, KeyError, ValueError) as exc:
         raise ValueError(f"not a blocker: {data!r}") from exc
     return CapFull(reason, **given) if kind is CapFull else kind(**given)
@@ -292,7 +298,15 @@ def why(
             else:
                 found.append(ConflictHeld(ckey[0], ckey[1], holder.uid, now - holder.admitted_at))
         elif reason is BlockReason.KEY_CAP:
-            found.append(CapFull(reason, key.name, key.running, key.elsewhere, key.limit))
+            tenant = key.tenant
+            if tenant is not None and not key_holds(key, job.lane.place(job)[0]):
+                # the key may run more, its tenant may not
+                found.append(
+                    CapFull(reason, tenant.name, tenant.running, tenant.elsewhere,
+                            tenant.limit, tenant=True)
+                )  # fmt: skip
+            else:
+                found.append(CapFull(reason, key.name, key.running, key.elsewhere, key.limit))
         elif reason is BlockReason.TYPE_CAP:
             found.append(CapFull(reason, lane.type.name, lane.running, lane.elsewhere, lane.limit))
         elif reason is BlockReason.TIER_CAP:
