@@ -485,3 +485,72 @@ def _blocked(key):
     """Whether ``key``, or its tenant, is at its cap."""
     tenant = key.tenant
     return key.running >= key.cap or (tenant is not None and tenant.running >= tenant.cap)
+
+
+class LoansMachine(SchedulerMachineWithStructures):
+    """The same machine made to lend: two-level keys, every type in one conflict group and
+    every job on one of two repositories, so that jobs wait on held conflicts and are lent back
+    when they end; and what the fleet says of a key a conflict has just lent to (other workers
+    run its cap, or it has used more), after which the loan must move."""
+
+    @initialize(
+        types=job_types().map(
+            lambda types: {n: {**spec, "conflict_group": "git"} for n, spec in types.items()}
+        ),
+        capacity=st.integers(2, 5),
+        keys=key_policies(tenants=True),
+        priority_scope=st.sampled_from(["global", "key"]),
+    )
+    def setup(self, types, capacity, keys, priority_scope):
+        super().setup.__wrapped__(  # type: ignore[attr-defined]
+            self, types, capacity, 0.3, None, None, None, False, keys, None,
+            [None] * 4, [{}] * 4, False, priority_scope, "/",
+        )  # fmt: skip
+
+    @rule(
+        data=st.data(),
+        job_id=st.sampled_from(["r1", "r2"]),
+        key=st.sampled_from(TENANT_KEYS),
+        cost=costs,
+    )
+    def submit(self, data, job_id, key, cost):
+        jtype = data.draw(st.sampled_from(self.types))
+        ref = self.next_ref
+        self.next_ref += 1
+        self.core.submit(ref, jtype, job_id, key, arrival=self.now, cost=cost)
+        self.ref.submit(ref, jtype, job_id, key, self.now, cost, self.now, None)
+        self.pending.append(ref)
+
+    def _borrowers(self):
+        return sorted(
+            {
+                cl.lent.key.name
+                for conflict in self.core._conflicts.values()
+                for cl in conflict.lanes.values()
+                if cl.lent is not None
+            }
+        )
+
+    @precondition(lambda self: hasattr(self, "core") and bool(self._borrowers()))
+    @rule(data=st.data(), n=st.integers(1, 3), value=st.sampled_from([5, 40]))
+    def cap_or_charge_a_borrower(self, data, n, value):
+        key = data.draw(st.sampled_from(self._borrowers()))
+        how = data.draw(st.sampled_from(["elsewhere", "capped", "charged"]))
+        if how == "elsewhere":  # other workers run n of its jobs (it may have a cap)
+            keys = {**self.ref.elsewhere_keys, key: n}
+            tiers, types = dict(self.ref.elsewhere_tiers), dict(self.ref.elsewhere_types)
+            self.core.set_running_elsewhere(
+                tiers, types, keys, urgent_passes=self.ref.urgent_passes
+            )
+            self.ref.elsewhere_keys = keys
+        elif how == "capped":  # its policy now runs none of its jobs (a tenant's, if no "/")
+            policies = self._fit({**self.ref.keys, key: {"max_concurrency": 0}})
+            self.core.set_key_policies(KeyPolicies.from_mapping(policies))
+            self.ref.set_keys(policies, self.now)
+            self.policies_changed = True
+        else:  # it has used more, as the fleet says
+            self.core.set_accumulated(key, value)
+            self.ref.set_accumulated(key, value)
+
+
+TestLoansMachine = LoansMachine.TestCase
