@@ -23,7 +23,7 @@ from .costs import UNLIMITED, Accounts, KeyState
 from .fairqueue import lender, recheck_loans, resume_aging, take_back_loans
 from .rates import level_at, may_start, refill_at, start_charge
 from .tenants import reposition, tenant_name, unblock
-from .types import DEFAULT_KEY_POLICY, KeyPolicies, KeyPolicy
+from .types import DEFAULT_KEY_POLICY, KeyPolicies, KeyPolicy, lower_bound
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -150,7 +150,7 @@ class KeyRules:
         bound = key.max_priority
         key.max_priority = policy.max_priority
         if key.tenant is not None:
-            key.max_priority = _lower(key.max_priority, key.tenant.max_priority)
+            key.max_priority = lower_bound(key.max_priority, key.tenant.max_priority)
         cap = policy.max_concurrency
         key.limit = UNLIMITED if cap is None else cap
         key.paused = name in self.paused_keys
@@ -491,10 +491,3 @@ def limits_changed(key: KeyState) -> None:
             take_back_loans(key)
     elif key.blocked is not None:
         unblock(key)
-
-
-def _lower(a: int | None, b: int | None) -> int | None:
-    """The lower of two bounds, ``None`` being none."""
-    if a is None:
-        return b
-    return a if b is None else min(a, b)

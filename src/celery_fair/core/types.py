@@ -39,6 +39,7 @@ __all__ = [
     "TypeName",
     "check_separator",
     "key_label",
+    "lower_bound",
     "tier_cap",
 ]
 
@@ -495,10 +496,7 @@ class KeyPolicies:
         tenants, keys = self.levels(separator)
         head, sep, _ = name.partition(separator)
         own = keys.for_key(name).max_priority if sep else None
-        theirs = tenants.for_key(head).max_priority
-        if own is None:
-            return theirs
-        return own if theirs is None else min(own, theirs)
+        return lower_bound(own, tenants.for_key(head).max_priority)
 
     def for_key(self, name: str) -> KeyPolicy:
         """The policy of key ``name``. O(1) for an exact name, O(patterns) otherwise."""
@@ -537,6 +535,13 @@ class KeyPolicies:
 
 PRIORITY_SCOPES = ("global", "key")
 """What a job's priority may order (``SchedulerConfig.priority_scope``)."""
+
+
+def lower_bound(a: int | None, b: int | None) -> int | None:
+    """The lower of two ``max_priority`` bounds, ``None`` being none."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 _NOT_SEPARATORS = "*?[]"

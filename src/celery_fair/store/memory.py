@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
@@ -183,7 +183,9 @@ class MemoryStore:
             t = a.tenant
             acc = self.acc.get(k, 0.0)
             if self.lifecycle.advance_idle and k not in self.active:
-                low = self._min_active(self._min if t is None else self._kmin.get(t), self.acc)
+                low = _least(
+                    self._min if t is None else self._kmin.get(t), self.acc, self.active, self._ids
+                )
                 if low is not None and low > acc:
                     acc = low
             charge = est if a.weight == 1.0 else est / a.weight
@@ -195,7 +197,7 @@ class MemoryStore:
             if t is not None:
                 tacc = self.tacc.get(t, 0.0)
                 if self.lifecycle.advance_idle and t not in self.tactive:
-                    low = self._min_active(self._tmin, self.tacc)
+                    low = _least(self._tmin, self.tacc, self.tactive, self._ids)
                     if low is not None and low > tacc:
                         tacc = low
                 tcharge = est if a.tenant_weight == 1.0 else est / a.tenant_weight
@@ -617,22 +619,6 @@ class MemoryStore:
         if self.lifecycle.advance_idle:
             heapq.heappush(self._tmin, (tacc, next(self._ids), t))
 
-    def _min_active(
-        self, heap: list[tuple[float, int, str]] | None, costs: dict[str, float]
-    ) -> float | None:
-        """The least cost in ``costs`` of a name of ``heap`` (a lazy min-heap: ``_min`` and
-        ``_kmin``'s over keys, ``_tmin`` over tenants) that runs a job."""
-        active = self.tactive if costs is self.tacc else self.active
-        while heap:
-            acc, _, k = heap[0]
-            if k not in active:
-                heapq.heappop(heap)
-            elif acc != costs.get(k, 0.0):
-                heapq.heapreplace(heap, (costs.get(k, 0.0), next(self._ids), k))
-            else:
-                return acc
-        return None
-
     def _drop(self, uid: str, job: _Admitted, now: float) -> None:
         del self.jobs[uid]
         _decrement(self.tiers, job.priority)
@@ -685,6 +671,25 @@ class MemoryStore:
                     t: [(0.0, next(self._ids), k) for _, _, k in heap if k in self.active]
                     for t, heap in self._kmin.items()
                 }
+
+
+def _least(
+    heap: list[tuple[float, int, str]] | None,
+    costs: dict[str, float],
+    active: dict[str, int],
+    ids: Iterator[int],
+) -> float | None:
+    """The least cost in ``costs`` of a name of ``heap`` (a lazy min-heap: ``_min`` and
+    ``_kmin``'s over keys, ``_tmin`` over tenants) that runs a job (``active``)."""
+    while heap:
+        acc, _, k = heap[0]
+        if k not in active:
+            heapq.heappop(heap)
+        elif acc != costs.get(k, 0.0):
+            heapq.heapreplace(heap, (costs.get(k, 0.0), next(ids), k))
+        else:
+            return acc
+    return None
 
 
 def _went_idle(
