@@ -73,8 +73,8 @@ class RefScheduler:
     # "acme" (the text before the first separator; a key without one is its own tenant). The
     # order serves tenants fairly first, then keys within the tenant; policies named without
     # the separator are the tenants' (weight, min_slots, max_concurrency over its keys,
-    # max_priority), those with it the keys'. Not modelled yet: rates at the tenant level,
-    # pauses of a tenant, allocation caps.
+    # max_priority, rate: one bucket that every start of its keys pays), those with it the
+    # keys'. Not modelled yet: pauses of a tenant, allocation caps.
     key_separator: str | None = None
 
     def __post_init__(self) -> None:
@@ -110,6 +110,10 @@ class RefScheduler:
         self.baseline: dict[str, tuple[float, float]] = {}
         # Every charge to each type's rate bucket, as ``charges`` for keys.
         self.type_charges: dict[str, list[tuple[float, float]]] = {}
+        # Every charge to each tenant's rate bucket and where its history starts, as
+        # ``charges`` and ``baseline`` for keys (two-level keys).
+        self.tcharges: dict[str, list[tuple[float, float]]] = {}
+        self.tbaseline: dict[str, tuple[float, float]] = {}
         self.next_reset = (
             math.inf if self.reset_interval is None else self.start + self.reset_interval
         )
@@ -128,6 +132,8 @@ class RefScheduler:
                 if since + self.cost_ttl <= now:
                     del self.tidle_since[tenant]
                     del self.tacc[tenant]
+                    self.tcharges.pop(tenant, None)  # and its bucket, as a key's
+                    self.tbaseline.pop(tenant, None)
         if self.next_reset <= now:
             while self.next_reset <= now:
                 self.next_reset += self.reset_interval  # type: ignore[operator]
@@ -209,15 +215,24 @@ class RefScheduler:
         before = {
             key: (self.rate(key), self.bucket(key, now)) for key in self.acc if self.rate(key)
         }
+        tbefore = {
+            t: (self.tenant_rate(t), self.tenant_bucket(t, now))
+            for t in self.tacc
+            if self.tenant_rate(t)
+        }
         self.keys = keys
-        for key in self.acc:
-            terms = self.rate(key)
-            if terms is None:
-                self.charges.pop(key, None)
-                self.baseline.pop(key, None)
-            elif key in before and before[key][0] != terms:
-                self.baseline[key] = (now, min(before[key][1], terms[1]))
-                self.charges.pop(key, None)
+        for names, rate, was, charges, baseline in (
+            (self.acc, self.rate, before, self.charges, self.baseline),
+            (self.tacc, self.tenant_rate, tbefore, self.tcharges, self.tbaseline),
+        ):
+            for name in names:
+                terms = rate(name)
+                if terms is None:
+                    charges.pop(name, None)
+                    baseline.pop(name, None)
+                elif name in was and was[name][0] != terms:
+                    baseline[name] = (now, min(was[name][1], terms[1]))
+                    charges.pop(name, None)
         for job in self.pending:
             bound = self.bound(job.key)
             if bound is not None and self.base(job) > bound:
@@ -297,6 +312,9 @@ class RefScheduler:
             return False
         if self.rate(job.key) is not None and self.bucket(job.key, now) < 1:
             return False  # out of its rate: not even an urgent job passes
+        tenant = self.tenant(job.key)
+        if self.tenant_rate(tenant) is not None and self.tenant_bucket(tenant, now) < 1:
+            return False  # its tenant is out of its rate, whichever of its keys it is
         if jt.rate is not None and self.type_bucket(job.type, now) < 1:
             return False  # its type is out of its rate, whichever key it is
         key_cap = self.policy(job.key).get("max_concurrency")
@@ -342,6 +360,20 @@ class RefScheduler:
         rate, burst, _ = self.rate(key)  # type: ignore[misc]
         return _replay(rate, burst, self.baseline.get(key), self.charges.get(key, []), now)
 
+    def tenant_rate(self, tenant: str) -> tuple[float, float, bool] | None:
+        """The tenant's (rate per second, burst, per cost), or None: flat keys, or no rate."""
+        if self.key_separator is None:
+            return None
+        policy = self.tenant_policy(tenant)
+        if policy.get("rate") is None:
+            return None
+        return parse_rate(policy["rate"]), policy.get("burst", 1), policy.get("per") == "cost"
+
+    def tenant_bucket(self, tenant: str, now: float) -> float:
+        """What the tenant's bucket holds at ``now``, as ``bucket`` for a key."""
+        rate, burst, _ = self.tenant_rate(tenant)  # type: ignore[misc]
+        return _replay(rate, burst, self.tbaseline.get(tenant), self.tcharges.get(tenant, []), now)
+
     def type_bucket(self, type: str, now: float) -> float:
         """What the type's bucket holds at ``now``: full before any charge, then each charge
         in turn, refilling at its rate in between, never above its burst (a type's terms do
@@ -351,12 +383,19 @@ class RefScheduler:
 
     def refill_due(self, now: float) -> bool:
         """Whether a key or type with pending jobs waits for its bucket to refill to a start."""
-        return any(
-            self.rate(key) is not None and self.bucket(key, now) < 1
-            for key in {j.key for j in self.pending}
-        ) or any(
-            self.types[t].rate is not None and self.type_bucket(t, now) < 1
-            for t in {j.type for j in self.pending}
+        return (
+            any(
+                self.rate(key) is not None and self.bucket(key, now) < 1
+                for key in {j.key for j in self.pending}
+            )
+            or any(
+                self.tenant_rate(t) is not None and self.tenant_bucket(t, now) < 1
+                for t in {self.tenant(j.key) for j in self.pending}
+            )
+            or any(
+                self.types[t].rate is not None and self.type_bucket(t, now) < 1
+                for t in {j.type for j in self.pending}
+            )
         )
 
     def charge_rate(self, job: RefJob, now: float, sign: float = 1.0) -> None:
@@ -364,6 +403,11 @@ class RefScheduler:
         if terms is not None:
             amount = job.estimate if terms[2] else 1.0
             self.charges.setdefault(job.key, []).append((now, sign * amount))
+        tenant = self.tenant(job.key)
+        terms = self.tenant_rate(tenant)
+        if terms is not None:
+            amount = job.estimate if terms[2] else 1.0
+            self.tcharges.setdefault(tenant, []).append((now, sign * amount))
         jt = self.types[job.type]
         if jt.rate is not None:
             amount = job.estimate if jt.per == "cost" else 1.0
@@ -437,6 +481,10 @@ class RefScheduler:
         for key in {j.key for j in self.pending}:
             terms = self.rate(key)
             if terms is not None and (level := self.bucket(key, now)) < 1:
+                times.append(now + (1 - level) / terms[0])
+        for tenant in {self.tenant(j.key) for j in self.pending}:
+            terms = self.tenant_rate(tenant)
+            if terms is not None and (level := self.tenant_bucket(tenant, now)) < 1:
                 times.append(now + (1 - level) / terms[0])
         for type in {j.type for j in self.pending}:
             jt = self.types[type]

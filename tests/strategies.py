@@ -61,8 +61,8 @@ def key_policies(draw, *, runnable=False, bounds=False, rates=False, tenants=Fal
             policy["min_slots"] = draw(st.integers(0, 3))
         if bounds and draw(st.booleans()):
             policy["max_priority"] = draw(st.sampled_from(PRIORITIES))
-        if rates and draw(st.booleans()) and (not tenants or "/" in name):
-            policy.update(draw(rate_terms()))  # (a tenant's rate is not supported yet)
+        if rates and draw(st.booleans()):
+            policy.update(draw(rate_terms()))
         out[name] = policy
     return out
 

@@ -276,7 +276,6 @@ class FairSettings:
             metrics_address=_text("fair_metrics_address", v["fair_metrics_address"]),
             metrics_top_keys=_int("fair_metrics_top_keys", v["fair_metrics_top_keys"], minimum=0),
         )
-        _setting("fair_keys", lambda: settings.keys.check_levels(settings.key_separator))
         if settings.key_separator is not None and settings.allocation_caps:
             raise ConfigurationError(
                 "fair_allocation_caps cannot be used with fair_key_separator (two-level keys) "

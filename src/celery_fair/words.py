@@ -38,7 +38,10 @@ def line(blocker: Blocker) -> str:
         what = f"type {blocker.type}" if blocker.type is not None else f"key {blocker.key!r}"
         return f"paused ({what})"
     if isinstance(blocker, RateLimited):
-        whose = f"key {blocker.key!r}" if blocker.key is not None else f"type {blocker.type!r}"
+        if blocker.key is None:
+            whose = f"type {blocker.type!r}"
+        else:
+            whose = f"{'tenant' if blocker.tenant else 'key'} {blocker.key!r}"
         return f"rate limit of {whose}: refills in {blocker.refills_in:.1f} s"
     if isinstance(blocker, ConflictHeld):
         on = f"{blocker.group}:{blocker.job_id}"

@@ -81,7 +81,6 @@ class SchedulerMachine(RuleBasedStateMachine):
         if key_separator is not None:
             allocation_caps = False  # refused together (SchedulerConfig)
         self.separator = key_separator
-        keys = self._fit(keys)
         self.clock = SimClock()
         life = CostLifecycle(cost_ttl, estimate_ttl, reset_interval, advance_idle)
         jtypes = [
@@ -145,19 +144,6 @@ class SchedulerMachine(RuleBasedStateMachine):
     @property
     def now(self):
         return self.clock.now()
-
-    def _fit(self, keys):
-        """``keys`` without a rate on a tenant's entry, with two-level keys (refused: a
-        tenant's rate is not supported yet)."""
-        if self.separator is None:
-            return keys
-        rated = ("rate", "burst", "per")
-        return {
-            name: policy
-            if self.separator in name
-            else {k: v for k, v in policy.items() if k not in rated}
-            for name, policy in keys.items()
-        }
 
     @rule(
         data=st.data(),
@@ -299,7 +285,6 @@ class SchedulerMachine(RuleBasedStateMachine):
         )
     )
     def set_key_policies(self, keys):
-        keys = self._fit(keys)
         self.core.set_key_policies(KeyPolicies.from_mapping(keys))
         self.ref.set_keys(keys, self.now)
         self.policies_changed = True
@@ -544,7 +529,7 @@ class LoansMachine(SchedulerMachineWithStructures):
             )
             self.ref.elsewhere_keys = keys
         elif how == "capped":  # its policy now runs none of its jobs (a tenant's, if no "/")
-            policies = self._fit({**self.ref.keys, key: {"max_concurrency": 0}})
+            policies = {**self.ref.keys, key: {"max_concurrency": 0}}
             self.core.set_key_policies(KeyPolicies.from_mapping(policies))
             self.ref.set_keys(policies, self.now)
             self.policies_changed = True

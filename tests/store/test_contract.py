@@ -47,6 +47,9 @@ def ask(
     tenant: str | None = None,
     tenant_weight: float = 1.0,
     tenant_cap: int | None = None,
+    tenant_rate: float | None = None,
+    tenant_burst: float = 1.0,
+    tenant_per_cost: bool = False,
 ) -> Ask:
     return Ask(
         uid,
@@ -71,6 +74,9 @@ def ask(
         tenant,
         tenant_weight,
         tenant_cap,
+        tenant_rate,
+        tenant_burst,
+        tenant_per_cost,
     )
 
 
@@ -878,3 +884,51 @@ def test_register_counts_a_tenants_jobs_again(make_store):
     assert store.heartbeat("w1", [], [], tenants=["acme"]).tenants == {"acme": 1}
     store.finish("w1", [Done("r1", job.token, None)])
     assert store.heartbeat("w1", [], [], tenants=["acme"]).tenants == {}
+
+
+def test_a_tenants_rate_counts_all_its_keys_starts_on_every_worker(make_store):
+    one, two = make_store(lifecycle=NEVER), make_store(lifecycle=NEVER)
+    acme = {"tenant_rate": HOURLY, "tenant_burst": 2.0}
+    # two keys of acme on one worker use acme's burst up (neither key has a rate of its own),
+    first = one.admit("w1", [tenant_ask("a", "acme/x", **acme), tenant_ask("b", "acme/y", **acme)])
+    assert verdicts(first) == [Verdict.ADMITTED, Verdict.ADMITTED]
+    assert [round(g.tenant_tokens, 3) for g in first.grants] == [1.0, 0.0]
+    assert [g.tokens for g in first.grants] == [None, None]
+    # so a third key of acme waits on another worker, while another tenant's job runs;
+    reply = two.admit("w2", [tenant_ask("c", "acme/z", **acme), tenant_ask("d", "beta/z", **acme)])
+    assert verdicts(reply) == [Verdict.RATE_LIMIT, Verdict.ADMITTED]
+    assert round(reply.grants[0].tenant_tokens, 3) == 0.0
+    assert round(reply.grants[1].tenant_tokens, 3) == 1.0  # beta's own bucket
+    assert reply.grants[0].accumulated == 0.0  # a refused start charges nothing
+    assert reply.grants[0].tenant_accumulated == 2.0
+    assert two.admit("w2", [tenant_ask("e", "gamma/q")]).grants[0].tenant_tokens is None
+    # a start that never ran gives acme its start back.
+    one.finish("w1", [Done("a", first.grants[0].token, None, unstarted=True)])
+    assert verdicts(two.admit("w2", [tenant_ask("c", "acme/z", **acme)])) == [Verdict.ADMITTED]
+
+
+def test_a_tenants_rate_per_cost_and_its_keys_rate_are_both_paid(make_store):
+    store = make_store(lifecycle=NEVER)
+    both = {"tenant_rate": HOURLY, "tenant_burst": 5.0, "tenant_per_cost": True}
+    both |= {"rate": HOURLY, "burst": 3.0}
+    reply = store.admit("w1", [tenant_ask(f"j{i}", "acme/x", cost=2.0, **both) for i in range(4)])
+    # the tenant's bucket (5 s of cost) stops the fourth; the key's (3 starts) the fourth too
+    assert verdicts(reply) == [Verdict.ADMITTED] * 3 + [Verdict.RATE_LIMIT]
+    assert [round(g.tenant_tokens, 3) for g in reply.grants] == [3.0, 1.0, -1.0, -1.0]
+    assert [round(g.tokens, 3) for g in reply.grants] == [2.0, 1.0, 0.0, 0.0]
+
+
+def test_a_tenants_bucket_is_forgotten_with_its_cost(make_store):
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=0.2, estimate_ttl=None))
+    slow = {"tenant_rate": HOURLY}
+    [a] = store.admit("w1", [tenant_ask("a", "acme/x", **slow)]).grants
+    assert verdicts(store.admit("w1", [tenant_ask("b", "acme/y", **slow)])) == [Verdict.RATE_LIMIT]
+    store.finish("w1", [Done("a", a.token, 0.1)])
+    # idle past its TTL, acme is a new tenant: full bucket (nothing remembers its starts)
+    wait_until(
+        lambda: (
+            verdicts(store.admit("w1", [tenant_ask("b", "acme/y", **slow)])) == [Verdict.ADMITTED]
+        ),
+        10,
+        "acme forgotten",
+    )

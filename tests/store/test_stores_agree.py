@@ -31,6 +31,12 @@ WORKERS = ("w1", "w2")
 KEYS = ("a", "b", "c", "s/x", "s/y", "t/x")
 TENANTS = ("a", "b", "c", "s", "t")  # two-level keys: a key's tenant is the text before "/"
 JOB_IDS = ("linux", "git", None)
+# Rates (key's and tenant's): slow enough that no refill shows within the float tolerance
+# between the two stores' clocks, so buckets are spent and stay spent; as the engine does,
+# each name is always asked with the same terms: (rate, burst, per cost).
+SLOW = 1e-12
+KEY_RATES = {"b": (SLOW, 2.0, False), "s/y": (SLOW, 1.0, False), "t/x": (SLOW, 4.0, True)}
+TENANT_RATES = {"s": (SLOW, 3.0, False), "c": (SLOW, 5.0, True)}
 TYPES = {  # type: (priority, type cap)
     "clone": (8, 2),
     "pull": (4, None),
@@ -109,11 +115,15 @@ class BothStores(RuleBasedStateMachine):
             self.serial += 1
             priority, type_cap = TYPES[jtype]
             tenant = tenant_of(key) if self.two_level else None
+            rate, burst, per_cost = KEY_RATES.get(key, (None, 1.0, False))
+            trate, tburst, tper_cost = TENANT_RATES.get(tenant or "", (None, 1.0, False))
             asks.append(
                 ask(f"j{self.serial}", key, type=jtype, priority=priority, tier_cap=tier_cap,
                     type_cap=type_cap, job_id=job_id, cost=cost, default_cost=2.0,
                     claim=1e6 if urgent else None, tenant=tenant, tenant_weight=tweight,
-                    tenant_cap=None if tenant is None else tcap)
+                    tenant_cap=None if tenant is None else tcap, rate=rate, burst=burst,
+                    per_cost=per_cost, tenant_rate=trate, tenant_burst=tburst,
+                    tenant_per_cost=tper_cost)
             )  # fmt: skip
         self._admit(worker, asks, ends, watched)
 

@@ -73,10 +73,6 @@ def test_job_types_from_settings():
         ({"fair_key_separator": "::"}, "fair_key_separator: key_separator must be None or one"),
         ({"fair_key_separator": "*"}, "fair_key_separator: key_separator must be None or one"),
         ({"fair_key_separator": "/", "fair_allocation_caps": True}, "fair_allocation_caps"),
-        (
-            {"fair_key_separator": "/", "fair_keys": {"acme": {"rate": "1/s"}}},
-            "fair_keys: key policy 'acme': .* a tenant's rate is not supported yet",
-        ),
     ],
 )
 def test_a_bad_value_is_an_error_that_names_the_setting(values, named):

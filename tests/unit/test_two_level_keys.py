@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 from helpers import make, refs
 
-from celery_fair.core import BlockReason, CostLifecycle, KeyPolicies, SchedulerConfig
+from celery_fair.core import Aging, BlockReason, CostLifecycle, KeyPolicies, SchedulerConfig
+from celery_fair.core.inspect import why_from_dict, why_to_dict
 from celery_fair.errors import ConfigurationError
+from celery_fair.words import line
 
 JOB = ("job", 1, None, "", 1.0)
 CLONE = ("clone", 1, None, "git", 1.0)
@@ -207,15 +209,103 @@ def test_policies_split_into_the_tenants_and_the_keys():
     assert keys.for_key("bob/x").max_concurrency == 1
 
 
-def test_a_tenants_rate_is_refused_rather_than_ignored():
-    with pytest.raises(ConfigurationError, match="tenant's rate is not supported"):
-        SchedulerConfig(
-            1, key_separator="/", keys=KeyPolicies.from_mapping({"acme": {"rate": "5/s"}})
-        )
-    s, _ = tenants(keys={"acme/*": {"rate": "5/s"}})  # its keys' rates are
-    with pytest.raises(ConfigurationError, match="tenant's rate"):
-        s.set_key_policies(KeyPolicies.from_mapping({"*": {"rate": "5/s"}}))
-    assert s.key_rate("acme/x") == (5.0, 1.0, False)
+def test_a_tenants_rate_is_one_bucket_for_all_its_keys_and_its_slots_go_to_others():
+    # Given tenant S at 2 a second with a burst of 2 over its ten keys, T unlimited, 4 slots,
+    s, clock = tenants(capacity=4, keys={"S": {"rate": "2/s", "burst": 2}})
+    for k in range(10):
+        backlog(s, f"S/{k}", 2)
+    backlog(s, "T", 10)
+    assert s.key_rate("S/3") is None  # (its keys have no rate of their own)
+    assert s.tenant_rate("S/3") == (2.0, 2.0, False)
+    assert s.tenant_rate("T") is None
+    # S starts its burst, two jobs of any of its keys, and T takes the slots S may not use;
+    started = [a.fairness_key for a in s.schedule()]
+    assert sorted(k for k in started if k.startswith("S")) == ["S/0", "S/1"]
+    assert started.count("T") == 2
+    # S is out of its rate whichever of its keys asks, until its bucket refills.
+    assert s.next_rise() == pytest.approx(0.5)
+    why = s.why("S/7#0")
+    assert why is not None
+    [rate] = [b for b in why.blockers if b.reason is BlockReason.RATE_LIMIT]
+    assert (rate.key, rate.tenant, rate.refills_in) == ("S", True, pytest.approx(0.5))
+    assert line(rate) == "rate limit of tenant 'S': refills in 0.5 s"
+    assert BlockReason.KEY_CAP not in [b.reason for b in why.blockers]
+    assert why_from_dict(why_to_dict(why)) == why
+    for uid in [v.uid for v in s.snapshot().jobs if v.state.value == "running"]:
+        s.complete(uid, 1.0)
+    assert [a.fairness_key for a in s.schedule()] == ["T"] * 4
+    clock.set(0.5)
+    for uid in [v.uid for v in s.snapshot().jobs if v.state.value == "running"]:
+        s.complete(uid, 1.0)
+    assert next(a.fairness_key for a in s.schedule()).startswith("S/")  # one start's worth
+
+
+def test_a_tenants_rate_and_its_keys_rates_both_hold():
+    # S at 1/s (burst 3); its key S/a at 1/s (burst 1): S/a starts one, S/b the rest of S's 3.
+    s, _ = tenants(capacity=8, keys={"S": {"rate": "1/s", "burst": 3}, "S/a": {"rate": "1/s"}})
+    backlog(s, "S/a", 3)
+    backlog(s, "S/b", 3)
+    assert sorted(a.fairness_key for a in s.schedule()) == ["S/a", "S/b", "S/b"]
+
+
+def test_a_tenants_rate_per_cost_and_from_the_fleet_and_a_start_undone_gives_it_back():
+    s, clock = tenants(capacity=4, keys={"S": {"rate": "1/s", "per": "cost"}})
+    s.submit("x", "job", None, "S/a", cost=3.0)
+    s.submit("y", "job", None, "S/b", cost=1.0)
+    assert refs(s.schedule()) == ["x"]
+    assert s.next_rise() == pytest.approx(3.0)  # a debt of 2, and 1 more for a start
+    s.revert("x")  # the store refused it: the start never happened
+    assert s.next_rise() is None
+    assert refs(s.schedule()) == ["x"]
+    s.set_tenant_tokens("S", 1.0)  # the fleet's bucket: other workers used less
+    assert refs(s.schedule()) == ["y"]
+    s.set_tenant_tokens("S", -3.0)  # and now more
+    s.set_tenant_tokens("nobody", -1.0)  # a tenant the core does not know: nothing to do
+    s.submit("z", "job", None, "S/c")
+    clock.set(3.9)
+    assert s.schedule() == []
+    clock.set(4.0)
+    assert refs(s.schedule()) == ["z"]
+
+
+def test_removing_a_tenants_rate_at_run_time_lets_it_run_at_once():
+    s, _ = tenants(capacity=4, keys={"*": {"rate": "1/h"}})
+    backlog(s, "S/a", 2)
+    backlog(s, "T", 2)
+    assert sorted(refs(s.schedule())) == ["S/a#0", "T#0"]
+    # now only keys with the separator have a rate, each a bucket of its own, full: T (no
+    # "/") has none, and S/a starts one more from its new bucket.
+    s.set_key_policies(KeyPolicies.from_mapping({"*/*": {"rate": "1/h"}}))
+    assert sorted(refs(s.schedule())) == ["S/a#1", "T#1"]
+    assert s.tenant_rate("S/a") is None
+    assert s.key_rate("S/a") == (1 / 3600, 1.0, False)
+
+
+def test_an_urgent_job_passes_its_tenants_cap_but_not_its_tenants_rate():
+    aging = Aging(interval=1.0, grace=0.0, urgent_threshold=9)
+    s, clock = tenants(capacity=4, aging=aging, keys={"S": {"max_concurrency": 1}})
+    backlog(s, "S/a", 2)
+    assert refs(s.schedule()) == ["S/a#0"]
+    clock.advance(60)  # S/a#1 is urgent by now: it passes its tenant's cap
+    assert refs(s.schedule()) == ["S/a#1"]
+    s, clock = tenants(capacity=4, aging=aging, keys={"S": {"rate": "1/h"}})
+    backlog(s, "S/a", 2)
+    assert refs(s.schedule()) == ["S/a#0"]
+    clock.advance(60)
+    assert s.schedule() == []
+    assert s.why("S/a#1").blockers[0].reason is BlockReason.RATE_LIMIT
+
+
+def test_a_tenant_refilled_at_its_cap_lets_its_urgent_job_pass_the_cap_at_once():
+    aging = Aging(interval=1.0, grace=0.0, urgent_threshold=9)
+    s, clock = tenants(capacity=4, aging=aging, keys={"S": {"max_concurrency": 1, "rate": "1/30s"}})
+    backlog(s, "S/a", 2)
+    assert refs(s.schedule()) == ["S/a#0"]  # S at its cap, and out of its rate
+    clock.advance(20)  # S/a#1 is urgent, but S's bucket is still short
+    assert s.schedule() == []
+    clock.set(s.next_rise())  # refilled, still at its cap: the urgent job passes the cap
+    assert clock.now() == pytest.approx(30.0)
+    assert refs(s.schedule()) == ["S/a#1"]
 
 
 def test_the_engine_asks_the_store_with_each_keys_tenant_and_its_terms():
@@ -255,8 +345,7 @@ def test_a_loan_moves_within_a_tenant_when_the_store_raises_the_borrowers_cost()
 
 
 def test_why_names_the_tenants_cap_when_the_tenant_holds_a_key_back():
-    from celery_fair.core.inspect import CapFull, why_from_dict, why_to_dict
-    from celery_fair.words import line
+    from celery_fair.core.inspect import CapFull
 
     s, _ = tenants(capacity=4, keys={"S": {"max_concurrency": 2}})
     for k in range(3):

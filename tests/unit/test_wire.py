@@ -60,7 +60,8 @@ def store() -> RedisStore:
 ASKED = Ask(
     "u1", "clone", 8, 3, None, "git:linux", "clone:linux", "tenant", 2.5, 1.0, 4, 0.5, 2.0,
     rate=0.25, burst=3.0, per_cost=True, type_rate=2.0, type_burst=5.0,
-    tenant="acme", tenant_weight=2.0, tenant_cap=6,
+    tenant="acme", tenant_weight=2.0, tenant_cap=6, tenant_rate=0.5, tenant_burst=4.0,
+    tenant_per_cost=True,
 )  # fmt: skip
 ENDED = Done("u0", 41, 0.75, final=True)
 RERUN = Running("u2", 42, "repack", 4, "", "repack:", "other", 3.25, 1.5, "other", 0.75)
@@ -125,9 +126,17 @@ def test_every_status_a_script_gives_a_job_is_a_generated_code():
     }
 
 
-def test_each_script_starts_with_the_generated_names():
+def test_each_script_starts_with_the_generated_names_it_uses_and_no_others():
+    everything = lua_constants()
     for name in SCRIPTS:
-        assert _source(name).startswith(lua_constants())
+        source = _source(name)
+        head = lua_constants(source)
+        assert source.startswith(head)
+        body = source[len(head) :]
+        defined = set(re.findall(r"\b([A-Z][A-Z_]*_[A-Z_]+|HEAD)\b", everything))
+        used = {n for n in defined if re.search(rf"\b{n}\b", body)}
+        given = set(re.findall(r"\b([A-Z][A-Z_]*_[A-Z_]+|HEAD)\b", head))
+        assert given == used, (name, given ^ used)  # a script's locals are at most 200
 
 
 def test_the_head_and_an_admission_are_packed_in_the_tables_order():
@@ -168,11 +177,16 @@ def test_the_head_and_an_admission_are_packed_in_the_tables_order():
         "tenant": "acme",
         "tenant_weight": "2.0",
         "tenant_cap": "6",
+        "tenant_rate": "0.5",
+        "tenant_burst": "4.0",
+        "tenant_per_cost": "1",
     }
     assert args[at + 1 + len(ASK) :] == ["git:watched"]
     # Flat keys: no tenant weight says so (a tenant may be named "").
-    flat = s.admit_request("w1", [ASKED._replace(tenant=None, tenant_cap=None)]).args
-    assert flat[-len(ASK) :][-3:] == ["", "", ""]
+    flat = s.admit_request(
+        "w1", [ASKED._replace(tenant=None, tenant_cap=None, tenant_rate=None)]
+    ).args
+    assert flat[-len(ASK) :][-6:-2] == ["", "", "", ""]
 
 
 def test_a_registration_is_packed_in_the_tables_order():

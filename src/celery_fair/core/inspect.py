@@ -61,11 +61,13 @@ class Paused:
 class RateLimited:
     """``RATE_LIMIT``: fairness key ``key`` (or with ``key`` ``None``, job type ``type``) used
     up its rate; its bucket lets it start again in ``refills_in`` seconds, unless the fleet
-    charges it meanwhile."""
+    charges it meanwhile. With ``tenant`` (two-level keys), ``key`` names the job's key's
+    tenant, whose one bucket all its keys' starts pay."""
 
     key: str | None
     refills_in: float
     type: str | None = None
+    tenant: bool = False
 
     @property
     def reason(self) -> BlockReason:
@@ -285,10 +287,12 @@ def why(
                 assert lane.rate is not None
                 due = refill_at(lane.tokens, lane.tokens_at, lane.rate)
                 found.append(RateLimited(None, max(0.0, due - now), type=lane.type.name))
-            if key.limited:
-                assert key.rate is not None
-                due = refill_at(key.tokens, key.tokens_at, key.rate)
-                found.append(RateLimited(key.name, max(0.0, due - now)))
+            for bucket in (key, key.tenant):
+                if bucket is not None and bucket.limited:
+                    assert bucket.rate is not None
+                    due = refill_at(bucket.tokens, bucket.tokens_at, bucket.rate)
+                    refills_in = max(0.0, due - now)
+                    found.append(RateLimited(bucket.name, refills_in, tenant=bucket.is_tenant))
         elif reason is BlockReason.CONFLICT:
             ckey = job.ckey
             assert ckey is not None

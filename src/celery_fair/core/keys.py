@@ -22,11 +22,11 @@ from .allocation import Allocation, KeyDemand, redistributed, shares
 from .costs import UNLIMITED, Accounts, KeyState
 from .fairqueue import lender, recheck_loans, resume_aging, take_back_loans
 from .rates import level_at, may_start, refill_at, start_charge
-from .tenants import reposition, tenant_name, unblock
+from .tenants import reposition, resume, tenant_name, unblock
 from .types import DEFAULT_KEY_POLICY, KeyPolicies, KeyPolicy, lower_bound
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from .jobs import Conflict, ConflictKey, Lane
 
@@ -129,7 +129,8 @@ class KeyRules:
 
     def adopt_tenant(self, tenant: KeyState) -> None:
         """Give ``tenant`` its policy and count elsewhere (new, or after a change): its weight,
-        minimum, cap over all its keys and ``max_priority`` for all its jobs."""
+        minimum, cap over all its keys, ``max_priority`` for all its jobs and rate, one
+        bucket that every start of any of its keys pays."""
         policy = self.tenant_policy(tenant.name)
         tenant.is_tenant = True
         tenant.weight = float(policy.weight)
@@ -138,7 +139,12 @@ class KeyRules:
         cap = policy.max_concurrency
         tenant.limit = UNLIMITED if cap is None else cap
         tenant.elsewhere = self.tenant_elsewhere.get(tenant.name, 0)
+        was_limited = tenant.limited
+        self._rate_terms(tenant, policy.rate, policy.bucket, policy.per == "cost")
         limits_changed(tenant)
+        refilled = was_limited and not tenant.limited and tenant.blocked is not None
+        if refilled and self.agenda.active:
+            resume(tenant)  # refilled at its cap: its urgent heads pass the cap again
 
     def adopt(self, key: KeyState) -> None:
         """Give ``key`` its policy, pause and count elsewhere (new, or after a change); with
@@ -172,7 +178,6 @@ class KeyRules:
         O(q log n) for each key that unblocks."""
         if not isinstance(policies, KeyPolicies):
             raise ConfigurationError(f"expected KeyPolicies, got {policies!r}")
-        policies.check_levels(self.separator)
         self.policies = policies
         if self.separator is not None:
             self.levels = policies.levels(self.separator)
@@ -207,13 +212,17 @@ class KeyRules:
     def rate_terms(self, name: str) -> tuple[float, float, bool] | None:
         """``name``'s rate per second, bucket size and whether a start charges its estimate;
         ``None`` without a rate. O(1) known, O(patterns) otherwise."""
-        key = self.accounts.keys.get(name)
-        if key is not None:
-            return None if key.rate is None else (key.rate, key.burst, key.per_cost)
-        policy = self.key_policy(name)
-        if policy.rate is None:
+        return _rate_of(self.accounts.keys.get(name), lambda: self.key_policy(name))
+
+    def tenant_rate_terms(self, name: str) -> tuple[float, float, bool] | None:
+        """With two-level keys, the rate terms (as ``rate_terms``) of key ``name``'s tenant;
+        ``None`` with flat keys or a tenant without a rate."""
+        separator = self.separator
+        if separator is None:
             return None
-        return policy.rate, policy.bucket, policy.per == "cost"
+        assert self.tenants is not None
+        tenant = tenant_name(name, separator)
+        return _rate_of(self.tenants.keys.get(tenant), lambda: self.tenant_policy(tenant))
 
     def limits(self) -> dict[str, int]:
         """The cap of every known key that has one. O(keys)."""
@@ -305,7 +314,7 @@ class KeyRules:
             return
         limits_changed(holder)
         if not holder.limited and holder.blocked is not None and self.agenda.active:
-            resume_aging(holder)
+            resume(holder)
 
     def charge_rate(self, holder: Bucketed, estimate: float) -> None:
         """``holder`` (a rate-limited key, or type's lane) just started a job of ``estimate``:
@@ -480,6 +489,16 @@ def rerank(key: KeyState) -> None:
         reposition(key)
     elif lender(key).lent:  # later: loans it holds (its tenant's) may have to move
         recheck_loans(key)
+
+
+def _rate_of(
+    known: KeyState | None, policy: Callable[[], KeyPolicy]
+) -> tuple[float, float, bool] | None:
+    """The rate terms of a key or tenant: ``known``'s if it is known, else its ``policy``'s."""
+    if known is not None:
+        return None if known.rate is None else (known.rate, known.burst, known.per_cost)
+    terms = policy()
+    return None if terms.rate is None else (terms.rate, terms.bucket, terms.per == "cost")
 
 
 def limits_changed(key: KeyState) -> None:

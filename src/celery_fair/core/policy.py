@@ -181,12 +181,14 @@ def blocked_by(
         reasons.append(BlockReason.TIER_CAP)
     if lane.paused or key.paused:
         reasons.append(BlockReason.PAUSED)
-    if key.limited or lane.limited:
+    tenant = key.tenant
+    if key.limited or lane.limited or (tenant is not None and tenant.limited):
         reasons.append(BlockReason.RATE_LIMIT)
     if not lane.halted and lane.running >= (lane.limit if urgent else lane.cap):
         reasons.append(BlockReason.TYPE_CAP)
-    if not key.halted and key_blocks(job):
-        reasons.append(BlockReason.KEY_CAP)
+    if not key.halted and key_blocks(job) and (tenant is None or not tenant.halted or
+                                              key_holds(key, lane.place(job)[0])):  # fmt: skip
+        reasons.append(BlockReason.KEY_CAP)  # (a halted tenant's cap of 0 is not a cap)
     if conflict_held(conflicts, job):
         reasons.append(BlockReason.CONFLICT)
     return tuple(reasons)

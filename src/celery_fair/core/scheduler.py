@@ -263,11 +263,14 @@ class Scheduler(Shared):
                 if key.rate is not None:
                     self._keys.refund_rate(key, job.estimate)
             tenant = key.tenant
-            if tenant is not None and job.tcharge:
+            if tenant is not None:
                 tenants = self._tenants
                 assert tenants is not None
                 if tenants.keys.get(tenant.name) is tenant:
-                    self._set_acc(tenant, max(0.0, tenant.acc - job.tcharge))
+                    if job.tcharge:
+                        self._set_acc(tenant, max(0.0, tenant.acc - job.tcharge))
+                    if tenant.rate is not None:
+                        self._keys.refund_rate(tenant, job.estimate)
             if job.lane.rate is not None:
                 self._keys.refund_rate(job.lane, job.estimate)
         return released
@@ -329,6 +332,12 @@ class Scheduler(Shared):
         estimate (``per = "cost"``), as its policy gives them; ``None`` without a rate. O(1)
         for a known key, O(patterns) otherwise."""
         return self._keys.rate_terms(fairness_key)
+
+    def tenant_rate(self, fairness_key: str) -> tuple[float, float, bool] | None:
+        """With two-level keys, the rate terms (as ``key_rate``) of ``fairness_key``'s tenant:
+        one bucket that every start of any of the tenant's keys pays; ``None`` with flat keys
+        or a tenant without a rate. O(1) for a known tenant, O(patterns) otherwise."""
+        return self._keys.tenant_rate_terms(fairness_key)
 
     def type_rate(self, type: str) -> tuple[float, float, bool] | None:
         """Job type ``type``'s rate (per second), bucket size and whether a start charges its

@@ -74,6 +74,8 @@ class Shared(State):
         self._set_acc(key, key.acc - job.charge)
         if tenant is not None:
             self._set_acc(tenant, tenant.acc - job.tcharge)
+            if tenant.rate is not None:
+                self._keys.refund_rate(tenant, job.estimate)
         if key.rate is not None:
             self._keys.refund_rate(key, job.estimate)
         if lane.rate is not None:
@@ -111,6 +113,13 @@ class Shared(State):
         the core does not know or that has no rate. O(1), plus what it blocks or unblocks.
         """
         self._adopt_level(self._accounts.keys.get(fairness_key), level)
+
+    def set_tenant_tokens(self, tenant: str, level: float) -> None:
+        """Make ``tenant``'s rate bucket ``level`` now (the fleet's, from a store; two-level
+        keys), as ``set_tokens`` for a key. Ignored for a tenant not known here or without a
+        rate."""
+        tenants = self._tenants
+        self._adopt_level(None if tenants is None else tenants.keys.get(tenant), level)
 
     def set_type_tokens(self, type: str, level: float) -> None:
         """Make job type ``type``'s rate bucket ``level`` now (the fleet's, from a store), as

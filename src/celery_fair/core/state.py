@@ -286,6 +286,10 @@ class State:
         tenant = key.tenant
         if tenant is not None:
             self._charge_tenant(job, key, tenant, estimate)
+            if tenant.rate is not None:  # one bucket for all its keys' starts
+                self._keys.charge_rate(tenant, estimate)
+                if tenant.limited:
+                    self._woken_by()
         job.token = token = next(self._tokens)
         job.admitted_at = now
         job.effective = (effective, urgent)

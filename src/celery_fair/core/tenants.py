@@ -30,7 +30,7 @@ from heapq import heappop, heappush, heapreplace
 from typing import TYPE_CHECKING, Any
 
 from .aging import URGENT
-from .fairqueue import KeyedQueue, _next_id
+from .fairqueue import KeyedQueue, _next_id, resume_aging
 from .fairqueue import reposition as _reposition_key
 from .fairqueue import unblock as _unblock_key
 from .jobs import widen
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .fairqueue import ConflictLane
     from .jobs import Conflict, ConflictKey, Job, Lane, Place
 
-__all__ = ["TenantedQueue", "reposition", "tenant_name", "unblock"]
+__all__ = ["TenantedQueue", "reposition", "resume", "tenant_name", "unblock"]
 
 _NEG_URGENT = -URGENT
 
@@ -266,4 +266,16 @@ def unblock(key: KeyState) -> None:
     key.blocked = None
     for tq in queues:
         tq.tblocked = False
+        _lift_best(tq)
+
+
+def resume(key: KeyState) -> None:
+    """``key`` (or tenant) is no longer halted (resumed, or refilled to a start of its rate)
+    but may still be at its cap: its urgent heads pass the cap again. For a key, its queues
+    get fresh entries and bookings (``fairqueue.resume_aging``); for a tenant, each blocked
+    tenant queue whose best job is urgent gets its entry back. O(q log n)."""
+    if not key.is_tenant:
+        resume_aging(key)
+        return
+    for tq in list(key.blocked or ()):
         _lift_best(tq)

@@ -463,25 +463,6 @@ class KeyPolicies:
         )
         return tenants, keys
 
-    def check_levels(self, separator: str | None) -> None:
-        """Refuse what two-level keys (``separator``) do not do yet: a ``rate`` on a tenant's
-        entry (one without the separator), which would otherwise be silently ignored.
-
-        Raises:
-            ConfigurationError: Some tenant's entry has a rate.
-        """
-        if separator is None:
-            return
-        tenants, _ = self.levels(separator)
-        entries = [*tenants.exact.items(), *tenants.patterns, ("*", tenants.default)]
-        for name, policy in entries:
-            if policy.rate is not None:
-                raise ConfigurationError(
-                    f"key policy {name!r}: with key_separator {separator!r} an entry without "
-                    f"it is a tenant's, and a tenant's rate is not supported yet: give the "
-                    f"rate to its keys ({name + separator + '*'!r})"
-                )
-
     def bound(self, name: str, separator: str | None = None) -> int | None:
         """Key ``name``'s ``max_priority`` (``None``: none): its policy's, or with two-level
         keys (``separator``) the lower of its own and its tenant's (``levels``).
@@ -608,8 +589,6 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         check_separator(self.key_separator)
-        if isinstance(self.keys, KeyPolicies):
-            self.keys.check_levels(self.key_separator)
         if self.key_separator is not None and self.allocation_caps is True:
             raise ConfigurationError(
                 "allocation_caps cannot be used with a key_separator (two-level keys) yet: "

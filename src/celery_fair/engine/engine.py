@@ -524,6 +524,15 @@ class Engine:
                 ask = job.ask = ask._replace(rate=None)
         elif rate != (ask.rate, ask.burst, ask.per_cost):
             ask = job.ask = ask._replace(rate=rate[0], burst=rate[1], per_cost=rate[2])
+        if ask.tenant is not None:  # and its tenant's rate, one bucket for all its keys
+            trate = self.core.tenant_rate(ask.fairness_key)
+            if trate is None:
+                if ask.tenant_rate is not None:
+                    ask = job.ask = ask._replace(tenant_rate=None)
+            elif trate != (ask.tenant_rate, ask.tenant_burst, ask.tenant_per_cost):
+                ask = job.ask = ask._replace(
+                    tenant_rate=trate[0], tenant_burst=trate[1], tenant_per_cost=trate[2]
+                )
         return ask
 
     @property

@@ -54,6 +54,7 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
     given: list[Hashable] = []
     tokens: dict[str, float] = {}  # each rate-limited key's bucket, fleet-wide, after the call
     type_tokens: dict[str, float] = {}  # and each rate-limited type's
+    tenant_tokens: dict[str, float] = {}  # and each rate-limited tenant's (two-level keys)
     for admission, grant in zip(call.admissions, reply.grants, strict=True):
         uid = admission.uid
         job = jobs[uid]
@@ -64,6 +65,8 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
             tokens[job.ask.fairness_key] = grant.tokens
         if grant.type_tokens is not None:
             type_tokens[job.ask.type] = grant.type_tokens
+        if grant.tenant_tokens is not None and job.ask.tenant is not None:
+            tenant_tokens[job.ask.tenant] = grant.tenant_tokens
         verdict = grant.verdict
         if verdict is Verdict.ADMITTED:
             job.token = grant.token
@@ -134,6 +137,8 @@ def apply_admit(engine: Engine, call: AdmitCall, reply: Reply) -> Decision:
         core.set_tokens(key, level)
     for name, level in type_tokens.items():  # and so does a type
         core.set_type_tokens(name, level)
+    for tenant, level in tenant_tokens.items():  # and a tenant
+        core.set_tenant_tokens(tenant, level)
     fleet = engine._fleet
     fleet.fleet_keys.update(reply.keys)
     fleet.fleet_tenants.update(reply.tenants)

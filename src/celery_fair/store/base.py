@@ -301,6 +301,10 @@ class Ask(NamedTuple):
     tenant: str | None = None
     tenant_weight: float = 1.0
     tenant_cap: int | None = None
+    # The tenant's rate, as the key's: one bucket for the starts of all the tenant's keys.
+    tenant_rate: float | None = None
+    tenant_burst: float = 1.0
+    tenant_per_cost: bool = False
 
 
 class Grant(NamedTuple):
@@ -315,6 +319,7 @@ class Grant(NamedTuple):
     type_tokens: float | None = None  # the type's bucket after it (None: no rate)
     # The tenant's accumulated cost, fleet-wide, after it (None: the ask named no tenant).
     tenant_accumulated: float | None = None
+    tenant_tokens: float | None = None  # the tenant's bucket after it (None: no rate)
 
 
 class Done(NamedTuple):
@@ -444,14 +449,18 @@ class Store(Protocol):
         7. ``KEY_CAP``: its fairness key runs ``key_cap`` jobs, or its tenant (two-level
            keys) runs ``tenant_cap`` over all its keys.
         8. ``RATE_LIMIT``: its fairness key has a ``rate`` and its bucket, refilled to now,
-           holds less than a start (core/rates.py); or so does its type's (``type_rate``).
+           holds less than a start (core/rates.py); or so does its type's (``type_rate``),
+           or its tenant's (``tenant_rate``).
         9. ``CONFLICT``: another job holds its conflict.
         10. Otherwise ``ADMITTED``: it runs, counted at once for the asks after it, and a key
             with a ``rate`` has its bucket charged 1, or its estimate with ``per_cost``, and a
-            type with a ``type_rate`` its own likewise.
+            type with a ``type_rate`` and a tenant with a ``tenant_rate`` their own likewise.
 
         Each grant carries its key's bucket level after it (``Grant.tokens``) when the ask
-        has a ``rate``. A key whose cost expires (``cost_ttl``) forgets its bucket with it.
+        has a ``rate``, and likewise its type's (``type_tokens``) and its tenant's
+        (``tenant_tokens``). A key or tenant whose cost expires (``cost_ttl``) forgets its
+        bucket with it; a job given back unstarted (``Done.unstarted``) refunds each bucket
+        what its admission charged.
 
         With a ``tenant``, an admitted job also charges the tenant ``estimate /
         tenant_weight``, and counts as running for it until it ends. A tenant's cost follows

@@ -75,6 +75,7 @@ class _Admitted:
     type_charged: float = 0.0  # and from its type's
     tenant: str | None = None  # its key's tenant (two-level keys), and what it was charged
     tenant_charged: float = 0.0
+    tenant_rate_charged: float = 0.0  # and what it took from the tenant's bucket
 
 
 class MemoryStore:
@@ -110,6 +111,7 @@ class MemoryStore:
         # fairness key -> (level, when) of its rate's bucket (core/rates.py); absent: full.
         self.buckets: dict[str, tuple[float, float]] = {}
         self.type_buckets: dict[str, tuple[float, float]] = {}  # job type -> the same
+        self.tenant_buckets: dict[str, tuple[float, float]] = {}  # tenant -> the same
         self.active: dict[str, int] = {}
         self._idle: OrderedDict[str, float] = OrderedDict()  # key -> idle since, oldest first
         self.est: dict[str, float] = {}
@@ -169,7 +171,10 @@ class MemoryStore:
                 type_tokens = None if a.type_rate is None else self._type_tokens(a, now)
                 acc = self.acc.get(a.fairness_key, 0.0)
                 tacc = None if a.tenant is None else self.tacc.get(a.tenant, 0.0)
-                grants.append(Grant(a.uid, verdict, 0, None, acc, tokens, type_tokens, tacc))
+                ttokens = self._tenant_tokens(a, now)
+                grants.append(
+                    Grant(a.uid, verdict, 0, None, acc, tokens, type_tokens, tacc, ttokens)
+                )
                 continue
             est = a.cost
             if est is None:
@@ -225,13 +230,24 @@ class MemoryStore:
                 type_charged = start_charge(a.type_per_cost, est)
                 type_tokens = self._type_tokens(a, now) - type_charged
                 self.type_buckets[a.type] = (type_tokens, now)
+            ttokens = self._tenant_tokens(a, now)
+            tenant_charged = 0.0
+            if ttokens is not None:
+                assert t is not None
+                tenant_charged = start_charge(a.tenant_per_cost, est)
+                ttokens -= tenant_charged
+                self.tenant_buckets[t] = (ttokens, now)
             self.jobs[a.uid] = _Admitted(
                 worker, self._token, a.type, a.priority, a.conflict, a.estimate_key, k,
                 a.default_cost, charge, self.clock.now(), rate_charged, type_charged, t, tcharge,
+                tenant_charged,
             )  # fmt: skip
             grants.append(
-                Grant(a.uid, Verdict.ADMITTED, self._token, est, acc, tokens, type_tokens, tacc)
-            )
+                Grant(
+                    a.uid, Verdict.ADMITTED, self._token, est, acc, tokens, type_tokens, tacc,
+                    ttokens,
+                )
+            )  # fmt: skip
         tiers, types = self._counts()
         return Reply(
             self.epoch,
@@ -289,6 +305,11 @@ class MemoryStore:
             if d.unstarted and job.type_charged and job.type in self.type_buckets:
                 level, at = self.type_buckets[job.type]
                 self.type_buckets[job.type] = (level + job.type_charged, at)
+            tenant = job.tenant
+            if d.unstarted and job.tenant_rate_charged and tenant in self.tenant_buckets:
+                assert tenant is not None
+                level, at = self.tenant_buckets[tenant]
+                self.tenant_buckets[tenant] = (level + job.tenant_rate_charged, at)
             self._drop(d.uid, job, now)
             if d.final and self.dedupe > 0:
                 self._done[d.uid] = now
@@ -564,6 +585,9 @@ class MemoryStore:
             return Verdict.RATE_LIMIT
         if a.type_rate is not None and not may_start(self._type_tokens(a, now)):
             return Verdict.RATE_LIMIT
+        ttokens = self._tenant_tokens(a, now)
+        if ttokens is not None and not may_start(ttokens):
+            return Verdict.RATE_LIMIT
         if a.conflict and a.conflict in self.conflicts:
             return Verdict.CONFLICT
         return Verdict.ADMITTED
@@ -577,6 +601,12 @@ class MemoryStore:
         """The level of ``a``'s type's bucket at ``now`` (core/rates.py)."""
         assert a.type_rate is not None
         return _level(self.type_buckets.get(a.type), now, a.type_rate, a.type_burst)
+
+    def _tenant_tokens(self, a: Ask, now: float) -> float | None:
+        """The level of ``a``'s tenant's bucket at ``now`` (``None``: no tenant, or no rate)."""
+        if a.tenant is None or a.tenant_rate is None:
+            return None
+        return _level(self.tenant_buckets.get(a.tenant), now, a.tenant_rate, a.tenant_burst)
 
     def _claimed(self, field: str, uid: str) -> int:
         """1 if another urgent job's claim holds a slot of ``field``, else 0."""
@@ -650,7 +680,7 @@ class MemoryStore:
         life = self.lifecycle
         if life.cost_ttl is not None:
             _expire(self._idle, self.acc, now - life.cost_ttl, self.buckets)
-            _expire(self._tidle, self.tacc, now - life.cost_ttl)
+            _expire(self._tidle, self.tacc, now - life.cost_ttl, self.tenant_buckets)
         if life.estimate_ttl is not None:
             _expire(self._est_used, self.est, now - life.estimate_ttl)
         if self.dedupe > 0:

@@ -83,6 +83,7 @@ KEY_NAMES = (
     "tactive",
     "tminacc",
     "tkmin",
+    "trates",
 )
 """The store's keys, in the order the scripts receive them (see ``lua/common.lua``)."""
 
@@ -117,7 +118,8 @@ _TOKEN_SEEN = HEAD.index("token_seen")
 def _source(name: str) -> str:
     lua = resources.files(__package__) / "lua"
     common = (lua / "common.lua").read_text()
-    return lua_constants() + common + "\n" + (lua / f"{name}.lua").read_text()
+    body = common + "\n" + (lua / f"{name}.lua").read_text()
+    return lua_constants(body) + body  # only the names it uses: at most 200 locals
 
 
 def _opt(value: float | None) -> str:
@@ -382,6 +384,9 @@ class RedisStore:
                 a.tenant or "",
                 "" if a.tenant is None else repr(float(a.tenant_weight)),
                 "" if a.tenant_cap is None else str(a.tenant_cap),
+                _opt(a.tenant_rate),
+                repr(float(a.tenant_burst)),
+                "1" if a.tenant_per_cost else "0",
             )
         args += watch
 
@@ -389,7 +394,7 @@ class RedisStore:
             _, _, finished, results, tiers, types, held, workers, keys, tenants = raw
             grants = []
             for a, row in zip(asks, results, strict=True):
-                status, high, low, estimate, acc, tokens, type_tokens, tacc = row
+                status, high, low, estimate, acc, tokens, type_tokens, tacc, ttokens = row
                 verdict = _VERDICTS.get(status) or Verdict(status.decode())
                 admitted = verdict is Verdict.ADMITTED
                 token = unpack_token(high, low) if admitted else 0
@@ -397,7 +402,8 @@ class RedisStore:
                     Grant(a.uid, verdict, token, float(estimate) if admitted else None,
                           float(acc), float(tokens) if tokens else None,
                           float(type_tokens) if type_tokens else None,
-                          float(tacc) if tacc else None)
+                          float(tacc) if tacc else None,
+                          float(ttokens) if ttokens else None)
                 )  # fmt: skip
                 if token > self.token_seen:
                     self.token_seen = token

@@ -22,6 +22,8 @@ table's version (``LANE_VERSION_TICKS_PER_S``) from here too.
 
 from __future__ import annotations
 
+import re
+
 from ..core.lanes import ANNOUNCE_GRACE, EMPTY_SWEEPS, GRACE
 from ..core.rates import FULL_START
 from .base import Ask, Running, Verdict
@@ -158,43 +160,60 @@ FINISH_APPLIED = "ok"
 FINISH_STALE = "stale"
 
 
-def lua_constants() -> str:
+def lua_constants(using: str | None = None) -> str:
     """The Lua locals for the table above: ``HEAD`` and ``H_<NAME>`` (ARGV positions), per
     list ``<P>_N`` (its stride) and ``<P>_<NAME>`` (offsets from an entry's first value), the
     reply codes (``V_<NAME>`` for each ``Verdict`` member, ``F_APPLIED`` and ``F_STALE``), and
-    the lane table's operations (``OP_<NAME>``) and constants."""
-    lines = [
-        "-- generated from celery_fair/store/wire.py: ARGV positions, strides and reply codes",
-        f"local HEAD = {len(HEAD)}",
-        f"local RENEW_EVERY = {RENEW_EVERY!r}",
-        f"local TOKEN_LOW = {1 << TOKEN_LOW_BITS}",
-        f"local TOKEN_TICKS_PER_S = {TOKEN_TICKS_PER_S}",
-        f"local LANE_VERSION_TICKS_PER_S = {LANE_VERSION_TICKS_PER_S}",
-        f"local LANE_GRACE = {float(GRACE)!r}",
-        f"local LANE_EMPTY_SWEEPS = {int(EMPTY_SWEEPS)}",
-        f"local LANE_ANNOUNCE_GRACE = {float(ANNOUNCE_GRACE)!r}",
-        f"local RATE_FULL_START = {float(FULL_START)!r}",
-        _assign("H", HEAD, start=1),
+    the lane table's operations (``OP_<NAME>``) and constants.
+
+    With ``using`` (a script's whole text), only the names that text uses: a Lua function
+    holds at most 200 locals, and a script's main function holds every one of these."""
+
+    def wanted(name: str) -> bool:
+        return using is None or re.search(rf"\b{name}\b", using) is not None
+
+    lines = ["-- generated from celery_fair/store/wire.py: ARGV positions, strides and reply codes"]
+    single = {
+        "HEAD": len(HEAD),
+        "RENEW_EVERY": RENEW_EVERY,
+        "TOKEN_LOW": 1 << TOKEN_LOW_BITS,
+        "TOKEN_TICKS_PER_S": TOKEN_TICKS_PER_S,
+        "LANE_VERSION_TICKS_PER_S": LANE_VERSION_TICKS_PER_S,
+        "LANE_GRACE": float(GRACE),
+        "LANE_EMPTY_SWEEPS": int(EMPTY_SWEEPS),
+        "LANE_ANNOUNCE_GRACE": float(ANNOUNCE_GRACE),
+        "RATE_FULL_START": float(FULL_START),
+    }
+    lines += [f"local {name} = {value!r}" for name, value in single.items() if wanted(name)]
+    groups: list[tuple[str | None, dict[str, str]]] = [
+        (None, {f"H_{name.upper()}": str(i + 1) for i, name in enumerate(HEAD)})
     ]
     for prefix, fields in _LISTS:
-        lines.append(f"local {prefix}_N = {len(fields)}")
-        lines.append(_assign(prefix, fields, start=0))
-    lines.append("-- reply codes: admission verdicts (store/base.py, Verdict), finished jobs")
-    lines.append(_strings("V", {v.name: v.value for v in Verdict}))
-    lines.append(_strings("F", {"APPLIED": FINISH_APPLIED, "STALE": FINISH_STALE}))
-    lines.append("-- the lane table's operations (lua/lanes.lua)")
-    lines.append(_strings("OP", {op.upper(): op for op in LANE_OPS}))
-    return "\n".join(lines) + "\n"
-
-
-def _assign(prefix: str, fields: tuple[str, ...], start: int) -> str:
-    names = ", ".join(f"{prefix}_{name.upper()}" for name in fields)
-    values = ", ".join(str(start + i) for i in range(len(fields)))
-    return f"local {names} =\n  {values}"
-
-
-def _strings(prefix: str, codes: dict[str, str]) -> str:
+        groups.append((None, {f"{prefix}_N": str(len(fields))}))
+        groups.append((None, {f"{prefix}_{name.upper()}": str(i) for i, name in enumerate(fields)}))
     # The codes are plain lowercase words (test_wire.py), so quoting needs no escapes.
-    names = ", ".join(f"{prefix}_{name}" for name in codes)
-    values = ", ".join(f"'{value}'" for value in codes.values())
-    return f"local {names} =\n  {values}"
+    groups.append(
+        (
+            "-- reply codes: admission verdicts (store/base.py, Verdict), finished jobs",
+            {f"V_{v.name}": f"'{v.value}'" for v in Verdict},
+        )
+    )
+    groups.append((None, {"F_APPLIED": f"'{FINISH_APPLIED}'", "F_STALE": f"'{FINISH_STALE}'"}))
+    groups.append(
+        (
+            "-- the lane table's operations (lua/lanes.lua)",
+            {f"OP_{op.upper()}": f"'{op}'" for op in LANE_OPS},
+        )
+    )
+    for comment, values in groups:
+        kept = {name: value for name, value in values.items() if wanted(name)}
+        if not kept:
+            continue
+        if comment is not None:
+            lines.append(comment)
+        if len(values) == 1:
+            ((name, value),) = kept.items()
+            lines.append(f"local {name} = {value}")
+        else:
+            lines.append(f"local {', '.join(kept)} =\n  {', '.join(kept.values())}")
+    return "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@
 --          ('' = none), estimate field, fairness key, cost ('' = learned), default cost,
 --          key cap ('' = none), weight, claim ('' = none), rate ('' = none), burst,
 --          per cost ('1'/'0'), type rate ('' = none), type burst, type per cost, tenant,
---          tenant weight ('' = no tenant: flat keys), tenant cap ('' = none)
+--          tenant weight ('' = no tenant: flat keys), tenant cap ('' = none), tenant rate
+--          ('' = none), tenant burst, tenant per cost
 --          (as Ask's fields, store/wire.py);
 --       then any number of conflict fields to watch.
 -- Each job gets the first verdict that applies (order: see Store.admit, store/base.py); a
@@ -17,7 +18,8 @@
 -- renews when a quarter of it has passed since the last renewal.
 -- Returns {epoch, now, {status, estimate} per finished job, {status, token high, token low,
 --          estimate, accumulated, key's bucket level ('' = no rate), type's bucket level ('' = no
---          rate), tenant's accumulated ('' = no tenant)} per job (the token's halves: wire.py,
+--          rate), tenant's accumulated ('' = no tenant), tenant's bucket level ('' = no
+--          rate)} per job (the token's halves: wire.py,
 --          0 and 0 unless ok), tiers, types, {1/0 held per watched conflict}, live workers,
 --          {key, running} flat for each key asked with a cap, {tenant, running} likewise};
 -- a finished job's status is F_APPLIED or F_STALE (as complete.lua), a job's is its verdict,
@@ -85,6 +87,8 @@ for i = 0, n - 1 do
     status = V_RATE_LIMIT
   elseif trate and bucket_level(TYPE_RATES, jtype, trate, tburst, now) < RATE_FULL_START then
     status = V_RATE_LIMIT
+  elseif (TEN.bucket(t, b, now) or RATE_FULL_START) < RATE_FULL_START then
+    status = V_RATE_LIMIT  -- its tenant's bucket, which all the tenant's keys' starts pay
   elseif cf ~= '' and redis.call('HEXISTS', CONFLICTS, cf) == 1 then
     status = V_CONFLICT
   end
@@ -116,6 +120,7 @@ for i = 0, n - 1 do
       ttokens = fmt(bucket_level(TYPE_RATES, jtype, trate, tburst, now) - type_charged)
       redis.call('HSET', TYPE_RATES, jtype, ttokens .. '|' .. snow)
     end
+    local ten = TEN.charge_rate(t, b, tonumber(est), now, snow)  -- {its level after, charged}
     local toh, tok = next_token()
     if claim_ttl then unclaim(uid, prio, jtype) end
     count(prio, jtype, 1)
@@ -123,15 +128,16 @@ for i = 0, n - 1 do
     redis.call('HSET', JOBS, uid, cmsgpack.pack({
       w = worker, toh = toh, tok = tok, t = jtype, p = prio, c = cf, e = ef, k = k,
       est = charge, d = ARGV[b + ASK_DEFAULT_COST], at = snow, u = noted,
-      rc = rate_charged, trc = type_charged, tn = t, tst = tcost and tcost[2]}))
+      rc = rate_charged, trc = type_charged, tn = t, tst = tcost and tcost[2], ttc = ten[2]}))
     mine = mine + 1
-    results[#results + 1] = {V_ADMITTED, toh, tok, est, sacc, tokens, ttokens, tcost and tcost[1] or ''}
+    results[#results + 1] = {V_ADMITTED, toh, tok, est, sacc, tokens, ttokens, tcost and tcost[1] or '',
+      ten[1]}
   else
     local tokens, ttokens = '', ''
     if rate then tokens = fmt(bucket_level(RATES, k, rate, burst, now)) end
     if trate then ttokens = fmt(bucket_level(TYPE_RATES, jtype, trate, tburst, now)) end
     results[#results + 1] = {status, 0, 0, '', redis.call('HGET', ACC, k) or '0', tokens, ttokens,
-      t and (redis.call('HGET', TEN.ACC, t) or '0') or ''}
+      t and (redis.call('HGET', TEN.ACC, t) or '0') or '', TEN.level(t, b, now)}
   end
 end
 

@@ -9,11 +9,13 @@
 --   2 tiers     hash  priority -> running jobs of that tier, fleet-wide
 --   3 types     hash  job type -> running jobs of that type
 --   4 conflicts hash  conflict field -> uid of the job that holds it
---   5 jobs      hash  uid -> cmsgpack record {w, toh, tok, t, p, c, e, k, est, d, at, u}; toh and
---                     tok are its token's high and low halves; c is the
+--   5 jobs      hash  uid -> cmsgpack record {w, toh, tok, t, p, c, e, k, est, d, at, u, rc, trc,
+--                     tn, tst, ttc}; toh and tok are its token's high and low halves; c is the
 --                     conflict field the job holds ('' when it holds none); est is what its
 --                     key was charged (its estimate / the key's weight); u is 1 when its
---                     admission noted its estimate as used
+--                     admission noted its estimate as used; rc, trc and ttc what its key's,
+--                     type's and tenant's buckets were charged (absent: no rate); tn its
+--                     tenant (two-level keys) and tst what the tenant was charged
 --   6 workers   zset  worker -> lease expiry (Redis server time, seconds)
 --   7 acc       hash  fairness key -> accumulated cost
 --   8 seen      zset  idle fairness key -> when it became idle (for the TTL)
@@ -42,6 +44,8 @@
 --  23 tkmin     zset  for advance_idle with two-level keys, each running key's cost among its
 --                     tenant's keys: members TEN.member(tenant, key, cost), all at score 0,
 --                     so that one tenant's members sort by cost (see TEN.member)
+--  24 trates    hash  tenant -> '<level>|<when>': its rate's bucket, as a key's, forgotten with
+--                     the tenant's cost (TTL)
 -- ARGV of every script starts with the same head, then its own lists: their positions and
 -- strides are locals generated from celery_fair/store/wire.py (HEAD, H_WORKER, ASK_N, ...).
 -- Numbers cross the script boundary as strings in %.17g, which round-trips a double exactly,
@@ -52,9 +56,10 @@ local META, TIERS, TYPES, CONFLICTS, JOBS, WORKERS =
 local ACC, SEEN, ACTIVE, EST, ESTSEEN, MINACC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local DONE, POLICIES, CLAIMS, LANES, RATES = KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local TYPE_RATES = KEYS[18]
--- Two-level keys (keys 19 to 23, and their helpers below): one table, as a script may not
+-- Two-level keys (keys 19 to 24, and their helpers below): one table, as a script may not
 -- have more than 200 locals.
-local TEN = {ACC = KEYS[19], SEEN = KEYS[20], ACTIVE = KEYS[21], MINACC = KEYS[22], KMIN = KEYS[23]}
+local TEN = {ACC = KEYS[19], SEEN = KEYS[20], ACTIVE = KEYS[21], MINACC = KEYS[22], KMIN = KEYS[23],
+  RATES = KEYS[24]}
 -- Seconds between two housekeeping passes by admit and complete (heartbeats always make one).
 local MAINTAIN_EVERY = 0.05
 
@@ -388,6 +393,32 @@ local function bucket_level(h, f, rate, burst, now)
   return filled
 end
 
+-- The bucket of the tenant ``t`` of the ask at ARGV[b ...] at ``now``, and its rate; nil
+-- when the ask names no tenant or its tenant has no rate.
+function TEN.bucket(t, b, now)
+  local rate = t and optnum(ARGV[b + ASK_TENANT_RATE])
+  if not rate then return nil end
+  return bucket_level(TEN.RATES, t, rate, tonumber(ARGV[b + ASK_TENANT_BURST]), now), rate
+end
+
+-- The same as a reply says it: '' when there is no bucket.
+function TEN.level(t, b, now)
+  local level = TEN.bucket(t, b, now)
+  return level and fmt(level) or ''
+end
+
+-- Charge the bucket of tenant ``t`` (of the ask at ARGV[b ...]) for a start of estimate
+-- ``est``: 1, or ``est`` per cost. Returns {its level after it ('' = no rate), the charge}.
+function TEN.charge_rate(t, b, est, now, snow)
+  local level = TEN.bucket(t, b, now)
+  if not level then return {''} end
+  local charged = 1
+  if ARGV[b + ASK_TENANT_PER_COST] == '1' then charged = est end
+  local tokens = fmt(level - charged)
+  redis.call('HSET', TEN.RATES, t, tokens .. '|' .. snow)
+  return {tokens, charged}
+end
+
 -- Give back what an admission took from the bucket at field f of hash h (a job that never
 -- started).
 local function refund_rate(h, f, amount)
@@ -515,7 +546,7 @@ local function maintain(now, cost_ttl, est_ttl, reset_interval, limit, every)
   limit = limit or 64
   if cost_ttl then
     expire(ACC, SEEN, now, cost_ttl, limit, RATES)
-    expire(TEN.ACC, TEN.SEEN, now, cost_ttl, limit)
+    expire(TEN.ACC, TEN.SEEN, now, cost_ttl, limit, TEN.RATES)
   end
   if est_ttl then expire(EST, ESTSEEN, now, est_ttl, limit) end
   local dedupe = tonumber(ARGV[H_DEDUPE])
@@ -580,6 +611,7 @@ local function finish_jobs(b, n, now, snow)
         if rec.tn then TEN.refund(rec.tn, tonumber(rec.tst)) end
         refund_rate(RATES, rec.k, rec.rc)
         refund_rate(TYPE_RATES, rec.t, rec.trc)
+        if rec.tn then refund_rate(TEN.RATES, rec.tn, rec.ttc) end
       end
       drop_job(uid, rec, snow)
       if rec.w == ARGV[H_WORKER] then
