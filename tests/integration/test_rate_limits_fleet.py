@@ -15,24 +15,29 @@ def _busy(spans: list[tuple[float, float]], start: float, end: float) -> float:
     return sum(max(0.0, min(e, end) - max(s, start)) for s, e in spans)
 
 
-@pytest.mark.parametrize("limited", ["key", "type"])
+@pytest.mark.parametrize("limited", ["key", "type", "tenant"])
 def test_a_key_or_type_at_5_a_second_starts_no_more_than_its_bucket_pays_for_in_the_fleet(
     make_run, start_worker, broker, limited
 ):
     # Given two workers with 4 slots between them (nothing admitted ahead of a free process,
     # so a job starts when the store admits it), and limited to 5 jobs a second with a burst
-    # of 5 either tenant A or the type "export" (fairapp.py), whose jobs come from ten keys,
-    keys = {"A": {"rate": "5/s", "burst": 5}} if limited == "key" else {}
-    conf = fleet_conf(broker, fair_keys=keys, fair_lookahead=0)
+    # of 5 either key A, or the type "export" (fairapp.py) whose jobs come from ten keys, or
+    # with two-level keys tenant A, whose jobs come from its ten keys A/0 to A/9,
+    keys = {"A": {"rate": "5/s", "burst": 5}} if limited in ("key", "tenant") else {}
+    two_level = {"fair_key_separator": "/"} if limited == "tenant" else {}
+    conf = fleet_conf(broker, fair_keys=keys, fair_lookahead=0, **two_level)
     run = make_run(conf=conf)
     clone = run.app.tasks["fairapp.clone"]
     export = run.app.tasks["fairapp.export"]
-    # when A publishes 65 short jobs (clones of key A, or exports of keys A0-A9) and B 220
+    # when A publishes 65 short jobs (clones of key A, exports of keys A0-A9, or clones of
+    # keys A/0-A/9) and B 220
     # clones of 0.3 s (more than the 4 slots run while A does), before any worker runs (both
     # wait from the first start),
     for i in range(65):
         if limited == "key":
             clone.apply_async([f"A{i}", 0.02], fairness_key="A", job_id=f"a{i}")
+        elif limited == "tenant":
+            clone.apply_async([f"A{i}", 0.02], fairness_key=f"A/{i % 10}", job_id=f"a{i}")
         else:
             export.apply_async([f"A{i}", 0.02], fairness_key=f"A{i % 10}", job_id=f"a{i}")
     for i in range(220):

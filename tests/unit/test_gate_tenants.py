@@ -3,6 +3,7 @@ fleet through the store, and a tenant of many keys gets one tenant's share."""
 
 from __future__ import annotations
 
+import pytest
 from gate_world import World
 
 TENANTS = {"fair_key_separator": "/"}
@@ -44,6 +45,27 @@ def test_a_tenant_of_many_keys_gets_one_share_beside_a_tenant_of_one() -> None:
         w.run(req, 1.0)
     # T starts every other job (flat keys would give it one start in eleven).
     assert sum(1 for uid in started if uid.startswith("t")) == 10
+
+
+def test_a_tenants_rate_holds_across_the_fleet_and_wakes_each_gate_when_it_refills() -> None:
+    # Given two workers sharing a store, and tenant acme at 2 starts a second over its keys,
+    rated = {"fair_keys": {"acme": {"rate": "2/s"}}, **TENANTS}
+    one = World(slots=2, **rated)
+    two = World(slots=2, store=one.store, name="w2", **rated)
+    # when one worker starts a job of acme/alice, the other's job of acme/bob waits for the
+    # tenant's bucket (the store refused it), while another tenant's job takes its slot;
+    one.deliver("a1", key="acme/alice")
+    two.deliver("a2", key="acme/bob")
+    two.deliver("b1", key="beta/x")
+    assert one.pool.ids() == ["a1"]
+    assert two.pool.ids() == ["b1"]
+    assert two.gate.job_status("a2")["blocked_by"] == ["rate_limit"]
+    # then that worker has booked a decision for the refill, and makes it then.
+    (due,) = two.timer.booked()
+    assert due == pytest.approx(two.clock.now() + 0.5)
+    two.clock.set(due)
+    assert two.timer.fire_due() == 1
+    assert two.pool.ids() == ["b1", "a2"]
 
 
 def test_the_fleet_shares_a_tenants_cost() -> None:
