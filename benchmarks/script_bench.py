@@ -5,6 +5,7 @@ Run by hand; results go to docs/benchmarks.md with the command:
     python benchmarks/script_bench.py                        # this checkout's scripts
     python benchmarks/script_bench.py --against /tmp/old-lua # another version, interleaved
     python benchmarks/script_bench.py --batch 4              # four ends and four admissions
+    python benchmarks/script_bench.py --terms tenant --vs-terms tenant-rate  # what a term costs
 
 The call replayed is the one a busy worker makes most: ``admit`` reporting finished jobs and
 admitting as many more (one fairness key of 10, one conflict id of 50, the default lifecycle):
@@ -18,6 +19,10 @@ inside it. Redis must be otherwise idle.
 alternates batches of 100 calls between the two versions, each on its own prefix: on a noisy
 host the ratio of two neighbouring batches is far steadier than either figure alone. The
 median ratio is printed (this checkout over DIR: below 1 means this checkout is cheaper).
+
+``--terms`` names what each ask carries besides the usual (``TERMS``: none, a tenant, rates on
+the key or the tenant that never run out); ``--vs-terms`` alternates with another set on the
+same scripts, so the ratio is what those terms cost a call.
 """
 
 from __future__ import annotations
@@ -37,22 +42,35 @@ from celery_fair.store.wire import lua_constants
 
 URL = "redis://127.0.0.1:6379/0"
 
+#: What an ask carries besides the usual, by name (``--terms``): rates far above what the replay
+#: starts, so every ask is admitted and each call reads and charges the buckets.
+_FAST = 1e9
+TERMS: dict[str, dict[str, Any]] = {
+    "flat": {},
+    "tenant": {"tenant": "acme"},
+    "key-rate": {"rate": _FAST, "burst": _FAST},
+    "tenant-rate": {"tenant": "acme", "tenant_rate": _FAST, "tenant_burst": _FAST},
+}
+
 
 class Replay:
     """A worker's stream of admit calls on a prefix of its own, ``2 * batch`` jobs running."""
 
-    def __init__(self, client: redis.Redis, lua: Path | None, batch: int = 1) -> None:
+    def __init__(
+        self, client: redis.Redis, lua: Path | None, batch: int = 1, terms: str = "flat"
+    ) -> None:
         self.client = client
         self.size = batch
+        self.terms = TERMS[terms]
         self.prefix = f"script-bench-{uuid.uuid4().hex[:8]}"
         original = redis_store._source
         if lua is not None:
-            redis_store._source = lambda name: (  # the ARGV names first, as the store does
-                lua_constants()
-                + (lua / "common.lua").read_text()
-                + "\n"
-                + (lua / f"{name}.lua").read_text()
-            )
+
+            def source(name: str) -> str:  # the ARGV names it uses first, as the store does
+                body = (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+                return lua_constants(body) + body
+
+            redis_store._source = source
         try:
             self.store = RedisStore(client, self.prefix, lifecycle=CostLifecycle())
         finally:
@@ -79,7 +97,7 @@ class Replay:
                 f"client{i % 10}",
                 None,
                 1.0,
-            ))  # fmt: skip
+            )._replace(**self.terms))  # fmt: skip
         grants = self.store.admit("worker", asks, done).grants
         if any(g.verdict is not Verdict.ADMITTED for g in grants):
             raise RuntimeError(f"the replay expected admissions, got {grants}")
@@ -115,10 +133,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--size", type=int, default=100, help="calls per batch")
     parser.add_argument("--batch", type=int, default=1, help="ends and admissions per call")
+    parser.add_argument("--terms", choices=sorted(TERMS), default="flat")
+    parser.add_argument("--vs-terms", choices=sorted(TERMS), help="alternate with these terms")
     args = parser.parse_args()
     client = redis.Redis.from_url(URL)
-    ours = Replay(client, None, args.batch)
-    theirs = Replay(client, args.against, args.batch) if args.against else None
+    ours = Replay(client, None, args.batch, args.terms)
+    theirs = None
+    if args.against or args.vs_terms:
+        theirs = Replay(client, args.against, args.batch, args.vs_terms or args.terms)
     try:
         mine: list[float] = []
         other: list[float] = []
@@ -140,8 +162,9 @@ def main() -> None:
                 print(f"    {name[8:]:16} {calls / n:5.2f} {usec / n:7.1f}")
         if theirs is not None:
             ratios = [a / b for a, b in zip(mine, other, strict=True)]
-            print(f"{args.against}: {statistics.median(other):.1f} us per call")
-            print(f"this checkout / that: median of {len(ratios)} batch pairs "
+            that = args.against or f"--terms {args.vs_terms}"
+            print(f"{that}: {statistics.median(other):.1f} us per call")
+            print(f"--terms {args.terms} / that: median of {len(ratios)} batch pairs "
                   f"{statistics.median(ratios):.3f}")  # fmt: skip
     finally:
         ours.close()
