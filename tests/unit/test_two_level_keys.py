@@ -360,3 +360,21 @@ def test_why_names_the_tenants_cap_when_the_tenant_holds_a_key_back():
     # a blocker written before the field existed still reads
     old = {"reason": "key_cap", "name": "a", "running": 1, "elsewhere": 0, "limit": 1}
     assert why_from_dict({"blockers": [old], "ahead": 0}).blockers[0].tenant is False
+
+
+@pytest.mark.parametrize("how", ["reprioritize", "cancel"])
+def test_the_last_waiter_of_a_free_conflict_leaving_a_capped_tenant_leaves_no_conflict(how):
+    # Given tenant a capped at 0, and a/x's job parked on a conflict another tenant's job held,
+    s, _ = tenants(capacity=2, keys={"a": {"max_concurrency": 0}})
+    s.submit("held", "clone", "r1", "solo")
+    assert refs(s.schedule()) == ["held"]
+    s.submit("waits", "clone", "r1", "a/x")
+    # once the conflict is free (its waiter is not lent: its tenant may run nothing),
+    s.release("held")
+    assert list(s._conflicts) == [("git", "r1")]
+    # the waiter leaving takes the conflict's record with it (no tenant queue, no lane left).
+    if how == "reprioritize":
+        s.reprioritize("waits", 4)
+    else:
+        s.cancel("waits")
+    assert s._conflicts == {}

@@ -459,10 +459,16 @@ def discard(job: Job) -> None:
     kq: KeyQueue | None = job.home
     if kq is not None:
         kq.live -= 1
-        kq.owner.shrink()
+        owner = kq.owner
+        owner.shrink()
         job.home = None
         if kq.blocked and kq.live == 0:  # no entry will ever meet it: forget it now
             _forget_blocked(kq)
+        elif owner.tblocked and owner.size == 0:  # nor its blocked tenant's queue here
+            for emptied in list(owner.queues.values()):
+                owner._drop(emptied)  # (the last one drops the tenant queue from its parent)
+            if owner.cl is not None:  # the last waiter of a conflict may have gone with it
+                owner.cl._forget_if_empty()
 
 
 def _forget_blocked(kq: KeyQueue) -> None:
