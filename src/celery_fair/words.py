@@ -27,6 +27,7 @@ FIRST = "first in line: it starts at the next decision"
 
 _CAPS = {
     BlockReason.KEY_CAP: "key cap",
+    BlockReason.TENANT_CAP: "tenant cap",
     BlockReason.TYPE_CAP: "type cap",
     BlockReason.TIER_CAP: "tier cap",
 }
@@ -49,8 +50,9 @@ def line(blocker: Blocker) -> str:
             return f"conflict on {on} {ELSEWHERE}"
         return f"conflict on {on} held by task {blocker.holder} for {blocker.held_for:.1f} s"
     if isinstance(blocker, CapFull):
-        name = repr(blocker.name) if blocker.reason is BlockReason.KEY_CAP else blocker.name
-        cap = "tenant cap" if blocker.tenant else _CAPS[blocker.reason]
+        named = blocker.reason in (BlockReason.KEY_CAP, BlockReason.TENANT_CAP)
+        name = repr(blocker.name) if named else blocker.name
+        cap = _CAPS[blocker.reason]
         said = f"{cap} {name} {blocker.running + blocker.elsewhere}/{blocker.limit}"
         if blocker.elsewhere:
             said += f" ({blocker.elsewhere} on other workers)"

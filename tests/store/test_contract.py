@@ -816,7 +816,7 @@ def test_a_tenants_cap_counts_its_keys_on_every_worker(make_store):
         "w2",
         [tenant_ask("b", "acme/bob", tenant_cap=2), tenant_ask("c", "acme/carol", tenant_cap=2)],
     )
-    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.KEY_CAP]
+    assert verdicts(reply) == [Verdict.ADMITTED, Verdict.TENANT_CAP]
     assert reply.tenants == {"acme": 2}
     [other] = store.admit("w2", [tenant_ask("d", "beta/x", tenant_cap=2)]).grants
     assert other.verdict is Verdict.ADMITTED  # another tenant's cap is its own

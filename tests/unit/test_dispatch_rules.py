@@ -365,6 +365,7 @@ def test_blocked_counts_name_each_pending_job_once_by_what_would_still_hold_it()
         "rate_limit": 0,
         "conflict": 1,
         "key_cap": 0,
+        "tenant_cap": 0,
         "type_cap": 1,
         "tier_cap": 1,
         "capacity": 1,

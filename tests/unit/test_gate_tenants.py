@@ -22,7 +22,7 @@ def test_a_tenants_cap_counts_its_keys_on_every_worker() -> None:
     two.deliver("a3", key="acme/carol")
     two.deliver("b1", key="beta/x")
     assert two.pool.ids() == ["b1"]
-    assert two.gate.job_status("a3")["blocked_by"] == ["key_cap"]
+    assert two.gate.job_status("a3")["blocked_by"] == ["tenant_cap"]
     # once one of acme's jobs ends and the other worker hears of it, acme/carol starts.
     one.run(one.pool.running()[0], 1.0)
     two.clock.advance(2.0)  # past the other worker's next look at the store (a beat a second)

@@ -94,10 +94,12 @@ def test_a_tenants_cap_holds_over_all_its_keys_and_its_slots_go_to_others():
     assert len(got) == 4
     assert sum(k.startswith("S/") for k in keys) == 2
     assert keys.count("T/x") == 2
-    # A job of S waits for its tenant's cap, and says so.
+    # A job of S waits for its tenant's cap, and says so (its key's cap holds nothing back).
     view = s.status("S/4#0")
     assert view is not None
-    assert BlockReason.KEY_CAP in view.blocked_by
+    assert BlockReason.TENANT_CAP in view.blocked_by
+    assert BlockReason.KEY_CAP not in view.blocked_by
+    assert s.blocked_counts()["tenant_cap"] == 8
     # One of S's jobs ends: T and S have used 2 each, and the tie goes to the earlier
     # submission, S's.
     first_s = next(a for a in got if a.fairness_key.startswith("S/"))
@@ -354,12 +356,15 @@ def test_why_names_the_tenants_cap_when_the_tenant_holds_a_key_back():
     why = s.why("S/2#0")
     assert why is not None
     [cap] = [b for b in why.blockers if isinstance(b, CapFull)]
-    assert (cap.name, cap.running, cap.limit, cap.tenant) == ("S", 2, 2, True)
+    assert (cap.reason, cap.name, cap.running, cap.limit) == (BlockReason.TENANT_CAP, "S", 2, 2)
     assert line(cap) == "tenant cap 'S' 2/2"
     assert why_from_dict(why_to_dict(why)) == why  # and a worker's reply reads back
-    # a blocker written before the field existed still reads
-    old = {"reason": "key_cap", "name": "a", "running": 1, "elsewhere": 0, "limit": 1}
-    assert why_from_dict({"blockers": [old], "ahead": 0}).blockers[0].tenant is False
+    # a key at its own cap inside a tenant at its cap is held back by both
+    s, _ = tenants(capacity=4, keys={"S": {"max_concurrency": 1}, "S/*": {"max_concurrency": 1}})
+    backlog(s, "S/a", 2)
+    assert len(s.schedule()) == 1
+    why = s.why("S/a#1")
+    assert [b.reason for b in why.blockers] == [BlockReason.KEY_CAP, BlockReason.TENANT_CAP]
 
 
 @pytest.mark.parametrize("how", ["reprioritize", "cancel"])

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .allocation import KeyDemand, shares
 from .jobs import ELSEWHERE, Job
-from .policy import blocked_by, key_holds
+from .policy import blocked_by
 from .rates import refill_at
 from .types import BLOCK_ORDER, BlockReason, ExpectedStart, JobState, JobView, Snapshot
 
@@ -91,17 +91,15 @@ class ConflictHeld:
 
 @dataclass(frozen=True, slots=True)
 class CapFull:
-    """``KEY_CAP``, ``TYPE_CAP`` or ``TIER_CAP``: ``name`` (the fairness key, the type, the
-    tier's priority) runs ``running`` jobs here and ``elsewhere`` on other workers, against its
-    ``limit``. With ``tenant`` (two-level keys), a ``KEY_CAP`` is the key's tenant's: ``name``
-    is the tenant, which runs that many over all its keys."""
+    """``KEY_CAP``, ``TENANT_CAP``, ``TYPE_CAP`` or ``TIER_CAP``: ``name`` (the fairness key,
+    its tenant with two-level keys, the type, the tier's priority) runs ``running`` jobs here
+    (a tenant: over all its keys) and ``elsewhere`` on other workers, against its ``limit``."""
 
     reason: BlockReason
     name: str | int
     running: int
     elsewhere: int
     limit: int
-    tenant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +138,7 @@ _KINDS: dict[BlockReason, type[Blocker]] = {
     BlockReason.RATE_LIMIT: RateLimited,
     BlockReason.CONFLICT: ConflictHeld,
     BlockReason.KEY_CAP: CapFull,
+    BlockReason.TENANT_CAP: CapFull,
     BlockReason.TYPE_CAP: CapFull,
     BlockReason.TIER_CAP: CapFull,
     BlockReason.CAPACITY: SlotsBusy,
@@ -199,6 +198,7 @@ _UNTIMED = frozenset(
         BlockReason.TYPE_CAP,
         BlockReason.TIER_CAP,
         BlockReason.KEY_CAP,
+        BlockReason.TENANT_CAP,
     }
 )
 
@@ -302,15 +302,13 @@ def why(
             else:
                 found.append(ConflictHeld(ckey[0], ckey[1], holder.uid, now - holder.admitted_at))
         elif reason is BlockReason.KEY_CAP:
+            found.append(CapFull(reason, key.name, key.running, key.elsewhere, key.limit))
+        elif reason is BlockReason.TENANT_CAP:
             tenant = key.tenant
-            if tenant is not None and not key_holds(key, job.lane.place(job)[0]):
-                # the key may run more, its tenant may not
-                found.append(
-                    CapFull(reason, tenant.name, tenant.running, tenant.elsewhere,
-                            tenant.limit, tenant=True)
-                )  # fmt: skip
-            else:
-                found.append(CapFull(reason, key.name, key.running, key.elsewhere, key.limit))
+            assert tenant is not None
+            found.append(
+                CapFull(reason, tenant.name, tenant.running, tenant.elsewhere, tenant.limit)
+            )
         elif reason is BlockReason.TYPE_CAP:
             found.append(CapFull(reason, lane.type.name, lane.running, lane.elsewhere, lane.limit))
         elif reason is BlockReason.TIER_CAP:

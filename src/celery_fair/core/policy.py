@@ -186,9 +186,12 @@ def blocked_by(
         reasons.append(BlockReason.RATE_LIMIT)
     if not lane.halted and lane.running >= (lane.limit if urgent else lane.cap):
         reasons.append(BlockReason.TYPE_CAP)
-    if not key.halted and key_blocks(job) and (tenant is None or not tenant.halted or
-                                              key_holds(key, lane.place(job)[0])):  # fmt: skip
-        reasons.append(BlockReason.KEY_CAP)  # (a halted tenant's cap of 0 is not a cap)
+    if key.running >= key.cap or (tenant is not None and tenant.running >= tenant.cap):
+        level = lane.place(job)[0]  # (a halted key's or tenant's cap of 0 is not a cap)
+        if not key.halted and key_holds(key, level):
+            reasons.append(BlockReason.KEY_CAP)
+        if tenant is not None and not tenant.halted and key_holds(tenant, level):
+            reasons.append(BlockReason.TENANT_CAP)
     if conflict_held(conflicts, job):
         reasons.append(BlockReason.CONFLICT)
     return tuple(reasons)

@@ -660,10 +660,14 @@ class BlockReason(enum.Enum):
     """A job of the same conflict group on the same ``job_id`` is running."""
     KEY_CAP = "key_cap"
     """Its fairness key runs its ``max_concurrency`` jobs."""
+    TENANT_CAP = "tenant_cap"
+    """With two-level keys, its key's tenant runs its ``max_concurrency`` jobs over all its
+    keys."""
     PAUSED = "paused"
     """Its fairness key or its job type is paused."""
     RATE_LIMIT = "rate_limit"
-    """Its fairness key used up its rate (``KeyPolicy.rate``) until its bucket refills."""
+    """Its fairness key, its key's tenant or its type used up its rate (``KeyPolicy.rate``)
+    until its bucket refills."""
 
 
 #: The order of precedence of the reasons: the reason a blocked job counts under in
@@ -673,6 +677,7 @@ BLOCK_ORDER = (
     BlockReason.RATE_LIMIT,
     BlockReason.CONFLICT,
     BlockReason.KEY_CAP,
+    BlockReason.TENANT_CAP,
     BlockReason.TYPE_CAP,
     BlockReason.TIER_CAP,
     BlockReason.CAPACITY,
@@ -834,7 +839,8 @@ class ExpectedStart:
         seconds: Seconds from now; ``None`` when the model cannot say: the job waits for
             something no estimate measures (``waits_for``: a pause, or a type or tier cap).
         waits_for: The first reason that holds it back that the estimate does not wait out
-            by itself (``PAUSED``, ``TYPE_CAP``, ``TIER_CAP``), or ``KEY_CAP`` (then
+            by itself (``PAUSED``, ``RATE_LIMIT``, ``TENANT_CAP``, ``TYPE_CAP``,
+            ``TIER_CAP``), or ``KEY_CAP`` (then
             ``seconds`` is its key's jobs ahead at no more than its cap); ``None`` otherwise.
         from_defaults: The fraction (0 to 1) of the work ahead counted at a type's
             ``default_cost`` because nothing of that type was learned yet: near 1, the

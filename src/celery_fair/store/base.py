@@ -245,6 +245,7 @@ class Verdict(str, enum.Enum):
     TIER_CAP = "tier"  # its tier runs as many jobs as its cap, fleet-wide
     TYPE_CAP = "type"  # its type runs max_concurrency jobs, fleet-wide
     KEY_CAP = "key"  # its fairness key runs its max_concurrency jobs, fleet-wide
+    TENANT_CAP = "tenant"  # its key's tenant runs its max_concurrency jobs over all its keys
     RATE_LIMIT = "rate"  # its fairness key's bucket holds less than a start (core/rates.py)
     CONFLICT = "conflict"  # another job, on any worker, holds its conflict
     PAUSED = "paused"  # its fairness key or its type is paused fleet-wide (runtime policies)
@@ -261,6 +262,7 @@ REFUSAL_REASONS: dict[Verdict, str] = {
     Verdict.TIER_CAP: BlockReason.TIER_CAP.value,
     Verdict.TYPE_CAP: BlockReason.TYPE_CAP.value,
     Verdict.KEY_CAP: BlockReason.KEY_CAP.value,
+    Verdict.TENANT_CAP: BlockReason.TENANT_CAP.value,
     Verdict.RATE_LIMIT: BlockReason.RATE_LIMIT.value,
     Verdict.CONFLICT: BlockReason.CONFLICT.value,
     Verdict.PAUSED: "paused",
@@ -446,8 +448,8 @@ class Store(Protocol):
            counted as running. An urgent ask (``claim``) refused here claims the tier's next
            free slot, unless another job's claim holds it.
         6. ``TYPE_CAP``: its type runs ``type_cap`` jobs, as for the tier (claims included).
-        7. ``KEY_CAP``: its fairness key runs ``key_cap`` jobs, or its tenant (two-level
-           keys) runs ``tenant_cap`` over all its keys.
+        7. ``KEY_CAP``: its fairness key runs ``key_cap`` jobs; ``TENANT_CAP``: its tenant
+           (two-level keys) runs ``tenant_cap`` over all its keys.
         8. ``RATE_LIMIT``: its fairness key has a ``rate`` and its bucket, refilled to now,
            holds less than a start (core/rates.py); or so does its type's (``type_rate``),
            or its tenant's (``tenant_rate``).

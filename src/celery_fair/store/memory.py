@@ -580,7 +580,7 @@ class MemoryStore:
             and a.tenant_cap is not None
             and self.tactive.get(a.tenant, 0) >= a.tenant_cap
         ):
-            return Verdict.KEY_CAP
+            return Verdict.TENANT_CAP
         if a.rate is not None and not may_start(self._tokens(a, now)):
             return Verdict.RATE_LIMIT
         if a.type_rate is not None and not may_start(self._type_tokens(a, now)):

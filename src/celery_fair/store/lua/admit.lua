@@ -82,7 +82,7 @@ for i = 0, n - 1 do
     status = V_KEY_CAP
   elseif t and ARGV[b + ASK_TENANT_CAP] ~= ''
       and tonumber(redis.call('HGET', TEN.ACTIVE, t) or '0') >= tonumber(ARGV[b + ASK_TENANT_CAP]) then
-    status = V_KEY_CAP
+    status = V_TENANT_CAP
   elseif rate and bucket_level(RATES, k, rate, burst, now) < RATE_FULL_START then
     status = V_RATE_LIMIT
   elseif trate and bucket_level(TYPE_RATES, jtype, trate, tburst, now) < RATE_FULL_START then
