@@ -74,7 +74,7 @@ class RefScheduler:
     # order serves tenants fairly first, then keys within the tenant; policies named without
     # the separator are the tenants' (weight, min_slots, max_concurrency over its keys,
     # max_priority, rate: one bucket that every start of its keys pays), those with it the
-    # keys'. Not modelled yet: pauses of a tenant, allocation caps.
+    # keys'; a paused tenant starts none of its keys' jobs. Not modelled yet: allocation caps.
     key_separator: str | None = None
 
     def __post_init__(self) -> None:
@@ -100,6 +100,7 @@ class RefScheduler:
         self.urgent_passes = True
         self.paused_keys: set[str] = set()
         self.paused_types: set[str] = set()
+        self.paused_tenants: set[str] = set()  # (two-level keys)
         # Every pause so far: (kind, name) -> [[start, end or None], ...].
         self.pause_log: dict[tuple[str, str], list[list]] = {}
         # Every charge to each key's rate bucket, oldest first: (time, amount); a charge given
@@ -310,6 +311,8 @@ class RefScheduler:
             return False
         if job.type in self.paused_types or job.key in self.paused_keys:
             return False
+        if self.key_separator is not None and self.tenant(job.key) in self.paused_tenants:
+            return False
         if self.rate(job.key) is not None and self.bucket(job.key, now) < 1:
             return False  # out of its rate: not even an urgent job passes
         tenant = self.tenant(job.key)
@@ -416,7 +419,7 @@ class RefScheduler:
     # -- pauses and aging --
 
     def pause(self, kind: str, name: str, paused: bool, now: float) -> None:
-        names = self.paused_keys if kind == "key" else self.paused_types
+        names = {"key": self.paused_keys, "type": self.paused_types}.get(kind, self.paused_tenants)
         log = self.pause_log.setdefault((kind, name), [])
         if paused and name not in names:
             names.add(name)
@@ -426,9 +429,13 @@ class RefScheduler:
             log[-1][1] = now
 
     def wait(self, job: RefJob, now: float) -> float:
-        """Time since arrival, less the time its key or its type was paused in between."""
+        """Time since arrival, less the time its key, its tenant or its type was paused in
+        between."""
         spans = []
-        for kind, name in (("key", job.key), ("type", job.type)):
+        whose = [("key", job.key), ("type", job.type)]
+        if self.key_separator is not None:
+            whose.append(("tenant", self.tenant(job.key)))
+        for kind, name in whose:
             for start, end in self.pause_log.get((kind, name), []):
                 end = now if end is None else end
                 lo, hi = max(start, job.arrival), min(end, now)
@@ -493,6 +500,8 @@ class RefScheduler:
         for job in self.pending:
             aging = self.aging_of(job.type)
             if aging is None or job.key in self.paused_keys or job.type in self.paused_types:
+                continue
+            if self.key_separator is not None and self.tenant(job.key) in self.paused_tenants:
                 continue
             base = self.base(job)
             level, urgent = self.aged(job, now)

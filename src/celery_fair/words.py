@@ -36,7 +36,12 @@ _CAPS = {
 def line(blocker: Blocker) -> str:
     """One blocker in words, with its numbers, e.g. ``"type cap repack 3/3"``."""
     if isinstance(blocker, Paused):
-        what = f"type {blocker.type}" if blocker.type is not None else f"key {blocker.key!r}"
+        if blocker.type is not None:
+            what = f"type {blocker.type}"
+        elif blocker.key is not None:
+            what = f"key {blocker.key!r}"
+        else:
+            what = f"tenant {blocker.tenant!r}"
         return f"paused ({what})"
     if isinstance(blocker, RateLimited):
         if blocker.key is None:

@@ -294,6 +294,14 @@ class SchedulerMachine(RuleBasedStateMachine):
         (self.core.pause_key if pause else self.core.resume_key)(key)
         self.ref.pause("key", key, pause, self.now)
 
+    @rule(key=st.sampled_from(MACHINE_KEYS), pause=st.booleans())
+    def pause_or_resume_tenant(self, key, pause):
+        """The tenant of ``key`` (two-level keys; with flat keys a name no job runs under as a
+        tenant, which changes nothing)."""
+        tenant = key.split("/", 1)[0]
+        (self.core.pause_tenant if pause else self.core.resume_tenant)(tenant)
+        self.ref.pause("tenant", tenant, pause, self.now)
+
     @rule(data=st.data(), pause=st.booleans())
     def pause_or_resume_type(self, data, pause):
         jtype = data.draw(st.sampled_from(self.types))

@@ -383,3 +383,47 @@ def test_the_last_waiter_of_a_free_conflict_leaving_a_capped_tenant_leaves_no_co
     else:
         s.cancel("waits")
     assert s._conflicts == {}
+
+
+def test_pausing_a_tenant_holds_all_its_keys_and_its_slots_go_to_others():
+    s, _ = tenants(capacity=2)
+    s.pause_tenant("S")  # before it appears: paused when it does
+    backlog(s, "S/a", 2)
+    backlog(s, "S/b", 2)
+    backlog(s, "T", 3)
+    assert sorted(refs(s.schedule())) == ["T#0", "T#1"]
+    why = s.why("S/b#0")
+    assert why is not None
+    assert [line(b) for b in why.blockers if b.reason is BlockReason.PAUSED] == [
+        "paused (tenant 'S')"
+    ]
+    assert why_from_dict(why_to_dict(why)) == why
+    assert s.blocked_counts()["paused"] == 4
+    assert s.paused_tenants == frozenset({"S"})
+    assert s.paused == (frozenset(), frozenset())  # no key of its own is paused
+    s.complete("T#0", 1.0)
+    assert refs(s.schedule()) == ["T#2"]
+    s.resume_tenant("S")
+    s.complete("T#1", 1.0)
+    assert refs(s.schedule())[0].startswith("S/")
+
+
+def test_a_paused_tenants_jobs_do_not_age_while_it_is_paused():
+    aging = Aging(interval=1.0, grace=0.0)
+    s, clock = tenants(capacity=1, aging=aging)
+    s.submit("s", "job", None, "S/a")
+    s.pause_tenant("S")
+    clock.set(10.0)
+    s.resume_tenant("S")
+    clock.set(12.0)
+    view = s.status("s")
+    assert view is not None
+    assert view.effective_priority == 1 + 2  # two seconds of waiting, not twelve
+    assert s.next_rise() == pytest.approx(13.0)
+
+
+def test_pausing_a_tenant_with_flat_keys_pauses_nothing():
+    s, _ = make(1, [JOB])
+    s.pause_tenant("S")
+    s.submit("x", "job", None, "S")
+    assert refs(s.schedule()) == ["x"]

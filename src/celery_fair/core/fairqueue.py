@@ -574,10 +574,12 @@ def _borrows(borrower: KeyState, holder: KeyState) -> bool:
 
 def _book(lane: Lane, kq: KeyQueue, job: Job, urgent_only: bool) -> None:
     """Book ``kq``, whose head is ``job``, on the agenda for when that head next rises a
-    level (with ``urgent_only``, when it turns urgent). Nothing while the key or the type
-    is paused (waiting stands still; resuming books again) or when it will not rise."""
+    level (with ``urgent_only``, when it turns urgent). Nothing while the key, its tenant or
+    the type is paused (waiting stands still; resuming books again) or when it will not
+    rise."""
     aging = lane.aging
-    if aging is None or lane.paused or job.key.paused:
+    key = job.key
+    if aging is None or lane.paused or key.paused or (key.tenant is not None and key.tenant.paused):
         kq.due = 0
         return
     base = lane.tier.priority

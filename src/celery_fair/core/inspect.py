@@ -47,10 +47,12 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Paused:
-    """``PAUSED``: the job's type is paused (``type``), else its fairness key (``key``)."""
+    """``PAUSED``: the job's type is paused (``type``), else its fairness key (``key``), else
+    with two-level keys its key's tenant (``tenant``)."""
 
     type: str | None = None
     key: str | None = None
+    tenant: str | None = None
 
     @property
     def reason(self) -> BlockReason:
@@ -281,7 +283,12 @@ def why(
     found: list[Blocker] = []
     for reason in sorted(seen.blocked_by, key=BLOCK_ORDER.index):
         if reason is BlockReason.PAUSED:
-            found.append(Paused(type=lane.type.name) if lane.paused else Paused(key=key.name))
+            if lane.paused:
+                found.append(Paused(type=lane.type.name))
+            elif key.paused or key.tenant is None:
+                found.append(Paused(key=key.name))
+            else:
+                found.append(Paused(tenant=key.tenant.name))
         elif reason is BlockReason.RATE_LIMIT:
             if lane.limited:
                 assert lane.rate is not None

@@ -244,13 +244,17 @@ class Lane:
         self.cap = cap_left(self.limit, self.elsewhere, halted)
 
     def wait(self, job: Job) -> float:
-        """How long ``job`` has waited at the agenda's ``now``, less the time its key or its
-        type was paused since it arrived. O(1) unless one of them was ever paused."""
+        """How long ``job`` has waited at the agenda's ``now``, less the time its key, its
+        key's tenant or its type was paused since it arrived. O(1) unless one of them was ever
+        paused."""
         now = self.agenda.now
         wait = now - job.arrival
-        kp = job.key.pauses
-        if kp is not None or self.pauses is not None:
-            wait -= paused_within((kp, self.pauses), job.arrival, now)
+        key = job.key
+        kp = key.pauses
+        tenant = key.tenant
+        tp = None if tenant is None else tenant.pauses
+        if kp is not None or tp is not None or self.pauses is not None:
+            wait -= paused_within((kp, tp, self.pauses), job.arrival, now)
         return wait
 
     def effective(self, job: Job) -> tuple[int, bool]:

@@ -58,6 +58,7 @@ class KeyRules:
         "elsewhere",
         "levels",
         "paused_keys",
+        "paused_tenants",
         "paused_types",
         "pauses",
         "policies",
@@ -90,9 +91,11 @@ class KeyRules:
         # what other workers run of each key (a shared store's count, none listed as 0).
         self.paused_keys: set[str] = set()
         self.paused_types: set[str] = set()
+        self.paused_tenants: set[str] = set()  # (two-level keys; pauses keyed ("tenant", name))
         self.elsewhere: dict[str, int] = {}
-        # When each key ever paused was paused, by name (aging does not count that time).
-        self.pauses: dict[str, PauseLog] = {}
+        # When each key ever paused was paused, by name (aging does not count that time); a
+        # tenant's under ("tenant", name).
+        self.pauses: dict[str | tuple[str, str], PauseLog] = {}
         # Allocation caps: each key's allocation is its soft cap (its ``share``), computed
         # again before the next decision once ``reshare_due`` (see ``demand_moved``).
         self.sharing = sharing
@@ -139,6 +142,8 @@ class KeyRules:
         cap = policy.max_concurrency
         tenant.limit = UNLIMITED if cap is None else cap
         tenant.elsewhere = self.tenant_elsewhere.get(tenant.name, 0)
+        tenant.paused = tenant.name in self.paused_tenants
+        tenant.pauses = self.pauses.get(("tenant", tenant.name))
         was_limited = tenant.limited
         self._rate_terms(tenant, policy.rate, policy.bucket, policy.per == "cost")
         limits_changed(tenant)
@@ -434,6 +439,28 @@ class KeyRules:
             self.reshare_due = self.sharing
             if not paused and self.agenda.active:
                 resume_aging(key)  # their waiting goes on: book their next rise again
+
+    def pause_tenant(self, name: str, paused: bool) -> None:
+        """Pause (or resume) tenant ``name`` (two-level keys) at ``agenda.now``, known or not
+        yet: none of its keys' jobs start, and none of them ages, while it is paused. O(1)
+        plus its loans to pause; O(q log n) for its keys' queues to resume."""
+        if (name in self.paused_tenants) == paused:
+            return
+        (self.paused_tenants.add if paused else self.paused_tenants.discard)(name)
+        log = self.pauses.get(("tenant", name))
+        if log is None:
+            log = self.pauses["tenant", name] = PauseLog()
+        (log.pause if paused else log.resume)(self.agenda.now)
+        tenant = None if self.tenants is None else self.tenants.keys.get(name)
+        if tenant is None:
+            return
+        tenant.paused = paused
+        tenant.pauses = log
+        limits_changed(tenant)
+        if not paused and self.agenda.active:
+            resume(tenant)  # urgent heads pass its cap again
+            for key in {kq.key for tq in tenant.queues or () for kq in tq.queues.values()}:
+                resume_aging(key)  # its keys' waiting goes on: book their next rise again
 
     def pause_type(
         self,

@@ -179,9 +179,9 @@ def blocked_by(
     urgent = urgent_passes and lane.aging is not None and lane.place(job)[0] == _NEG_URGENT
     if tier.running >= (tier.limit if urgent else tier.cap):
         reasons.append(BlockReason.TIER_CAP)
-    if lane.paused or key.paused:
-        reasons.append(BlockReason.PAUSED)
     tenant = key.tenant
+    if lane.paused or key.paused or (tenant is not None and tenant.paused):
+        reasons.append(BlockReason.PAUSED)
     if key.limited or lane.limited or (tenant is not None and tenant.limited):
         reasons.append(BlockReason.RATE_LIMIT)
     if not lane.halted and lane.running >= (lane.limit if urgent else lane.cap):
