@@ -518,30 +518,54 @@ def reprioritize(
 @fair.command(cls=_Command)
 @click.option("--key", "keys", multiple=True, help="a fairness key to pause (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to pause (repeatable)")
+@click.option(
+    "--tenant", "tenants", multiple=True, help="a tenant to pause, all its keys (repeatable)"
+)
 @click.pass_context
-def pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...]) -> None:
-    """Start nothing more of these keys or types, fleet-wide, until "fair resume": their
-    jobs wait, held or in the broker, and their aging stands still."""
-    _pause(ctx, keys, types, True)
+def pause(
+    ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...], tenants: tuple[str, ...]
+) -> None:
+    """Start nothing more of these keys, types or tenants (with fair_key_separator: all of a
+    tenant's keys), fleet-wide, until "fair resume": their jobs wait, held or in the broker,
+    and their aging stands still."""
+    _pause(ctx, keys, types, tenants, True)
 
 
 @fair.command(cls=_Command)
 @click.option("--key", "keys", multiple=True, help="a fairness key to resume (repeatable)")
 @click.option("--type", "types", multiple=True, help="a job type to resume (repeatable)")
+@click.option("--tenant", "tenants", multiple=True, help="a tenant to resume (repeatable)")
 @click.pass_context
-def resume(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...]) -> None:
-    """Undo "fair pause": start these keys' or types' jobs again, fleet-wide."""
-    _pause(ctx, keys, types, False)
+def resume(
+    ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...], tenants: tuple[str, ...]
+) -> None:
+    """Undo "fair pause": start these keys', types' or tenants' jobs again, fleet-wide."""
+    _pause(ctx, keys, types, tenants, False)
 
 
-def _pause(ctx: click.Context, keys: tuple[str, ...], types: tuple[str, ...], on: bool) -> None:
-    if not keys and not types:
-        raise click.UsageError("name what to pause or resume: --key KEY and/or --type TYPE")
+def _pause(
+    ctx: click.Context,
+    keys: tuple[str, ...],
+    types: tuple[str, ...],
+    tenants: tuple[str, ...],
+    on: bool,
+) -> None:
+    if not keys and not types and not tenants:
+        raise click.UsageError(
+            "name what to pause or resume: --key KEY, --type TYPE and/or --tenant TENANT"
+        )
     with _policies(ctx) as policies:
+        if tenants and on and policies.separator() is None:
+            raise click.UsageError(
+                "--tenant needs two-level keys (fair_key_separator): with flat keys, pause "
+                "the key (--key)"
+            )
         for key in keys:
             (policies.pause_key if on else policies.resume_key)(key)
         for jtype in types:
             (policies.pause_type if on else policies.resume_type)(jtype)
+        for tenant in tenants:
+            (policies.pause_tenant if on else policies.resume_tenant)(tenant)
         version, runtime = policies.show()
         try:
             configured = policies.configured()
@@ -590,6 +614,8 @@ def _show_policies(version: int, configured: Any, runtime: Any, as_json: bool) -
     click.echo("\n".join(policy_lines(found)))
     click.echo(f"  paused keys: {', '.join(sorted(runtime.paused_keys)) or 'none'}")
     click.echo(f"  paused types: {', '.join(sorted(runtime.paused_types)) or 'none'}")
+    if runtime.paused_tenants:
+        click.echo(f"  paused tenants: {', '.join(sorted(runtime.paused_tenants))}")
 
 
 _NONE_SHOWN = {

@@ -55,6 +55,12 @@ class FleetPolicies:
         _, runtime = self.show()
         return explain(self.configured(), runtime, key)
 
+    def separator(self) -> str | None:
+        """The app's ``fair_key_separator`` (``None``: flat keys, or no app)."""
+        if self.app is None:
+            return None
+        return FairSettings.from_celery_conf(self.app.conf).key_separator
+
     def configured(self) -> KeyPolicies:
         """The app's ``fair_keys`` (none without an app)."""
         if self.app is None:
@@ -78,6 +84,14 @@ class FleetPolicies:
     def resume_key(self, name: str) -> RuntimePolicies:
         return self._change(lambda p: p.paused("key", name, False))
 
+    def pause_tenant(self, name: str) -> RuntimePolicies:
+        """With two-level keys (``fair_key_separator``), start nothing more of any of tenant
+        ``name``'s keys, fleet-wide, until ``resume_tenant``: as ``pause_key`` for each."""
+        return self._change(lambda p: p.paused("tenant", name, True))
+
+    def resume_tenant(self, name: str) -> RuntimePolicies:
+        return self._change(lambda p: p.paused("tenant", name, False))
+
     def pause_type(self, name: str) -> RuntimePolicies:
         """Start no more jobs of job type ``name``, fleet-wide, until ``resume_type``."""
         return self._change(lambda p: p.paused("type", name, True))
@@ -88,10 +102,10 @@ class FleetPolicies:
     def _change(self, change: Any) -> RuntimePolicies:
         out: list[RuntimePolicies] = []
 
-        def apply(doc: str) -> tuple[str, frozenset[str], frozenset[str]]:
+        def apply(doc: str) -> tuple[str, frozenset[str], frozenset[str], frozenset[str]]:
             new = change(RuntimePolicies.from_json(doc))
             out[:] = [new]
-            return new.to_json(), new.paused_keys, new.paused_types
+            return new.to_json(), new.paused_keys, new.paused_types, new.paused_tenants
 
         self.store.update_policies(apply)
         return out[0]

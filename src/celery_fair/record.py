@@ -63,6 +63,7 @@ class Recorder:
             self._keys = {name: dict(opts) for name, opts in runtime.get("keys", {}).items()}
         now_paused = {("key", k) for k in runtime.get("paused_keys", ())}
         now_paused |= {("type", t) for t in runtime.get("paused_types", ())}
+        now_paused |= {("tenant", t) for t in runtime.get("paused_tenants", ())}
         for name in list(self._open):
             if name not in now_paused:
                 self._open.pop(name)[1] = at

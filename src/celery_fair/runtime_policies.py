@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .core import KeyPolicies, KeyPolicy
@@ -32,7 +32,7 @@ __all__ = ["RuntimePolicies", "apply_to", "describe", "entries", "explain"]
 
 @dataclass(frozen=True)
 class RuntimePolicies:
-    """The document: key policies set at run time, paused keys and paused types.
+    """The document: key policies set at run time, paused keys, types and tenants.
 
     ``keys`` maps a name or pattern (as in ``fair_keys``) to the options given for it, each
     already checked by ``KeyPolicy``.
@@ -41,6 +41,7 @@ class RuntimePolicies:
     keys: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     paused_keys: frozenset[str] = frozenset()
     paused_types: frozenset[str] = frozenset()
+    paused_tenants: frozenset[str] = frozenset()  # (two-level keys)
 
     @classmethod
     def from_json(cls, text: str) -> RuntimePolicies:
@@ -64,6 +65,7 @@ class RuntimePolicies:
             checked,
             _names(raw.get("paused_keys", []), "paused_keys"),
             _names(raw.get("paused_types", []), "paused_types"),
+            _names(raw.get("paused_tenants", []), "paused_tenants"),
         )
 
     def to_json(self) -> str:
@@ -97,21 +99,20 @@ class RuntimePolicies:
                 current[option] = value
         keys = dict(self.keys)
         keys[name] = _checked(name, current)
-        return RuntimePolicies(keys, self.paused_keys, self.paused_types)
+        return replace(self, keys=keys)
 
     def without_key(self, name: str) -> RuntimePolicies:
-        keys = {k: v for k, v in self.keys.items() if k != name}
-        return RuntimePolicies(keys, self.paused_keys, self.paused_types)
+        return replace(self, keys={k: v for k, v in self.keys.items() if k != name})
 
     def paused(self, kind: str, name: str, paused: bool) -> RuntimePolicies:
-        """With key or type (``kind``) ``name`` paused or resumed."""
-        if kind not in ("key", "type"):
-            raise ConfigurationError(f"pause a 'key' or a 'type', not {kind!r}")
-        names = set(self.paused_keys if kind == "key" else self.paused_types)
+        """With key, type or tenant (``kind``) ``name`` paused or resumed."""
+        if kind not in ("key", "type", "tenant"):
+            raise ConfigurationError(f"pause a 'key', a 'type' or a 'tenant', not {kind!r}")
+        field_name = f"paused_{kind}s"
+        names = set(getattr(self, field_name))
         (names.add if paused else names.discard)(name)
-        if kind == "key":
-            return RuntimePolicies(self.keys, frozenset(names), self.paused_types)
-        return RuntimePolicies(self.keys, self.paused_keys, frozenset(names))
+        changed: dict[str, Any] = {field_name: frozenset(names)}
+        return replace(self, **changed)
 
 
 def _checked(name: object, options: object) -> dict[str, Any]:
@@ -137,13 +138,18 @@ def _names(value: object, what: str) -> frozenset[str]:
 
 def apply_to(core: Any, configured: KeyPolicies, runtime: RuntimePolicies) -> None:
     """Make ``core`` follow ``runtime`` on top of ``configured``: its key policies, and which
-    keys and types are paused (types it does not know are left alone)."""
+    keys, tenants and types are paused (types it does not know are left alone)."""
     core.set_key_policies(runtime.merged(configured))
     keys, types = core.paused
     for name in runtime.paused_keys - keys:
         core.pause_key(name)
     for name in keys - runtime.paused_keys:
         core.resume_key(name)
+    tenants = core.paused_tenants
+    for name in runtime.paused_tenants - tenants:
+        core.pause_tenant(name)
+    for name in tenants - runtime.paused_tenants:
+        core.resume_tenant(name)
     known = set(core.types)
     for name in (runtime.paused_types - types) & known:
         core.pause_type(name)
@@ -157,6 +163,7 @@ def describe(runtime: RuntimePolicies) -> dict[str, Iterable[Any]]:
         "keys": {name: dict(options) for name, options in runtime.keys.items()},
         "paused_keys": sorted(runtime.paused_keys),
         "paused_types": sorted(runtime.paused_types),
+        "paused_tenants": sorted(runtime.paused_tenants),
     }
 
 

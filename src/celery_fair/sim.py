@@ -70,7 +70,7 @@ _TOP_FIELDS = {
     "priority_scope",
     "key_separator",
 }
-_PAUSE_FIELDS = {"key", "type", "at", "until"}
+_PAUSE_FIELDS = {"key", "type", "tenant", "at", "until"}
 _LIFECYCLE_FIELDS = {"cost_ttl", "estimate_ttl", "reset_interval", "advance_idle"}
 
 
@@ -88,8 +88,8 @@ class TraceJob:
 
 @dataclass(frozen=True, slots=True)
 class TracePause:
-    """A fairness key (``kind`` ``"key"``) or a job type (``"type"``) paused from ``at`` until
-    ``until`` (``None``: to the end)."""
+    """A fairness key (``kind`` ``"key"``), a job type (``"type"``) or a tenant (``"tenant"``,
+    with ``key_separator``) paused from ``at`` until ``until`` (``None``: to the end)."""
 
     kind: str
     name: str
@@ -202,9 +202,12 @@ def parse_trace(data: object, *, warn: Any = None) -> Trace:
 def _parse_pause(raw: object, where: str, known: set[str], warn: Any) -> TracePause:
     spec = _mapping(raw, where)
     _unknown(spec, _PAUSE_FIELDS, where, warn)
-    if ("key" in spec) == ("type" in spec):
-        raise TraceError(f"{where}: give exactly one of 'key' (a fairness key) and 'type'")
-    kind = "key" if "key" in spec else "type"
+    kinds = [kind for kind in ("key", "type", "tenant") if kind in spec]
+    if len(kinds) != 1:
+        raise TraceError(
+            f"{where}: give exactly one of 'key' (a fairness key), 'type' and 'tenant'"
+        )
+    (kind,) = kinds
     name = spec[kind]
     if not isinstance(name, str):
         raise TraceError(f"{where}.{kind}: must be a string, got {name!r}")
@@ -376,6 +379,8 @@ def simulate(trace: Trace, progress: Callable[[int, int], None] | None = None) -
             change += 1
             if kind == "key":
                 (scheduler.resume_key if resume else scheduler.pause_key)(name)
+            elif kind == "tenant":
+                (scheduler.resume_tenant if resume else scheduler.pause_tenant)(name)
             else:
                 (scheduler.resume_type if resume else scheduler.pause_type)(name)
         while nxt < n and jobs[order[nxt]].arrival <= t:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from harness import gate_stats, intervals, max_overlap, wait_until
 from test_fair_command import fair_command
 from test_fleet import fleet_conf, start_fleet
@@ -13,19 +14,25 @@ from celery_fair import fair_headers
 from celery_fair.control import status
 
 
-def test_pausing_a_key_holds_its_jobs_and_resuming_runs_each_once(make_run, start_worker, broker):
-    # Given two workers, and tenant acme paused from the command line,
-    run = make_run(conf=fleet_conf(broker))
+@pytest.mark.parametrize("what", ["key", "tenant"])
+def test_pausing_a_key_or_tenant_holds_its_jobs_and_resuming_runs_each_once(
+    make_run, start_worker, broker, what
+):
+    # Given two workers, and key acme paused from the command line (or with two-level keys,
+    # tenant acme, whose jobs come from its ten keys acme/0 to acme/9),
+    two_level = {"fair_key_separator": "/"} if what == "tenant" else {}
+    run = make_run(conf=fleet_conf(broker, **two_level))
     workers = start_fleet(run, start_worker, n=2, concurrency=2)
-    out = fair_command(run, "pause", "--key", "acme")
+    out = fair_command(run, "pause", f"--{what}", "acme")
     assert out.returncode == 0, out.stderr
-    assert "paused keys: acme" in out.stdout
+    assert f"paused {what}s: acme" in out.stdout
     clone = run.app.tasks["fairapp.clone"]
     # when acme and bob each publish 10 jobs (within a second of the pause: the store refuses
     # acme's jobs even to a worker whose beat has not brought the pause yet),
     acme = []
     for i in range(10):
-        acme.append(clone.apply_async([f"acme{i}", 0.05], fairness_key="acme"))
+        key = "acme" if what == "key" else f"acme/{i}"
+        acme.append(clone.apply_async([f"acme{i}", 0.05], fairness_key=key))
         clone.apply_async([f"bob{i}", 0.05], fairness_key="bob")
     # then bob's all run, and acme's wait, held by the workers as paused,
     wait_until(
@@ -42,14 +49,16 @@ def test_pausing_a_key_holds_its_jobs_and_resuming_runs_each_once(make_run, star
     # with no expected start, but what they wait for (not "about 0.0 s": nothing runs),
     found = status(run.app, acme[-1].id)
     assert (found["state"], found["expected_wait"]) == ("held", None), found
-    assert found["waits_for"] == "paused (key 'acme')"
+    assert found["waits_for"] == f"paused ({what} 'acme')"
     shown = fair_command(run, "job", acme[-1].id)
-    assert "; no expected start, it waits on: paused (key 'acme')" in shown.stdout, shown.stdout
+    said = f"; no expected start, it waits on: paused ({what} 'acme')"
+    assert said in shown.stdout, shown.stdout
     assert "expected to start in about" not in shown.stdout
     # and once resumed, each of acme's runs exactly once.
-    out = fair_command(run, "resume", "--key", "acme")
+    out = fair_command(run, "resume", f"--{what}", "acme")
     assert out.returncode == 0, out.stderr
     assert "paused keys: none" in out.stdout
+    assert "paused tenants" not in out.stdout
     wait_until(lambda: len(run.recorder.done_counts()) == 20, 60, "all 20 jobs")
     assert run.recorder.done_counts() == {f"{k}{i}": 1 for k in ("acme", "bob") for i in range(10)}
     starts = [e for e in run.recorder.events() if e["event"] == "start"]
@@ -190,3 +199,13 @@ def test_a_paused_key_is_returned_to_the_broker_once_not_round_and_round(
     trips = [e["republished"] for e in run.recorder.events() if e["event"] == "start"]
     assert max(trips) <= 1, trips
     assert gate_stats(run, worker)["fair-spilled"] <= 12
+
+
+def test_pausing_a_tenant_with_flat_keys_is_refused_and_changes_nothing(make_run, broker):
+    run = make_run(conf=fleet_conf(broker))
+    out = fair_command(run, "pause", "--tenant", "acme")
+    assert out.returncode != 0
+    assert "--tenant needs two-level keys (fair_key_separator)" in out.stderr, out.stderr
+    shown = fair_command(run, "weights")
+    assert shown.returncode == 0, shown.stderr
+    assert "paused tenants" not in shown.stdout

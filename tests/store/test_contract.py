@@ -456,7 +456,7 @@ def test_runtime_policies_reach_a_heartbeat_once_per_version_and_pauses_refuse(m
     store = make_store(lifecycle=NEVER)
     view = store.heartbeat("w1", [], [], -1)
     assert (view.policies, view.policy_doc) == (0, None)  # never set
-    version, doc = store.update_policies(lambda old: ('{"v": 1}', ["acme"], ["rescan"]))
+    version, doc = store.update_policies(lambda old: ('{"v": 1}', ["acme"], ["rescan"], []))
     assert (version, doc) == (1, '{"v": 1}')
     assert store.policies() == (1, '{"v": 1}')
     view = store.heartbeat("w1", [], [], 0)
@@ -471,7 +471,7 @@ def test_runtime_policies_reach_a_heartbeat_once_per_version_and_pauses_refuse(m
 
     def change(old):
         seen.append(old)
-        return '{"v": 2}', [], ["rescan"]
+        return '{"v": 2}', [], ["rescan"], []
 
     assert store.update_policies(change) == (2, '{"v": 2}')
     assert seen == ['{"v": 1}']
@@ -932,3 +932,17 @@ def test_a_tenants_bucket_is_forgotten_with_its_cost(make_store):
         10,
         "acme forgotten",
     )
+
+
+def test_a_paused_tenant_is_refused_for_every_one_of_its_keys(make_store):
+    store = make_store(lifecycle=NEVER)
+    store.update_policies(lambda old: ("{}", [], [], ["acme"]))
+    reply = store.admit(
+        "w1", [tenant_ask("a", "acme/x"), tenant_ask("b", "acme/y"), tenant_ask("c", "beta/x")]
+    )
+    assert verdicts(reply) == [Verdict.PAUSED, Verdict.PAUSED, Verdict.ADMITTED]
+    assert reply.grants[0].tenant_accumulated == 0.0  # a refusal charges nothing
+    # an ask that names no tenant (flat keys) is a key's, whatever its name
+    assert verdicts(store.admit("w1", [ask("d", "acme")])) == [Verdict.ADMITTED]
+    store.update_policies(lambda old: ("{}", [], [], []))  # resumed
+    assert verdicts(store.admit("w1", [tenant_ask("a", "acme/x")])) == [Verdict.ADMITTED]

@@ -236,7 +236,7 @@ def test_runtime_policies_reach_every_worker_with_its_next_beat(fleet, clock):
     assert sorted(started(two.run_inline())) == ["s0", "t1"]
     assert two.core.key_terms("tenant") == (2, 1.0)  # the configured policy again
     # A document the workers cannot read changes nothing and is logged.
-    one.store.update_policies(lambda old: ("not json", [], []))
+    one.store.update_policies(lambda old: ("not json", [], [], []))
     clock.advance(two.beat_interval)
     two.run_inline()
     assert two.core.key_terms("tenant") == (2, 1.0)

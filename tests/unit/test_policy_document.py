@@ -17,9 +17,29 @@ def test_a_document_round_trips_and_an_empty_one_is_no_policy():
         .with_key("tenant:*", max_concurrency=4)
         .paused("key", "spam", True)
         .paused("type", "rescan", True)
+        .paused("tenant", "acme", True)
     )
     assert RuntimePolicies.from_json(p.to_json()) == p
     assert RuntimePolicies.from_json("") == RuntimePolicies()
+    assert p.paused("tenant", "acme", False).paused_tenants == frozenset()
+    assert p.paused_keys == frozenset({"spam"})  # each kind apart
+
+
+def test_a_worker_follows_the_documents_paused_tenants():
+    from helpers import make
+
+    from celery_fair.runtime_policies import apply_to
+
+    s, _ = make(2, [("job", 1, None, "", 1.0)], key_separator="/")
+    apply_to(s, KeyPolicies(), RuntimePolicies().paused("tenant", "acme", True))
+    assert s.paused_tenants == frozenset({"acme"})
+    s.submit("a", "job", None, "acme/x")
+    s.submit("b", "job", None, "beta/x")
+    assert [a.uid for a in s.schedule()] == ["b"]
+    s.complete("b", 1.0)
+    apply_to(s, KeyPolicies(), RuntimePolicies())
+    assert s.paused_tenants == frozenset()
+    assert [a.uid for a in s.schedule()] == ["a"]
 
 
 def test_runtime_entries_replace_configured_ones_of_the_same_name_and_reset_restores_them():
@@ -58,7 +78,7 @@ def test_bad_options_are_refused_before_anything_is_written():
         RuntimePolicies().with_key("k", weight=0)
     with pytest.raises(ConfigurationError, match="unknown option"):
         RuntimePolicies().with_key("k", colour="red")
-    with pytest.raises(ConfigurationError, match="'key' or a 'type'"):
+    with pytest.raises(ConfigurationError, match="'key', a 'type' or a 'tenant'"):
         RuntimePolicies().paused("queue", "q", True)
 
 

@@ -183,7 +183,7 @@ def test_a_producer_checks_the_runtime_bound_it_last_read_at_most_once_a_second(
 
     clone.apply_async(["x"], fairness_key="ops", fair_priority=8)
     doc = RuntimePolicies().with_key("ops", max_priority=2).to_json()
-    store.update_policies(lambda _old: (doc, (), ()))
+    store.update_policies(lambda _old: (doc, (), (), ()))
     clone.apply_async(["y"], fairness_key="ops", fair_priority=8)  # not read again yet
     assert len(reads) == 1
     now[0] += 1.0
@@ -199,7 +199,7 @@ def test_a_bound_lowered_while_a_job_is_held_reaches_the_worker_and_the_store_co
     w.deliver("t2", key="a")
     w.deliver("t3", key="a", headers={"fair_priority": 9})
     doc = RuntimePolicies().with_key("a", max_priority=4).to_json()
-    w.store.update_policies(lambda _old: (doc, (), ()))
+    w.store.update_policies(lambda _old: (doc, (), (), ()))
     w.clock.advance(2.0)  # past the engine's next look at the store (a beat a second)
     w.gate.sweep()
     w.deliver("t4", key="c")

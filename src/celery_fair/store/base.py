@@ -416,8 +416,9 @@ class View(NamedTuple):
     tenants: dict[str, int] = {}  # noqa: RUF012 running jobs per asked tenant that runs any
 
 
-PolicyChange = Callable[[str], tuple[str, Collection[str], Collection[str]]]
-"""The runtime policies' document in, the new one out with its paused keys and types."""
+PolicyChange = Callable[[str], tuple[str, Collection[str], Collection[str], Collection[str]]]
+"""The runtime policies' document in, the new one out with its paused keys, types and tenants
+(two-level keys)."""
 
 
 class Store(Protocol):
@@ -443,7 +444,8 @@ class Store(Protocol):
         2. ``RUNNING``: a job with its uid is running.
         3. ``DONE``: a job with its uid finished for good (``Done.final``) within the dedupe
            window (never with a dedupe window of 0).
-        4. ``PAUSED``: its fairness key or its type is paused (``update_policies``).
+        4. ``PAUSED``: its fairness key, its type or its tenant is paused
+           (``update_policies``).
         5. ``TIER_CAP``: its tier runs ``tier_cap`` jobs, a slot that another job's claim holds
            counted as running. An urgent ask (``claim``) refused here claims the tier's next
            free slot, unless another job's claim holds it.
@@ -509,7 +511,8 @@ class Store(Protocol):
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
         """Replace the runtime policies' document by ``change(document)``'s, atomically, with
-        the paused keys and types it returns (which ``admit`` refuses, ``Verdict.PAUSED``);
+        the paused keys, types and tenants it returns (which ``admit`` refuses,
+        ``Verdict.PAUSED``: a tenant's, any ask that names it as its ``tenant``);
         the version goes up by one. Returns the new version and document."""
         ...
 

@@ -101,7 +101,8 @@ class MemoryStore:
         self.clock = clock or WallClock()
         self.epoch = "memory"
         self._policies: tuple[int, str] = (0, "")
-        self._paused: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+        # The paused keys, types and tenants (update_policies).
+        self._paused: tuple[frozenset[str], ...] = (frozenset(), frozenset(), frozenset())
         self.tiers: dict[int, int] = {}
         self.types: dict[str, int] = {}
         self.conflicts: dict[str, str] = {}
@@ -475,9 +476,9 @@ class MemoryStore:
         return found[: max(0, limit)], len(found)
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
-        doc, keys, types = change(self._policies[1])
+        doc, keys, types, tenants = change(self._policies[1])
         self._policies = (self._policies[0] + 1, doc)
-        self._paused = (frozenset(keys), frozenset(types))
+        self._paused = (frozenset(keys), frozenset(types), frozenset(tenants))
         return self._policies
 
     def register(
@@ -557,7 +558,11 @@ class MemoryStore:
             return Verdict.RUNNING
         if self.dedupe > 0 and a.uid in self._done:
             return Verdict.DONE
-        if a.fairness_key in self._paused[0] or a.type in self._paused[1]:
+        if (
+            a.fairness_key in self._paused[0]
+            or a.type in self._paused[1]
+            or (a.tenant is not None and a.tenant in self._paused[2])
+        ):
             return Verdict.PAUSED
         tier = f"p:{a.priority}"
         if (

@@ -313,14 +313,16 @@ class RedisStore:
 
     def update_policies(self, change: PolicyChange) -> tuple[int, str]:
         """Replace the runtime policies' document by ``change(document)``'s, with the paused
-        keys and types it names (``pk:<key>`` and ``pt:<type>`` fields, which admit.lua
+        keys, types and tenants it names (``pk:<key>``, ``pt:<type>`` and ``pn:<tenant>``
+        fields, which admit.lua
         refuses): read, change, then a compare-and-set on the version (policies.lua), tried
         again if another update came in between. The version goes up by one. Returns the new
         version and document."""
         while True:
             version, doc = self.policies()
-            new, keys, types = change(doc)
+            new, keys, types, tenants = change(doc)
             fields = [*(f"pk:{k}" for k in keys), *(f"pt:{t}" for t in types)]
+            fields += [f"pn:{t}" for t in tenants]
             args = [*self._head("policies"), str(version), new, *fields]
             (done,) = self._call("policies", args)
             if done:

@@ -70,7 +70,8 @@ for i = 0, n - 1 do
   elseif dedupe and redis.call('ZSCORE', DONE, uid) then
     status = V_DONE
   elseif redis.call('HEXISTS', POLICIES, 'pk:' .. k) == 1
-      or redis.call('HEXISTS', POLICIES, 'pt:' .. jtype) == 1 then
+      or redis.call('HEXISTS', POLICIES, 'pt:' .. jtype) == 1
+      or (t and redis.call('HEXISTS', POLICIES, 'pn:' .. t) == 1) then
     status = V_PAUSED  -- a fleet-wide pause (celery_fair/policies.py), whatever the worker knows
   elseif tier_cap and (tiers[prio] or 0) + claimed('p:' .. prio, uid) >= tier_cap then
     status = V_TIER_CAP
