@@ -74,12 +74,11 @@ class RefScheduler:
     # order serves tenants fairly first, then keys within the tenant; policies named without
     # the separator are the tenants' (weight, min_slots, max_concurrency over its keys,
     # max_priority, rate: one bucket that every start of its keys pays), those with it the
-    # keys'; a paused tenant starts none of its keys' jobs. Not modelled yet: allocation caps.
+    # keys'; a paused tenant starts none of its keys' jobs. With allocation caps, tenants are
+    # allocated the slots first, then each tenant's keys its slots (allocation.two_levels).
     key_separator: str | None = None
 
     def __post_init__(self) -> None:
-        if self.key_separator is not None and self.allocation_caps:
-            raise NotImplementedError("allocation caps with two-level keys")
         self.pending: list[RefJob] = []
         self.running: list[RefJob] = []
         self.acc: dict[str, float] = {}
@@ -521,7 +520,16 @@ class RefScheduler:
         return min(times, default=None)
 
     def allocation(self) -> dict[str, int]:
-        """Each key's slots by its policy, among the keys with jobs (none while paused)."""
+        """Each key's slots by its policy, among the keys with jobs (none while paused); with
+        two-level keys, of its tenant's slots (``allocations``)."""
+        return self.allocations()[1]
+
+    def allocations(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Each tenant's slots (two-level keys; else none) and each key's. Flat: the keys
+        share the capacity by their policies. Two levels: each tenant's demand is what its
+        keys can use (each key's jobs, no more than its cap; none while paused), summed, and
+        none while the tenant is paused; the tenants share the capacity, then each tenant's
+        keys share its slots."""
         demand: dict[str, int] = {}
         for j in self.pending + self.running:
             demand[j.key] = demand.get(j.key, 0) + 1
@@ -534,7 +542,26 @@ class RefScheduler:
                 p.get("max_concurrency"),
                 0 if key in self.paused_keys else n,
             )
-        return allocate(self.capacity, keys).slots
+        if self.key_separator is None:
+            return {}, allocate(self.capacity, keys).slots
+        by_tenant: dict[str, dict[str, KeyDemand]] = {}
+        for key, d in keys.items():
+            by_tenant.setdefault(self.tenant(key), {})[key] = d
+        tenants = {}
+        for tenant, own in by_tenant.items():
+            p = self.tenant_policy(tenant)
+            can = sum(min(d.demand, d.cap if d.cap is not None else d.demand) for d in own.values())
+            tenants[tenant] = KeyDemand(
+                p.get("weight", 1),
+                p.get("min_slots", 0),
+                p.get("max_concurrency"),
+                0 if tenant in self.paused_tenants else can,
+            )
+        tenant_slots = allocate(self.capacity, tenants).slots
+        key_slots: dict[str, int] = {}
+        for tenant, own in by_tenant.items():
+            key_slots.update(allocate(tenant_slots.get(tenant, 0), own).slots)
+        return tenant_slots, key_slots
 
     def rank(self, key: str) -> int:
         """0 while the key runs fewer jobs (here and elsewhere) than its min_slots, else 1;
@@ -552,10 +579,14 @@ class RefScheduler:
         return here + sum(n for k, n in self.elsewhere_keys.items() if self.tenant(k) == tenant)
 
     def tenant_rank(self, tenant: str) -> int:
-        """0 while the tenant runs fewer jobs than its min_slots, else 1."""
-        return (
-            0 if self.tenant_running(tenant) < self.tenant_policy(tenant).get("min_slots", 0) else 1
-        )
+        """0 while the tenant runs fewer jobs than its min_slots, else 1; with allocation
+        caps, 2 once it runs its allocation here."""
+        if self.tenant_running(tenant) < self.tenant_policy(tenant).get("min_slots", 0):
+            return 0
+        here = sum(1 for r in self.running if self.tenant(r.key) == tenant)
+        if self.allocation_caps and here >= self.allocations()[0].get(tenant, 0):
+            return 2
+        return 1
 
     def order(self, job: RefJob, now: float = 0.0) -> tuple:
         level, urgent = self.effective(job, now)
@@ -722,12 +753,13 @@ def reference_simulate(trace: dict) -> list[dict]:
     finish: dict[int, float] = {}
     arrived: set[int] = set()
     admitted_order: list[int] = []
-    # Pauses: every change as (time, pause?, "key" or "type", name), in trace order per time.
+    # Pauses: every change as (time, pause?, "key", "type" or "tenant", name), in trace order
+    # per time.
     # At one time, pauses and resumes apply in the order of the trace's pauses, a pause
     # before its own resume.
     changes = []
     for n, p in enumerate(trace.get("pauses", [])):
-        kind = "key" if "key" in p else "type"
+        kind = next(k for k in ("key", "type", "tenant") if k in p)
         changes.append(((p["at"], n, 0), True, kind, p[kind]))
         if p.get("until") is not None:
             changes.append(((p["until"], n, 1), False, kind, p[kind]))

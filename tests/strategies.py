@@ -91,11 +91,15 @@ def agings(draw):
 
 
 @st.composite
-def pauses(draw, types, when=None, keys=KEYS):
+def pauses(draw, types, when=None, keys=KEYS, tenants=False):
+    """Pauses of keys and types; with ``tenants``, of tenants too (the part before "/")."""
     out = []
     for _ in range(draw(st.integers(0, 3))):
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["key", "type", "tenant"] if tenants else ["key", "type"]))
+        if kind == "key":
             pause = {"key": draw(st.sampled_from(keys))}
+        elif kind == "tenant":
+            pause = {"tenant": draw(st.sampled_from(keys)).split("/", 1)[0]}
         else:
             pause = {"type": draw(st.sampled_from(sorted(types)))}
         pause["at"] = draw(times if when is None else when)
@@ -184,7 +188,9 @@ def traces(
             key_policies(runnable=runnable, bounds=bounds, rates=rates, tenants=tenants)
         )
         trace["pauses"] = [
-            p for p in draw(pauses(types, when, keys)) if not runnable or p.get("until") is not None
+            p
+            for p in draw(pauses(types, when, keys, tenants))
+            if not runnable or p.get("until") is not None
         ]
     if aging and draw(st.integers(0, 3)):
         trace["aging"] = draw(agings())

@@ -276,11 +276,6 @@ class FairSettings:
             metrics_address=_text("fair_metrics_address", v["fair_metrics_address"]),
             metrics_top_keys=_int("fair_metrics_top_keys", v["fair_metrics_top_keys"], minimum=0),
         )
-        if settings.key_separator is not None and settings.allocation_caps:
-            raise ConfigurationError(
-                "fair_allocation_caps cannot be used with fair_key_separator (two-level keys) "
-                "yet: choose one"
-            )
         if settings.metrics_port is not None and settings.metrics_port > 65535:
             raise ConfigurationError("fair_metrics_port: a TCP port, 0 to 65535")
         if len(settings.default_fairness_key) > settings.max_header_length:

@@ -167,6 +167,23 @@ def test_two_level_keys_with_priority_scope_key_equal_the_reference(trace):
     assert run(trace) == reference_simulate(trace)
 
 
+@given(traces(tenants=True, policies=True, allocation_caps=True))
+def test_two_level_keys_with_allocation_caps_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
+@given(traces(tenants=True, runnable=True, policies=True, allocation_caps=True))
+def test_two_level_allocation_caps_leave_no_job_unrun_that_could_run(trace):
+    jobs = run(trace)
+    assert jobs == reference_simulate(trace)
+    assert all(j["start"] is not None for j in jobs)
+
+
+@given(traces(tenants=True, aging=True, policies=True, allocation_caps=True, max_jobs=40))
+def test_two_level_allocation_caps_with_aging_equal_the_reference(trace):
+    assert run(trace) == reference_simulate(trace)
+
+
 @given(traces(tenants=True, policies=True, rates=True, max_jobs=40))
 def test_two_level_keys_with_rates_by_key_and_type_equal_the_reference(trace):
     assert run(trace) == reference_simulate(trace)

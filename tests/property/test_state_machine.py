@@ -78,8 +78,6 @@ class SchedulerMachine(RuleBasedStateMachine):
         priority_scope,
         key_separator,
     ):
-        if key_separator is not None:
-            allocation_caps = False  # refused together (SchedulerConfig)
         self.separator = key_separator
         self.clock = SimClock()
         life = CostLifecycle(cost_ttl, estimate_ttl, reset_interval, advance_idle)

@@ -72,7 +72,6 @@ def test_job_types_from_settings():
         ({"fair_on_queue_full": "drop"}, "fair_on_queue_full: must be one of raise, return"),
         ({"fair_key_separator": "::"}, "fair_key_separator: key_separator must be None or one"),
         ({"fair_key_separator": "*"}, "fair_key_separator: key_separator must be None or one"),
-        ({"fair_key_separator": "/", "fair_allocation_caps": True}, "fair_allocation_caps"),
     ],
 )
 def test_a_bad_value_is_an_error_that_names_the_setting(values, named):

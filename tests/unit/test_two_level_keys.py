@@ -195,9 +195,30 @@ def test_a_separator_must_be_one_character_that_patterns_do_not_use(separator):
         SchedulerConfig(1, key_separator=separator)
 
 
-def test_allocation_caps_with_a_separator_are_refused_clearly():
-    with pytest.raises(ConfigurationError, match="allocation_caps"):
-        SchedulerConfig(1, key_separator="/", allocation_caps=True)
+@pytest.mark.parametrize("caps", [True, False])
+def test_with_allocation_caps_tenants_get_their_allocation_then_their_keys_theirs(caps):
+    # Given T, which has used a lot already, and S, which spreads its backlog over ten keys,
+    s, _ = tenants(capacity=8, allocation_caps=caps)
+    s.submit("t-old", "job", None, "T", cost=100.0)
+    (old,) = s.schedule()
+    s.complete(old.uid, 1.0)
+    for k in range(10):
+        backlog(s, f"S/{k}", 3)
+    backlog(s, "T", 8)
+    started = [a.fairness_key for a in s.schedule()]
+    if not caps:  # fairness alone: S, far behind T, takes every slot
+        assert started.count("T") == 0
+        return
+    # with allocation caps the tenants get 4 slots each, and S's 4 go to four of its keys,
+    slots = s.allocation().slots
+    assert slots["T"] == 4
+    assert [slots[f"S/{k}"] for k in range(10)] == [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]
+    # so T runs its allocation though it has used more, and S's first four keys one each.
+    assert started.count("T") == 4
+    assert sorted(k for k in started if k != "T") == ["S/0", "S/1", "S/2", "S/3"]
+    # The tenants got their weighted shares exactly; within S, four keys got 1 slot against
+    # a share of 0.4 each: 2.4 slots beyond their shares.
+    assert s.redistributed(slots) == pytest.approx(2.4)
 
 
 def test_policies_split_into_the_tenants_and_the_keys():

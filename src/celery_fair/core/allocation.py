@@ -20,6 +20,10 @@ The allocation, in the order seed 001 gives it:
    then to the earlier name.
 
 Slots nobody can use stay idle (``Allocation.idle``).
+
+With two-level keys (``core/tenants.py``) the same rule runs twice (``two_levels``): the
+tenants share the slots, each tenant's demand being what its keys can use together (each key's
+demand no more than its own cap); then each tenant's whole slots are shared among its keys.
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
-__all__ = ["Allocation", "KeyDemand", "allocate", "redistributed", "shares"]
+__all__ = [
+    "Allocation",
+    "KeyDemand",
+    "TwoLevels",
+    "allocate",
+    "redistributed",
+    "shares",
+    "two_levels",
+]
 
 
 class KeyDemand(NamedTuple):
@@ -86,6 +98,43 @@ def shares(capacity: int, keys: Mapping[str, KeyDemand]) -> tuple[dict[str, floa
         whole[name] += 1
         spare -= 1
     return share, Allocation(whole, max(0, spare))
+
+
+class TwoLevels(NamedTuple):
+    """The allocation with two-level keys: the tenants' shares before they are made whole and
+    their slots (``tenants``), and the same for the keys within their tenant's slots."""
+
+    tenant_fracs: dict[str, float]
+    tenants: Allocation
+    key_fracs: dict[str, float]
+    keys: Allocation
+
+
+def two_levels(
+    capacity: int,
+    tenants: Mapping[str, KeyDemand],
+    keys: Mapping[str, Mapping[str, KeyDemand]],
+) -> TwoLevels:
+    """Share ``capacity`` among ``tenants``, then each tenant's slots among its ``keys`` (by
+    tenant). A tenant's ``demand`` is what its keys can use together (``usable`` of each,
+    summed; 0 while it is paused); a tenant not in ``tenants`` gets nothing. O(k log k).
+
+    >>> tenants = {"S": KeyDemand(demand=20), "T": KeyDemand(demand=5)}
+    >>> keys = {"S": {f"S/{i}": KeyDemand(demand=2) for i in range(10)}}
+    >>> keys["T"] = {"T": KeyDemand(demand=5)}
+    >>> split = two_levels(8, tenants, keys)
+    >>> split.tenants.slots, sum(split.keys.slots.values())
+    ({'S': 4, 'T': 4}, 8)
+    """
+    tenant_fracs, tenant_slots = shares(capacity, tenants)
+    key_fracs: dict[str, float] = {}
+    slots: dict[str, int] = {}
+    for tenant, own in keys.items():
+        fracs, within = shares(tenant_slots.slots.get(tenant, 0), own)
+        key_fracs.update(fracs)
+        slots.update(within.slots)
+    idle = capacity - sum(slots.values())
+    return TwoLevels(tenant_fracs, tenant_slots, key_fracs, Allocation(slots, max(0, idle)))
 
 
 def redistributed(capacity: int, keys: Mapping[str, KeyDemand], slots: Mapping[str, int]) -> float:

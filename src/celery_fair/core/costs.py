@@ -237,6 +237,7 @@ class KeyState:
         "tenant",
         "tokens",
         "tokens_at",
+        "usable",
         "weight",
     )
 
@@ -270,6 +271,8 @@ class KeyState:
         self.tenant: KeyState | None = None
         self.is_tenant = False
         self.members: list[tuple[float, int, KeyState]] | None = None
+        # With allocation caps, a tenant's keys' rooms summed (``KeyRules.demand_moved``).
+        self.usable = 0
 
     def recap(self) -> None:
         """Compute ``cap`` and ``halted`` again from ``limit``, ``elsewhere``, ``paused`` and

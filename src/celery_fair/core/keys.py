@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from .aging import Agenda, PauseLog
-from .allocation import Allocation, KeyDemand, redistributed, shares
+from .allocation import Allocation, KeyDemand, redistributed, shares, two_levels, usable
 from .costs import UNLIMITED, Accounts, KeyState
 from .fairqueue import lender, recheck_loans, resume_aging, take_back_loans
 from .rates import level_at, may_start, refill_at, start_charge
@@ -147,6 +147,7 @@ class KeyRules:
         was_limited = tenant.limited
         self._rate_terms(tenant, policy.rate, policy.bucket, policy.per == "cost")
         limits_changed(tenant)
+        self.reshare_due = self.sharing
         refilled = was_limited and not tenant.limited and tenant.blocked is not None
         if refilled and self.agenda.active:
             resume(tenant)  # refilled at its cap: its urgent heads pass the cap again
@@ -385,28 +386,73 @@ class KeyRules:
             if key.running + key.pending
         }
 
+    def split(self) -> tuple[dict[str, KeyDemand], dict[str, dict[str, KeyDemand]]]:
+        """With two-level keys, what ``allocation.two_levels`` takes: each tenant with work
+        (its demand: what its keys can use together, none while it is paused) and, by tenant,
+        its keys with work. O(keys)."""
+        assert self.tenants is not None
+        by_tenant: dict[str, dict[str, KeyDemand]] = {}
+        sums: dict[str, int] = {}
+        known = self.accounts.keys
+        for name, demand in self.demands().items():
+            tenant = known[name].tenant
+            assert tenant is not None
+            by_tenant.setdefault(tenant.name, {})[name] = demand
+            sums[tenant.name] = sums.get(tenant.name, 0) + usable(demand)
+        tenants = {}
+        for name, n in sums.items():
+            t = self.tenants.keys[name]
+            cap = None if t.limit == UNLIMITED else t.limit
+            tenants[name] = KeyDemand(t.weight, t.min_slots, cap, 0 if t.paused else n)
+        return tenants, by_tenant
+
     def allocation(self, capacity: int) -> Allocation:
-        """How many of ``capacity`` slots each key with work would get. O(k log k)."""
-        return shares(capacity, self.demands())[1]
+        """How many of ``capacity`` slots each key with work would get (with two-level keys,
+        within its tenant's: ``allocation.two_levels``). O(k log k)."""
+        if self.separator is None:
+            return shares(capacity, self.demands())[1]
+        return two_levels(capacity, *self.split()).keys
 
     def redistributed(self, capacity: int, slots: Mapping[str, int]) -> float:
         """The slots the allocation ``slots`` of ``capacity`` gives keys beyond their weighted
-        share (``allocation.redistributed``). O(k)."""
-        return redistributed(capacity, self.demands(), slots)
+        share (``allocation.redistributed``); with two-level keys, what tenants got beyond
+        theirs plus what keys got beyond theirs of their tenant's slots. O(k)."""
+        if self.separator is None:
+            return redistributed(capacity, self.demands(), slots)
+        tenants, by_tenant = self.split()
+        split = two_levels(capacity, tenants, by_tenant)
+        out = redistributed(capacity, tenants, split.tenants.slots)
+        for tenant, own in by_tenant.items():
+            out += redistributed(split.tenants.slots.get(tenant, 0), own, slots)
+        return out
 
     def demand_moved(self, key: KeyState, by: int) -> None:
         """``key``'s running plus pending jobs just moved ``by`` (+1 or -1): the allocation
         must be computed again if its room (``KeyState.room``) changed and, before or after,
         reached down to its share; above its share, a key's room moves nobody's
-        (``allocation.shares``). O(1)."""
+        (``allocation.shares``). With two-level keys, likewise for its tenant's room (what
+        its keys can use together, ``KeyState.usable``) against the tenant's share. O(1)."""
         after = key.room()
         before = key.room(by)
-        if after != before and min(before, after) <= key.share_frac + 1e-6:
+        if after == before:
+            return
+        if min(before, after) <= key.share_frac + 1e-6:
             self.reshare_due = True
+        tenant = key.tenant
+        if tenant is not None:
+            was = tenant_room(tenant)
+            tenant.usable += after - before
+            now = tenant_room(tenant)
+            if was != now and min(was, now) <= tenant.share_frac + 1e-6:
+                self.reshare_due = True
 
     def reshare(self, capacity: int) -> None:
-        """Make each key's share its allocation of ``capacity`` again, and its rank follow.
-        O(k log k) for the k keys with work, plus O(q log n) for each key that moves earlier."""
+        """Make each key's share its allocation of ``capacity`` again (with two-level keys,
+        each tenant's too), and its rank follow. O(k log k) for the k keys with work, plus
+        O(q log n) for each key or tenant that moves earlier."""
+        if self.separator is not None:
+            self._reshare_two_levels(capacity)
+            return
         self.reshare_due = False
         demands = self.demands()
         fracs, allocation = shares(capacity, demands)
@@ -415,6 +461,32 @@ class KeyRules:
                 key.share_frac = fracs[name]
                 key.share = allocation.slots[name]
             else:  # no work: a job that comes makes this run again before it is decided
+                key.share_frac = 0.0
+                key.share = 0
+            rerank(key)
+
+    def _reshare_two_levels(self, capacity: int) -> None:
+        """``reshare`` with two-level keys: the tenants' shares of ``capacity``, then each
+        tenant's keys' shares of its slots (``allocation.two_levels``)."""
+        self.reshare_due = False
+        assert self.tenants is not None
+        tenants, by_tenant = self.split()
+        split = two_levels(capacity, tenants, by_tenant)
+        for name, tenant in self.tenants.keys.items():
+            own = by_tenant.get(name)
+            if own is not None:
+                tenant.share_frac = split.tenant_fracs[name]
+                tenant.share = split.tenants.slots[name]
+                tenant.usable = sum(usable(demand) for demand in own.values())
+            else:
+                tenant.share_frac = 0.0
+                tenant.share = tenant.usable = 0
+            rerank(tenant)
+        for name, key in self.accounts.keys.items():
+            if name in split.key_fracs:
+                key.share_frac = split.key_fracs[name]
+                key.share = split.keys.slots[name]
+            else:
                 key.share_frac = 0.0
                 key.share = 0
             rerank(key)
@@ -457,6 +529,7 @@ class KeyRules:
         tenant.paused = paused
         tenant.pauses = log
         limits_changed(tenant)
+        self.reshare_due = self.sharing
         if not paused and self.agenda.active:
             resume(tenant)  # urgent heads pass its cap again
             for key in {kq.key for tq in tenant.queues or () for kq in tq.queues.values()}:
@@ -526,6 +599,14 @@ def _rate_of(
         return None if known.rate is None else (known.rate, known.burst, known.per_cost)
     terms = policy()
     return None if terms.rate is None else (terms.rate, terms.bucket, terms.per == "cost")
+
+
+def tenant_room(tenant: KeyState) -> int:
+    """How many slots the allocation lets ``tenant`` use: what its keys can use together
+    (``usable``), no more than its cap, none while it is paused."""
+    if tenant.paused:
+        return 0
+    return tenant.usable if tenant.usable < tenant.limit else tenant.limit
 
 
 def limits_changed(key: KeyState) -> None:

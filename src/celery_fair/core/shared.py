@@ -55,7 +55,7 @@ class Shared(State):
         if tenant is not None:
             if tenant.blocked is not None and tenant.running < tenant.cap:
                 unblock(tenant)
-            if tenant.min_slots:
+            if tenant.min_slots or tenant.share != UNLIMITED:
                 rerank(tenant)
         conflict = None if job.ckey is None else self._conflicts.get(job.ckey)
         if conflict is not None and conflict.holder is job:

@@ -315,7 +315,7 @@ class State:
         weight = tenant.weight
         job.tcharge = charge = estimate if weight == 1.0 else estimate / weight
         tenant.acc += charge
-        if tenant.min_slots:
+        if tenant.rank != 2 and (tenant.min_slots or tenant.share != UNLIMITED):
             tenant.rank = tenant.rank_now()
         if tenant.lent:
             if key.running >= key.cap:
@@ -363,7 +363,7 @@ class State:
             tenant.running -= 1
             if tenant.blocked is not None and tenant.running < tenant.cap:
                 unblock(tenant)
-            if tenant.min_slots:
+            if tenant.min_slots or tenant.share != UNLIMITED:
                 rerank(tenant)
         if self._keys.sharing:
             self._keys.demand_moved(key, -1)

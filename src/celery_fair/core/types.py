@@ -560,7 +560,9 @@ class SchedulerConfig:
         allocation_caps: Make each key's slot allocation (``Scheduler.allocation``) its soft
             cap: within a tier, a key running fewer jobs than its allocation goes before the
             keys running their allocation or more, which take a slot only when no key below
-            its allocation can. Nothing idles for it (work-conserving). Off by default.
+            its allocation can. Nothing idles for it (work-conserving). Off by default. With
+            ``key_separator``, tenants get their allocation of the slots first and each
+            tenant's keys their allocation of its slots (``allocation.two_levels``).
         priority_scope: What a priority orders. ``"global"`` (the default): every job of a
             higher (effective) priority goes before every job of a lower one, and fairness
             orders keys within a priority. ``"key"``: the key to serve is chosen by fairness
@@ -573,8 +575,7 @@ class SchedulerConfig:
             then the keys within the chosen tenant, so a tenant that spreads its work over
             many keys gets one tenant's share. Policies named without the separator are the
             tenants' (``"acme"``, ``"*"``), those with it the keys' (``"acme/*"``, ``"*/*"``);
-            see ``KeyPolicies.levels``. One character, not one of ``*?[]``; not with
-            ``allocation_caps``.
+            see ``KeyPolicies.levels``. One character, not one of ``*?[]``.
     """
 
     capacity: int
@@ -589,11 +590,6 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         check_separator(self.key_separator)
-        if self.key_separator is not None and self.allocation_caps is True:
-            raise ConfigurationError(
-                "allocation_caps cannot be used with a key_separator (two-level keys) yet: "
-                "choose one"
-            )
         if self.priority_scope not in PRIORITY_SCOPES:
             raise ConfigurationError(
                 f"priority_scope must be one of {', '.join(map(repr, PRIORITY_SCOPES))}, "
