@@ -227,6 +227,30 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.ref.complete(ref, None, self.now, refund=unstarted)
         self.running.remove(ref)
 
+    @rule(
+        data=st.data(),
+        jobs=st.lists(
+            st.tuples(st.sampled_from(JOB_IDS), st.sampled_from(MACHINE_KEYS), costs), max_size=4
+        ),
+        ends=st.integers(0, 2),
+        elapsed=st.sampled_from([0, 0.5, 1, 3.3]),
+        dt=st.sampled_from([0, 0.25, 1]),
+    )
+    def churn(self, data, jobs, ends, elapsed, dt):
+        """A busy worker's step: a few jobs arrive, the scheduler decides, a few end, time
+        passes; so that a run reaches many running and finished jobs (one rule among many
+        would rarely string these together)."""
+        for job_id, key, cost in jobs:
+            self._arrive(data, job_id, key, cost)
+        self.schedule()
+        for _ in range(min(ends, len(self.running))):
+            self.complete.__wrapped__(self, data, elapsed)  # type: ignore[attr-defined]
+        self.clock.advance(dt)
+
+    def _arrive(self, data, job_id, key, cost):
+        """One job of ``churn``, submitted now at its type's priority."""
+        SchedulerMachine.submit.__wrapped__(self, data, job_id, key, 0, cost, None)  # type: ignore[attr-defined]
+
     @rule(dt=st.sampled_from([0.25, 1, 2.5, 5]))
     def advance(self, dt):
         self.clock.advance(dt)
@@ -511,6 +535,23 @@ class LoansMachine(SchedulerMachineWithStructures):
         self.core.submit(ref, jtype, job_id, key, arrival=self.now, cost=cost)
         self.ref.submit(ref, jtype, job_id, key, self.now, cost, self.now, None)
         self.pending.append(ref)
+
+    @rule(
+        data=st.data(),
+        job_id=st.sampled_from(["r1", "r2"]),
+        keys=st.lists(st.sampled_from(TENANT_KEYS), min_size=2, max_size=4, unique=True),
+        cost=costs,
+    )
+    def crowd(self, data, job_id, keys, cost):
+        """Several keys (often of one tenant) ask for one repository at once: when its holder
+        ends, the conflict lends one of several waiters, and the others stay parked."""
+        for key in keys:
+            self.submit.__wrapped__(self, data, job_id, key, cost)  # type: ignore[attr-defined]
+
+    def _arrive(self, data, job_id, key, cost):
+        """One job of ``churn``, on one of the two repositories."""
+        repo = data.draw(st.sampled_from(["r1", "r2"]))
+        LoansMachine.submit.__wrapped__(self, data, repo, key, cost)  # type: ignore[attr-defined]
 
     def _borrowers(self):
         return sorted(
