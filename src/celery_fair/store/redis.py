@@ -10,6 +10,7 @@ connection.py's; ``Wire`` and ``script_reply_error`` are re-exported here.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from importlib import resources
@@ -115,6 +116,7 @@ _VERDICTS: dict[bytes, Verdict] = {v.value.encode(): v for v in Verdict}
 _TOKEN_SEEN = HEAD.index("token_seen")
 
 
+@functools.cache
 def _source(name: str) -> str:
     lua = resources.files(__package__) / "lua"
     common = (lua / "common.lua").read_text()

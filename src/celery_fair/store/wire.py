@@ -169,8 +169,10 @@ def lua_constants(using: str | None = None) -> str:
     With ``using`` (a script's whole text), only the names that text uses: a Lua function
     holds at most 200 locals, and a script's main function holds every one of these."""
 
+    used = None if using is None else set(re.findall(r"\b[A-Z][A-Z0-9_]*\b", using))
+
     def wanted(name: str) -> bool:
-        return using is None or re.search(rf"\b{name}\b", using) is not None
+        return used is None or name in used
 
     lines = ["-- generated from celery_fair/store/wire.py: ARGV positions, strides and reply codes"]
     single = {
