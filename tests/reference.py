@@ -100,6 +100,7 @@ class RefScheduler:
         self.paused_keys: set[str] = set()
         self.paused_types: set[str] = set()
         self.paused_tenants: set[str] = set()  # (two-level keys)
+        self._allocations: tuple[tuple, tuple[dict[str, int], dict[str, int]]] | None = None
         # Every pause so far: (kind, name) -> [[start, end or None], ...].
         self.pause_log: dict[tuple[str, str], list[list]] = {}
         # Every charge to each key's rate bucket, oldest first: (time, amount); a charge given
@@ -221,6 +222,7 @@ class RefScheduler:
             if self.tenant_rate(t)
         }
         self.keys = keys
+        self._allocations = None  # (remembered for the old policies)
         for names, rate, was, charges, baseline in (
             (self.acc, self.rate, before, self.charges, self.baseline),
             (self.tacc, self.tenant_rate, tbefore, self.tcharges, self.tbaseline),
@@ -530,6 +532,21 @@ class RefScheduler:
         keys can use (each key's jobs, no more than its cap; none while paused), summed, and
         none while the tenant is paused; the tenants share the capacity, then each tenant's
         keys share its slots."""
+        # The same state gives the same answer: remembered while nothing it reads changes
+        # (an order of n jobs asks it 2n times).
+        state = (
+            self.capacity,
+            frozenset(self.paused_keys),
+            frozenset(self.paused_tenants),
+            tuple(j.key for j in self.pending),
+            tuple(j.key for j in self.running),
+        )
+        if self._allocations is not None and self._allocations[0] == state:
+            return self._allocations[1]
+        self._allocations = (state, self._allocate())
+        return self._allocations[1]
+
+    def _allocate(self) -> tuple[dict[str, int], dict[str, int]]:
         demand: dict[str, int] = {}
         for j in self.pending + self.running:
             demand[j.key] = demand.get(j.key, 0) + 1
