@@ -448,16 +448,15 @@ class KeyRules:
 
     def reshare(self, capacity: int) -> None:
         """Make each key's share its allocation of ``capacity`` again (with two-level keys,
-        each tenant's too), and its rank follow. O(k log k) for the k keys with work, plus
-        O(q log n) for each key or tenant that moves earlier."""
-        if self.separator is not None:
-            self._reshare_two_levels(capacity)
-            return
+        each tenant's first: ``_reshare_tenants``), and its rank follow. O(k log k) for the k
+        keys with work, plus O(q log n) for each key or tenant that moves earlier."""
         self.reshare_due = False
-        demands = self.demands()
-        fracs, allocation = shares(capacity, demands)
+        if self.separator is None:
+            fracs, allocation = shares(capacity, self.demands())
+        else:
+            fracs, allocation = self._reshare_tenants(capacity)
         for name, key in self.accounts.keys.items():
-            if name in demands:
+            if name in fracs:
                 key.share_frac = fracs[name]
                 key.share = allocation.slots[name]
             else:  # no work: a job that comes makes this run again before it is decided
@@ -465,10 +464,10 @@ class KeyRules:
                 key.share = 0
             rerank(key)
 
-    def _reshare_two_levels(self, capacity: int) -> None:
-        """``reshare`` with two-level keys: the tenants' shares of ``capacity``, then each
-        tenant's keys' shares of its slots (``allocation.two_levels``)."""
-        self.reshare_due = False
+    def _reshare_tenants(self, capacity: int) -> tuple[dict[str, float], Allocation]:
+        """With two-level keys, make each tenant's share its allocation of ``capacity``
+        (``allocation.two_levels``) and its rank follow; the keys' shares of their tenants'
+        slots, for ``reshare``."""
         assert self.tenants is not None
         tenants, by_tenant = self.split()
         split = two_levels(capacity, tenants, by_tenant)
@@ -482,14 +481,7 @@ class KeyRules:
                 tenant.share_frac = 0.0
                 tenant.share = tenant.usable = 0
             rerank(tenant)
-        for name, key in self.accounts.keys.items():
-            if name in split.key_fracs:
-                key.share_frac = split.key_fracs[name]
-                key.share = split.keys.slots[name]
-            else:
-                key.share_frac = 0.0
-                key.share = 0
-            rerank(key)
+        return split.key_fracs, split.keys
 
     # -- pauses --------------------------------------------------------------------------
 

@@ -85,6 +85,17 @@ def _tenant_charged(job: _Tracked) -> float:
     return job.estimate if weight == 1.0 else job.estimate / weight
 
 
+def _rate_changes(ask: Ask, prefix: str, terms: tuple[float, float, bool] | None) -> dict[str, Any]:
+    """The fields of ``ask`` to change for its rate terms (``prefix`` ``""``: its key's,
+    ``"tenant_"``: its tenant's) to be ``terms`` (``None``: no rate); none when they are."""
+    if terms is None:
+        return {} if getattr(ask, f"{prefix}rate") is None else {f"{prefix}rate": None}
+    names = (f"{prefix}rate", f"{prefix}burst", f"{prefix}per_cost")
+    if terms == tuple(getattr(ask, name) for name in names):
+        return {}
+    return dict(zip(names, terms, strict=True))
+
+
 class Engine:
     """A worker's core and the fleet's store, composed (see the module docstring).
 
@@ -518,21 +529,11 @@ class Engine:
                 tenant_cap = None
             if tenant_cap != ask.tenant_cap or tenant_weight != ask.tenant_weight:
                 ask = job.ask = ask._replace(tenant_cap=tenant_cap, tenant_weight=tenant_weight)
-        rate = self.core.key_rate(ask.fairness_key)
-        if rate is None:
-            if ask.rate is not None:
-                ask = job.ask = ask._replace(rate=None)
-        elif rate != (ask.rate, ask.burst, ask.per_cost):
-            ask = job.ask = ask._replace(rate=rate[0], burst=rate[1], per_cost=rate[2])
+        changed = _rate_changes(ask, "", self.core.key_rate(ask.fairness_key))
         if ask.tenant is not None:  # and its tenant's rate, one bucket for all its keys
-            trate = self.core.tenant_rate(ask.fairness_key)
-            if trate is None:
-                if ask.tenant_rate is not None:
-                    ask = job.ask = ask._replace(tenant_rate=None)
-            elif trate != (ask.tenant_rate, ask.tenant_burst, ask.tenant_per_cost):
-                ask = job.ask = ask._replace(
-                    tenant_rate=trate[0], tenant_burst=trate[1], tenant_per_cost=trate[2]
-                )
+            changed |= _rate_changes(ask, "tenant_", self.core.tenant_rate(ask.fairness_key))
+        if changed:
+            ask = job.ask = ask._replace(**changed)
         return ask
 
     @property

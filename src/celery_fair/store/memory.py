@@ -300,17 +300,11 @@ class MemoryStore:
                 self.tacc[job.tenant] = tacc = max(0.0, self.tacc[job.tenant] - job.tenant_charged)
                 if self.lifecycle.advance_idle:
                     heapq.heappush(self._tmin, (tacc, next(self._ids), job.tenant))
-            if d.unstarted and job.rate_charged and job.key in self.buckets:
-                level, at = self.buckets[job.key]
-                self.buckets[job.key] = (level + job.rate_charged, at)
-            if d.unstarted and job.type_charged and job.type in self.type_buckets:
-                level, at = self.type_buckets[job.type]
-                self.type_buckets[job.type] = (level + job.type_charged, at)
-            tenant = job.tenant
-            if d.unstarted and job.tenant_rate_charged and tenant in self.tenant_buckets:
-                assert tenant is not None
-                level, at = self.tenant_buckets[tenant]
-                self.tenant_buckets[tenant] = (level + job.tenant_rate_charged, at)
+            if d.unstarted:  # each bucket gets back what the admission took from it
+                _give_back(self.buckets, job.key, job.rate_charged)
+                _give_back(self.type_buckets, job.type, job.type_charged)
+                if job.tenant is not None:
+                    _give_back(self.tenant_buckets, job.tenant, job.tenant_rate_charged)
             self._drop(d.uid, job, now)
             if d.final and self.dedupe > 0:
                 self._done[d.uid] = now
@@ -706,6 +700,13 @@ class MemoryStore:
                     t: [(0.0, next(self._ids), k) for _, _, k in heap if k in self.active]
                     for t, heap in self._kmin.items()
                 }
+
+
+def _give_back(buckets: dict[str, tuple[float, float]], name: str, amount: float) -> None:
+    """Give ``name``'s bucket in ``buckets`` back ``amount``, if it still has one."""
+    held = buckets.get(name)
+    if amount and held is not None:
+        buckets[name] = (held[0] + amount, held[1])
 
 
 def _least(
