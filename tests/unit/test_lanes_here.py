@@ -169,6 +169,48 @@ def test_with_tenants_a_shard_is_as_far_behind_as_the_tenant_of_its_last_key() -
     assert turns.order([f"q.fair.{shard}", "q.fair.lane.0"])[0] == "q.fair.lane.0"
 
 
+def test_with_tenants_a_shard_whose_last_key_is_out_of_its_tenants_rate_is_read_last() -> None:
+    # Two-level keys on the real core: tenant S at 2 a second spreads its backlog over light
+    # keys in the shards; tenant T has a lane, and has used more than S.
+    from helpers import make
+
+    from celery_fair.core import KeyPolicies
+    from celery_fair.worker.shard_turns import ShardTurns
+
+    core, clock = make(
+        4,
+        [("job", 1, None, "", 1.0)],
+        key_separator="/",
+        keys=KeyPolicies.from_mapping({"S": {"rate": "2/s", "burst": 2}}),
+        tier_caps={1: None},
+    )
+    for i in range(3):
+        core.submit(f"t{i}", "job", None, "T")
+    for a in core.schedule():
+        core.complete(a.uid, 1.0)  # T has used 3
+    for i in range(4):
+        core.submit(f"s{i}", "job", None, f"S/{i}")
+    lanes = FleetLanes()
+    here = LanesHere(lanes, shards=2, consumed=2, window=lambda: 4, now=lambda: 0.0)
+    turns = ShardTurns(2, lambda: 4, lanes=2)
+    jobs = HeldJobs(turns, here.crowding)
+    turns.behind = lambda slot: here.behind_tenants(slot, core.read_cost)
+    turns.behind_first = True
+    lanes.ask("T")  # lane 0
+    hold(here, jobs, "T", "q.fair.lane.0")
+    shard = shard_of("S/9", 2)
+    hold(here, jobs, "S/9", f"q.fair.{shard}")
+    queues = ["q.fair.lane.0", f"q.fair.{shard}"]
+    # While S has its burst, its shard is read first (S has used less);
+    assert turns.order(queues)[0] == f"q.fair.{shard}"
+    # once S started its burst, T's lane is: S's next message could not start;
+    assert len(core.schedule()) == 2
+    assert turns.order(queues)[0] == "q.fair.lane.0"
+    # and when S's bucket holds a start again, S's shard is first again.
+    clock.set(0.5)
+    assert turns.order(queues)[0] == f"q.fair.{shard}"
+
+
 def test_stragglers_are_read_past_only_while_their_keys_lane_has_messages_here() -> None:
     # Given a worker holding six of H's messages from H's shard, H's whole backlog there from
     # before it had a lane (H crowded its shard: the worker asked for it),

@@ -99,6 +99,27 @@ def test_a_key_out_of_its_rate_leaves_its_slots_to_others_and_runs_again_when_it
     assert refs(s.schedule())[0] == "a2"
 
 
+def test_a_key_out_of_its_rate_is_read_last_until_its_bucket_refills():
+    # Given A at 2 a second (burst 2) and B unlimited, each with a backlog, on four slots,
+    s, clock = limited({"A": {"rate": "2/s", "burst": 2}})
+    for i in range(6):
+        s.submit(f"a{i}", "clone", None, "A")
+        s.submit(f"b{i}", "clone", None, "B")
+    assert s.read_cost("A") == s.read_cost("B") == 0.0  # nothing used: its order cost
+    # when A has started its burst, a queue of A's is read after any other: none of its
+    # messages could start;
+    s.schedule()
+    assert s.read_cost("A") == float("inf")
+    assert s.read_cost("B") == s.accumulated_cost("B") > 0
+    # and from the moment its bucket holds a start's worth again, before any decision runs,
+    # by its cost again.
+    clock.set(s.next_rise() - 0.01)
+    assert s.read_cost("A") == float("inf")
+    clock.set(s.next_rise())
+    assert s.read_cost("A") == s.accumulated_cost("A")
+    assert s.read_cost("nobody") == 0.0
+
+
 def test_a_key_never_starts_more_than_its_burst_plus_its_rate_in_any_window():
     # Given A at 5 a second with a burst of 3, backlogged, and jobs ending at random times,
     rng = random.Random(7)

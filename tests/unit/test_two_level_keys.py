@@ -263,6 +263,20 @@ def test_a_tenants_rate_is_one_bucket_for_all_its_keys_and_its_slots_go_to_other
     assert next(a.fairness_key for a in s.schedule()).startswith("S/")  # one start's worth
 
 
+def test_a_tenant_out_of_its_rate_is_read_last_whichever_of_its_keys():
+    # Given tenant S at 2 a second over many keys, its key S/a at 1 a second, and T unlimited,
+    s, clock = tenants(capacity=4, keys={"S": {"rate": "2/s", "burst": 2}, "S/a": {"rate": 1}})
+    backlog(s, "S/a", 2)
+    backlog(s, "S/b", 2)
+    backlog(s, "T", 4)
+    s.schedule()  # S/a and S/b start one each: S's bucket and S/a's are out
+    assert s.read_cost("S/zzz") == s.read_cost("S/b") == float("inf")  # any of its keys
+    assert s.read_cost("T") == s.tenant_cost("T") > 0
+    clock.set(0.5)  # S refilled a start, S/a not yet: S/a out of its own rate, S/b not
+    assert s.read_cost("S/a") == float("inf")
+    assert s.read_cost("S/b") == s.tenant_cost("S") == s.order_cost("S/b")
+
+
 def test_a_tenants_rate_and_its_keys_rates_both_hold():
     # S at 1/s (burst 3); its key S/a at 1/s (burst 1): S/a starts one, S/b the rest of S's 3.
     s, _ = tenants(capacity=8, keys={"S": {"rate": "1/s", "burst": 3}, "S/a": {"rate": "1/s"}})

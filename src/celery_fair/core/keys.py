@@ -32,10 +32,19 @@ if TYPE_CHECKING:
 
     Bucketed = KeyState | Lane  # what has a rate's bucket: a key, or a type's lane
 
-__all__ = ["KeyRules", "limits_changed", "pause_lane", "rerank"]
+__all__ = ["KeyRules", "limits_changed", "out_of_rate", "pause_lane", "rerank"]
 
 _INF = float("inf")
 _ids = count()
+
+
+def out_of_rate(holder: Bucketed, now: float) -> bool:
+    """Whether ``holder``'s bucket (a key's, a tenant's or a type's lane's) lets none of its
+    jobs start at ``now``, refilled since it was last booked. O(1)."""
+    rate = holder.rate
+    if rate is None:
+        return False
+    return not may_start(level_at(holder.tokens, holder.tokens_at, now, rate, holder.burst))
 
 
 class KeyRules:

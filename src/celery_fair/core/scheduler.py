@@ -16,6 +16,7 @@ from .allocation import Allocation
 from .costs import UNLIMITED, KeyState
 from .inspect import Why
 from .jobs import ELSEWHERE, Job, Lane
+from .keys import out_of_rate
 from .policy import conflict_held, goes_before, key_blocks, select
 from .shared import Shared
 from .state import _INF, _NUMBER, _type_of
@@ -599,6 +600,25 @@ class Scheduler(Shared):
         if self._separator is None:
             return self.accumulated_cost(fairness_key)
         return self.tenant_cost(tenant_name(fairness_key, self._separator))
+
+    def read_cost(self, fairness_key: str) -> float:
+        """How far behind ``fairness_key``'s jobs are when a worker chooses which queue to read
+        next (worker/shard_turns.py): its ``order_cost``, or ``inf`` while the key, or its
+        tenant, is out of its rate now. None of its jobs can start until the bucket refills,
+        so a message of it read now would only hold a place that another key's could start
+        from, however little the key has used. O(1)."""
+        now = self._clock.now()
+        key = self._accounts.keys.get(fairness_key)
+        if key is not None and key.limited and out_of_rate(key, now):
+            return _INF
+        if self._separator is None:
+            return 0.0 if key is None else key.acc
+        tenants = self._tenants
+        name = tenant_name(fairness_key, self._separator)
+        tenant = None if tenants is None else tenants.keys.get(name)
+        if tenant is None:
+            return 0.0
+        return _INF if tenant.limited and out_of_rate(tenant, now) else tenant.acc
 
     def tenant_cost(self, tenant: str) -> float:
         """``tenant``'s accumulated cost here (0 for a tenant not known; two-level keys)."""

@@ -115,14 +115,13 @@ class Gate:
         crowding = self.lanes.crowding if self.lanes is not None else None
         if self.lanes is not None and self.windows.turns is not None:
             # Redis reads the lanes it holds none of by how far behind their keys are (with
-            # two-level keys, their tenants).
+            # two-level keys, their tenants), those out of their rate last.
             here = self.lanes
+            cost = scheduler.read_cost
             if settings.key_separator is None:
-                cost = scheduler.accumulated_cost
                 self.windows.turns.behind = lambda slot: here.behind(slot, cost)
             else:
-                tcost = scheduler.order_cost
-                self.windows.turns.behind = lambda slot: here.behind_tenants(slot, tcost)
+                self.windows.turns.behind = lambda slot: here.behind_tenants(slot, cost)
                 self.windows.turns.behind_first = True
         self.held = HeldJobs(self.windows.turns, crowding)
         self.reserve = Reserve(lookahead, sizer)

@@ -139,9 +139,9 @@ class LanesHere:
 
     def behind(self, slot: int, cost: Callable[[str], float]) -> float:
         """How far behind the keys of ``slot`` are, for the read order (``ShardTurns.behind``):
-        a lane's, the least ``cost`` (accumulated cost) of the keys the fleet's map puts on
-        it; a shard's (light keys, new ones among them) 0. O(keys of the lane), the map's
-        lanes read once per version of it."""
+        a lane's, the least ``cost`` (``Scheduler.read_cost``: accumulated cost, ``inf`` out
+        of its rate) of the keys the fleet's map puts on it; a shard's (light keys, new ones
+        among them) 0. O(keys of the lane), the map's lanes read once per version of it."""
         lane = slot - self.shards
         if lane < 0 or lane >= self.consumed:
             return 0.0
@@ -155,12 +155,15 @@ class LanesHere:
         return min(map(cost, keys)) if keys else 0.0
 
     def behind_tenants(self, slot: int, cost: Callable[[str], float]) -> float:
-        """``behind`` with two-level keys (``cost``: a key's tenant's accumulated cost). A
-        lane's, as ``behind``; a shard's, the cost of the last key held from it (0 before
-        any). Under flat keys a shard's light keys are the furthest behind; with tenants, its
-        light keys may be a heavy tenant's (one that spreads its backlog over many keys), and
-        read first they would keep a one-key tenant's lane unread while its next start is due.
-        O(1) for a shard, as ``behind`` for a lane."""
+        """``behind`` with two-level keys (``cost``: a key's tenant's accumulated cost, ``inf``
+        while the key or its tenant is out of its rate). A lane's, as ``behind``; a shard's,
+        the cost of the last key held from it (0 before any). Under flat keys a shard's light
+        keys are the furthest behind; with tenants, its light keys may be a heavy tenant's (one
+        that spreads its backlog over many keys), and read first they would keep a one-key
+        tenant's lane unread while its next start is due. Its next messages are likely the
+        same tenant's: while that tenant is out of its rate none of them could start, and the
+        shard is read after every queue with room. O(1) for a shard, as ``behind`` for a
+        lane."""
         if slot < self.shards:
             last = self._last.get(slot)
             return 0.0 if last is None else cost(last)
