@@ -876,6 +876,29 @@ def test_a_periodic_reset_zeroes_a_tenants_cost(make_store):
     )
 
 
+def test_a_periodic_reset_leaves_idle_buckets_to_be_forgotten_with_their_cost(make_store):
+    # Given a key and tenant limited to one start an hour, idle before a periodic reset, and
+    # another running through it (its cost, zeroed, is absent from Redis's hash),
+    store = make_store(lifecycle=CostLifecycle(cost_ttl=0.6, estimate_ttl=None, reset_interval=0.2))
+    slow = {"rate": HOURLY, "burst": 1.0, "tenant_rate": HOURLY, "tenant_burst": 1.0}
+    [a] = store.admit("w1", [tenant_ask("a", "acme/alice", cost=1.0, **slow)]).grants
+    [b] = store.admit("w1", [tenant_ask("b", "beta/bob", cost=1.0, **slow)]).grants
+    store.finish("w1", [Done("a", a.token, 0.1)])
+
+    def reset() -> bool:
+        store.heartbeat("w1", [], [])
+        return store.accumulated_cost("beta/bob") == 0.0
+
+    wait_until(reset, 10, "the periodic reset")
+    store.finish("w1", [Done("b", b.token, 0.1)])
+    # then once idle past the TTL, each is new again: a full bucket (without the reset's
+    # leak they would be remembered, spent, for good).
+    for uid, key in (("c", "acme/alice"), ("d", "beta/bob")):
+        again = [tenant_ask(uid, key, **slow)]
+        admitted = lambda: verdicts(store.admit("w1", again)) == [Verdict.ADMITTED]  # noqa: B023, E731
+        wait_until(admitted, 10, f"{key} and its tenant forgotten")
+
+
 def test_register_counts_a_tenants_jobs_again(make_store):
     store = make_store(lifecycle=NEVER)
     job = Running("r1", first_token(time.time()) + 5, "clone", 8, "", "clone/", "acme/x", 1.0, 1.0,

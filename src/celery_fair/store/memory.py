@@ -654,9 +654,9 @@ class MemoryStore:
         _decrement(self.types, job.type)
         if job.conflict and self.conflicts.get(job.conflict) == uid:
             del self.conflicts[job.conflict]
-        _went_idle(self.active, job.key, self.acc, self._idle, now)
+        _went_idle(self.active, job.key, self._idle, now)
         if job.tenant is not None:
-            _went_idle(self.tactive, job.tenant, self.tacc, self._tidle, now)
+            _went_idle(self.tactive, job.tenant, self._tidle, now)
 
     def _reclaim(self, now: float) -> int:
         dead = [w for w, expiry in self.workers.items() if expiry < now]
@@ -690,11 +690,10 @@ class MemoryStore:
             elif now >= self._reset_at:
                 while self._reset_at <= now:
                     self._reset_at += life.reset_interval
+                # (idle keys and tenants keep their idle time: their buckets expire with it)
                 self.acc = dict.fromkeys(self.active, 0.0)
-                self._idle.clear()
                 self._min = [(0.0, next(self._ids), k) for k in self.active]
                 self.tacc = dict.fromkeys(self.tactive, 0.0)
-                self._tidle.clear()
                 self._tmin = [(0.0, next(self._ids), t) for t in self.tactive]
                 self._kmin = {
                     t: [(0.0, next(self._ids), k) for _, _, k in heap if k in self.active]
@@ -731,18 +730,16 @@ def _least(
 def _went_idle(
     active: dict[str, int],
     name: str,
-    costs: dict[str, float],
     idle: OrderedDict[str, float],
     now: float,
 ) -> None:
     """A running job of key or tenant ``name`` ended: one fewer runs, and with none left its
-    cost (if any) starts its idle time."""
+    idle time starts (its cost, if any, and its bucket expire with it)."""
     left = active[name] - 1
     if left <= 0:
         del active[name]
-        if name in costs:
-            idle[name] = now
-            idle.move_to_end(name)
+        idle[name] = now
+        idle.move_to_end(name)
     else:
         active[name] = left
 

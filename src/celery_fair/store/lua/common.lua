@@ -333,8 +333,9 @@ local function key_idle(k, snow, t)
     redis.call('HDEL', ACTIVE, k)
     redis.call('ZREM', MINACC, k)
     local acc = redis.call('HGET', ACC, k)
-    if acc then redis.call('ZADD', SEEN, snow, k) end
-    -- (a cost absent since a reset is 0, as its member says)
+    -- (idle from now, with a cost or not: a cost absent since a reset is 0, as its member
+    -- says, and its bucket is forgotten with it)
+    redis.call('ZADD', SEEN, snow, k)
     if t then redis.call('ZREM', TEN.KMIN, TEN.member(t, k, tonumber(acc or '0'))) end
   end
 end
@@ -352,7 +353,7 @@ function TEN.idle(t, snow)
   if redis.call('HINCRBY', TEN.ACTIVE, t, -1) <= 0 then
     redis.call('HDEL', TEN.ACTIVE, t)
     redis.call('ZREM', TEN.MINACC, t)
-    if redis.call('HEXISTS', TEN.ACC, t) == 1 then redis.call('ZADD', TEN.SEEN, snow, t) end
+    redis.call('ZADD', TEN.SEEN, snow, t)
   end
 end
 
@@ -561,7 +562,8 @@ local function maintain(now, cost_ttl, est_ttl, reset_interval, limit, every)
     elseif now >= at then
       while at <= now do at = at + reset_interval end
       redis.call('HSET', META, 'reset_at', fmt(at))
-      redis.call('DEL', ACC, SEEN, TEN.ACC, TEN.SEEN)
+      -- (idle keys and tenants keep their idle time: their buckets expire with it)
+      redis.call('DEL', ACC, TEN.ACC)
       local active = redis.call('ZRANGE', MINACC, 0, -1)
       for _, k in ipairs(active) do redis.call('ZADD', MINACC, 0, k) end
       for _, t in ipairs(redis.call('ZRANGE', TEN.MINACC, 0, -1)) do redis.call('ZADD', TEN.MINACC, 0, t) end
