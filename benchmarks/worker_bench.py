@@ -37,6 +37,13 @@ commit (``git archive REV src | tar -x -C /tmp/this``) while the working tree ch
 ``--shards N``: the fair worker's tasks go to its queue's N shard queues (``fair_shards``;
 8 by default, 1 for none), and it consumes them all; plain Celery's go to the queue.
 
+``--profile DIR``: sample the worker's main process with py-spy (``pip install py-spy``;
+it reads the process from outside, so the worker runs unchanged) from the first task's start
+to the last one's end, 250 times a second, and write each run's folded stacks to ``DIR``
+(``<broker>-<state>-<task>-<name>-<pair>.txt``, one line per stack and its samples: the input
+of ``flamegraph.pl``, or of ``benchmarks/profile_table.py`` for a table by stage). Sampling
+costs the worker a little: compare ratios from runs without it.
+
 ``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
 ``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
 ``fair_store_url`` on RabbitMQ), each under a fresh prefix. ``--store-url`` puts the store on
@@ -121,6 +128,7 @@ def measure(
     code: str | None = None,
     settings: str = "",
     shards: int = SHARDS,
+    profile: Path | None = None,
 ) -> Measured:
     """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks.
 
@@ -173,6 +181,7 @@ def measure(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    spy: subprocess.Popen[bytes] | None = None
     try:
         deadline = time.time() + 300
         started, cpu_start, redis_start, preempted_start = 0, None, None, None
@@ -183,6 +192,8 @@ def measure(
                 started, cpu_start = count, _cpu_seconds(proc.pid)
                 redis_start = _cpu_seconds(redis_pid)
                 preempted_start = _preemptions(proc.pid)
+                if profile is not None:
+                    spy = _spy(proc.pid, profile)
             time.sleep(0.005 if cpu_start is None else 0.05)
         cpu_end = _cpu_seconds(proc.pid)
         redis_end = _cpu_seconds(redis_pid)
@@ -190,6 +201,9 @@ def measure(
         first = float(record.get(f"{key}:first") or 0)
         last = float(record.get(f"{key}:last") or 0)
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled, and exits
+            spy.wait(60)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
         try:
@@ -209,6 +223,26 @@ def measure(
         _per_task(redis_start, redis_end, n - started),
         _per_task(preempted_start, preempted_end, n - started, scale=1.0),
     )
+
+
+def _profile_path(
+    profiles: Path | None, broker: str, state: str, task: str, name: str, pair: int
+) -> Path | None:
+    """Where one run's py-spy samples go (``--profile``), or ``None`` without it."""
+    if profiles is None:
+        return None
+    return profiles / f"{broker}-{state}-{task}-{name}-{pair}.txt".replace("/", "_")
+
+
+def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling process ``pid`` into ``out`` (folded stacks) until it gets SIGINT."""
+    spy = subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+         "--nonblocking", "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    return spy
 
 
 def _per_task(
@@ -262,8 +296,17 @@ def main() -> None:
         default=None,
         help="every worker on the celery_fair in DIR (a checkout's src), not the installed one",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        default=None,
+        help="sample each worker's main process with py-spy into DIR (folded stacks)",
+    )
     args = parser.parse_args()
     STATES["redis"] = args.store_url
+    profiles = Path(args.profile) if args.profile else None
+    if profiles is not None:
+        profiles.mkdir(parents=True, exist_ok=True)
     base = str(Path(args.code).resolve()) if args.code else None
     if base:
         sys.path.insert(0, base)  # bench_app's publishes too
@@ -302,6 +345,7 @@ def main() -> None:
                                 code,
                                 settings,
                                 args.shards,
+                                _profile_path(profiles, broker, state, task, name, i),
                             )
                         )
                 plain = [g.rate for g in got["plain"]]
