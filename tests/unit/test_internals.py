@@ -209,3 +209,31 @@ def test_the_channel_window_rule_is_celerys_where_celery_recorded_none(app, spec
     assert channel_window_is_global(_Consumer(app, spec, recorded=not expected)) is not expected
     if hasattr(Tasks, "qos_global"):
         assert Tasks.qos_global(object.__new__(Tasks), _Consumer(app, spec)) is expected
+
+
+def test_a_redis_channel_names_its_lists_as_kombu_does_and_only_once_per_queue():
+    # On Kombu's real Redis channel (a Redis server: the one the tests use),
+    from kombu import Connection
+
+    from celery_fair.worker.internals import LIST_NAMES_KEPT, remember_list_names
+
+    with Connection("redis://127.0.0.1:6379/15") as conn:
+        channel = conn.default_channel
+        kombus = type(channel)._q_for_pri
+        calls = []
+        channel._q_for_pri = lambda q, p: calls.append((q, p)) or kombus(channel, q, p)
+        assert remember_list_names(channel)
+        assert not remember_list_names(channel)  # once
+        queues = ["q", *(f"q.fair.{i}" for i in range(8)), "q.fair.lane.3"]
+        # every name is Kombu's, for each priority a message or a BRPOP may name,
+        for _ in range(2):
+            for queue in queues:
+                for pri in range(10):
+                    assert channel._q_for_pri(queue, pri) == kombus(channel, queue, pri)
+        # and Kombu's own code named each only once.
+        assert len(calls) == len(queues) * 10
+        # A channel that names ever new queues starts again rather than grow without end.
+        for i in range(LIST_NAMES_KEPT + 1):
+            channel._q_for_pri(f"reply-{i}", 0)
+        assert channel._q_for_pri("q", 3) == kombus(channel, "q", 3)
+        assert len(calls) == len(queues) * 10 + LIST_NAMES_KEPT + 2
