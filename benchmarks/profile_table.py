@@ -2,7 +2,7 @@
 
 Run by hand on the files ``worker_bench.py --profile DIR`` writes:
 
-    python benchmarks/profile_table.py DIR/redis-redis-noop-plain-*.txt DIR/redis-redis-noop-fair-*.txt
+    python benchmarks/profile_table.py DIR/redis-redis-noop-*.txt
     python benchmarks/profile_table.py --tasks 3000 --top 25 DIR/*fair-0.txt
 
 Each file is one run; the runs of one name (``plain``, ``fair``, ``fair@...``) are summed. A

@@ -42,7 +42,15 @@ it reads the process from outside, so the worker runs unchanged) from the first 
 to the last one's end, 250 times a second, and write each run's folded stacks to ``DIR``
 (``<broker>-<state>-<task>-<name>-<pair>.txt``, one line per stack and its samples: the input
 of ``flamegraph.pl``, or of ``benchmarks/profile_table.py`` for a table by stage). Sampling
-costs the worker a little: compare ratios from runs without it.
+costs the worker a little: compare ratios from runs without it. With ``BENCH_GIL=1`` in the
+environment only the thread holding the GIL is sampled (py-spy's ``--gil``): the Python work
+that the main process's threads (the loop, the intake, the lane watch) take turns at.
+
+``--pin`` (Linux, two CPUs or more): once the first task has started, the worker's main
+process (every thread) runs on CPU 0 and its pool processes and the local Redis server on
+CPU 1 (Redis gets all CPUs back at the end of each run). On two shared cores the main process
+is otherwise taken off its CPU about once a task (``pre``), and a profile then charges that
+time to whatever it was doing; pinned, ``pre`` falls to about 0.3.
 
 ``--states``: where the fair worker keeps its shared state: ``memory`` (this worker alone) or
 ``redis`` (the shared store: the broker's Redis on the Redis broker, the local Redis named by
@@ -56,6 +64,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -129,6 +138,7 @@ def measure(
     settings: str = "",
     shards: int = SHARDS,
     profile: Path | None = None,
+    pin: bool = False,
 ) -> Measured:
     """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks.
 
@@ -192,8 +202,10 @@ def measure(
                 started, cpu_start = count, _cpu_seconds(proc.pid)
                 redis_start = _cpu_seconds(redis_pid)
                 preempted_start = _preemptions(proc.pid)
+                if pin:
+                    _pin(proc.pid, redis_pid)
                 if profile is not None:
-                    spy = _spy(proc.pid, profile)
+                    spy = _spy(proc.pid, profile, gil=os.environ.get("BENCH_GIL") == "1")
             time.sleep(0.005 if cpu_start is None else 0.05)
         cpu_end = _cpu_seconds(proc.pid)
         redis_end = _cpu_seconds(redis_pid)
@@ -201,6 +213,8 @@ def measure(
         first = float(record.get(f"{key}:first") or 0)
         last = float(record.get(f"{key}:last") or 0)
     finally:
+        if pin:
+            os.sched_setaffinity(redis_pid, range(os.cpu_count() or 1))
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled, and exits
             spy.wait(60)
@@ -225,6 +239,18 @@ def measure(
     )
 
 
+def _pin(worker: int, redis_pid: int) -> None:
+    """``--pin``: the worker's main process (every thread) on CPU 0, its pool processes and
+    the Redis server on CPU 1, so that nothing but its own threads takes the main process's
+    core."""
+    for thread in os.listdir(f"/proc/{worker}/task"):
+        os.sched_setaffinity(int(thread), {0})
+    found = subprocess.run(["pgrep", "-P", str(worker)], capture_output=True, text=True)
+    for child in found.stdout.split():
+        os.sched_setaffinity(int(child), {1})
+    os.sched_setaffinity(redis_pid, {1})
+
+
 def _profile_path(
     profiles: Path | None, broker: str, state: str, task: str, name: str, pair: int
 ) -> Path | None:
@@ -234,11 +260,13 @@ def _profile_path(
     return profiles / f"{broker}-{state}-{task}-{name}-{pair}.txt".replace("/", "_")
 
 
-def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy sampling process ``pid`` into ``out`` (folded stacks) until it gets SIGINT."""
+def _spy(pid: int, out: Path, gil: bool = False) -> subprocess.Popen[bytes]:
+    """py-spy sampling process ``pid`` into ``out`` (folded stacks) until it gets SIGINT;
+    with ``gil``, only the thread holding the GIL."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     spy = subprocess.Popen(
-        ["py-spy", "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
-         "--nonblocking", "--output", str(out)],
+        [exe, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+         "--nonblocking", "--output", str(out), *(["--gil"] if gil else [])],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -302,6 +330,11 @@ def main() -> None:
         default=None,
         help="sample each worker's main process with py-spy into DIR (folded stacks)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the worker's main process on CPU 0, its pool and Redis on CPU 1 (Linux, 2+ CPUs)",
+    )
     args = parser.parse_args()
     STATES["redis"] = args.store_url
     profiles = Path(args.profile) if args.profile else None
@@ -346,6 +379,7 @@ def main() -> None:
                                 settings,
                                 args.shards,
                                 _profile_path(profiles, broker, state, task, name, i),
+                                args.pin,
                             )
                         )
                 plain = [g.rate for g in got["plain"]]

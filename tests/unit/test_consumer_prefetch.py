@@ -3,7 +3,7 @@ opened while held work blocks an idle slot, grown by the ETA tasks a shard has w
 
 from __future__ import annotations
 
-from celery_fair.worker.consumer_prefetch import ShardPrefetch
+from celery_fair.worker.consumer_prefetch import NARROW_AFTER, ShardPrefetch
 from celery_fair.worker.window import CHUNK, SETTLE, Opening
 
 A, B, BASE = "jobs.fair.0", "jobs.fair.1", "jobs"
@@ -93,3 +93,26 @@ def test_a_new_narrow_width_follows_the_worker_and_forgotten_queues_stay_forgott
     assert p.observe(opening=0, eta={}) == [A]
     assert p.info() == {A: 5}
     assert p.limit_for(A) == 7
+
+
+def test_the_windows_widen_with_the_reserve_at_once_and_narrow_only_once_it_stays_shallower():
+    # The reserve's depth moves what the worker can start up and down every second with short
+    # jobs; each change of a window consumes every shard and lane again (round trips).
+    p = ShardPrefetch(narrow=4)
+    consumed(p)
+    p.aim(11, now=0.0)  # deeper: at once
+    assert p.observe(opening=0, eta={}) == [A, B]
+    consumed(p)
+    # shallower for a moment, and deeper again: nothing to consume again,
+    for t, narrow in enumerate([4, 5, 11, 6, 4, 10, 11, 5]):
+        p.aim(narrow, now=0.5 * t)
+        assert p.observe(opening=0, eta={}) == []
+    # until it stays below for NARROW_AFTER: then to the most it was meanwhile.
+    p.aim(11, now=9.0)
+    p.aim(5, now=10.0)
+    p.aim(6, now=10.0 + NARROW_AFTER / 2)
+    assert p.narrow == 11
+    p.aim(4, now=10.0 + NARROW_AFTER)
+    assert p.narrow == 6
+    assert sorted(p.observe(opening=0, eta={})) == [A, B]
+    assert consumed(p) == {A: 6, B: 6, BASE: 0}

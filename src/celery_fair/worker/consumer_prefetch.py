@@ -34,7 +34,12 @@ RabbitMQ applies a consumer's window only when the consumer is created, so a cha
 by cancelling the shard's consumer and consuming again (internals.reconsume): unacked messages
 stay with the channel and are acked as usual; the consumers of queues without a window of
 their own are consumed again too (internals.consume_with_windows says why). That is a few
-round trips per queue, made only when a window changes, from a sweep.
+round trips per queue, made only when a window changes, from a sweep. What the worker can
+start moves with its reserve's depth (reserve.py), which short jobs move up and down every
+second: so the windows widen to it at once, and narrow only once it has stayed below them for
+``NARROW_AFTER`` seconds (``ShardPrefetch.aim``). Following every move consumed all 24
+queues of 8 shards and 16 lanes again 8 times a second, a fifth of the main process's time
+on no-op tasks.
 docs/operations.md#prefetch-qos says what users see.
 """
 
@@ -56,9 +61,12 @@ from .internals import (
 )
 from .window import CHUNK
 
-__all__ = ["ShardPrefetch", "ShardWindows"]
+__all__ = ["NARROW_AFTER", "ShardPrefetch", "ShardWindows"]
 
 logger = get_logger(__name__)
+
+#: Seconds what the worker can start must stay below the shards' windows before they narrow.
+NARROW_AFTER = 3.0
 
 
 class ShardPrefetch:
@@ -81,6 +89,30 @@ class ShardPrefetch:
         self._limits: dict[str, int] = {}
         self._eta: dict[str, int] = {}
         self._stragglers: Mapping[int, int] = {}  # shard number -> stragglers held from it
+        # While what the worker can start stays below ``narrow``: since when, and the most.
+        self._below_since: float | None = None
+        self._below = 0
+
+    def aim(self, narrow: int, now: float) -> None:
+        """What the worker can start plus one is ``narrow`` at ``now`` (a clock in seconds):
+        the windows widen to it at once, and narrow to the most it has been since it fell
+        below them only once it has stayed below for ``NARROW_AFTER`` seconds. O(1).
+
+        >>> p = ShardPrefetch(narrow=3)
+        >>> p.aim(11, now=0.0); p.aim(4, now=0.5); p.aim(6, now=2.0); p.narrow
+        11
+        >>> p.aim(5, now=3.5); p.narrow
+        6
+        """
+        narrow = max(1, narrow)
+        if narrow >= self.narrow:
+            self.narrow, self._below_since = narrow, None
+        elif self._below_since is None:
+            self._below_since, self._below = now, narrow
+        else:
+            self._below = max(self._below, narrow)
+            if now - self._below_since >= NARROW_AFTER:
+                self.narrow, self._below_since = self._below, None
 
     def limit_for(self, queue: str) -> int:
         """The window to consume ``queue`` with now (0: none of its own, the channel's only),
@@ -147,11 +179,16 @@ class ShardWindows:
         return cls(c.task_consumer, narrow, lambda: applied_prefetch(c.qos))
 
     def follow(
-        self, opening: int, narrow: int, stragglers: Mapping[int, int] | None = None
+        self,
+        opening: int,
+        narrow: int,
+        stragglers: Mapping[int, int] | None,
+        now: float,
     ) -> None:
-        """Open, close or grow the windows as ``ShardPrefetch`` says. O(shards + ETA tasks
+        """Open, close or grow the windows as ``ShardPrefetch`` says, ``narrow`` being what
+        the worker can start plus one at ``now`` (``ShardPrefetch.aim``). O(shards + ETA tasks
         waiting)."""
-        self.prefetch.narrow = max(1, narrow)
+        self.prefetch.aim(narrow, now)
         scheduled = scheduled_by_queue(self._consumer)
         changed = self.prefetch.observe(opening, scheduled, stragglers)
         if not changed:

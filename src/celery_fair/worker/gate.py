@@ -525,7 +525,12 @@ class Gate:
             return
         with self._lock:
             stragglers = self.lanes.read_past() if self.lanes is not None else None
-        shards.follow(self.windows.opening.extra, self.windows.shard_window, stragglers)
+        shards.follow(
+            self.windows.opening.extra,
+            self.windows.shard_window,
+            stragglers,
+            self._monotonic.now(),
+        )
 
     def close(self) -> None:
         """The worker is shutting down: report what finished; later finishes are reported inline.
