@@ -500,10 +500,15 @@ def reposition(key: KeyState) -> None:
 
 
 def resume_aging(key: KeyState) -> None:
-    """``key`` resumed: its jobs wait, and rise, again. Each of its key queues gets a fresh
-    entry and booking (a blocked one, the booking for when it turns urgent). O(q log n)."""
+    """``key`` resumed (or its bound moved): its jobs wait, and rise, again. Each of its key
+    queues gets a fresh entry and booking (a blocked one, the booking for when it turns
+    urgent), and each conflict that lent one of its jobs checks the loan again: a lowered
+    bound may put the loan behind another key's waiter. O(q log n + loans log n)."""
     for kq in list(key.queues or ()):
         _push_fresh(kq)
+    for _, ident, cl in list(lender(key).lent):
+        if cl.bound_id == ident and cl.lent is not None and _borrows(cl.lent.key, key):
+            cl.revalidate()
 
 
 def _push_fresh(kq: KeyQueue) -> None:
