@@ -606,19 +606,17 @@ class Scheduler(Shared):
         next (worker/shard_turns.py): its ``order_cost``, or ``inf`` while the key, or its
         tenant, is out of its rate now. None of its jobs can start until the bucket refills,
         so a message of it read now would only hold a place that another key's could start
-        from, however little the key has used. O(1)."""
-        now = self._clock.now()
+        from, however little the key has used. O(1); the clock is read only for a bucket
+        that ran out."""
         key = self._accounts.keys.get(fairness_key)
-        if key is not None and key.limited and out_of_rate(key, now):
+        if key is not None and key.limited and out_of_rate(key, self._clock.now()):
             return _INF
-        if self._separator is None:
-            return 0.0 if key is None else key.acc
         tenants = self._tenants
-        name = tenant_name(fairness_key, self._separator)
-        tenant = None if tenants is None else tenants.keys.get(name)
-        if tenant is None:
-            return 0.0
-        return _INF if tenant.limited and out_of_rate(tenant, now) else tenant.acc
+        if self._separator is not None and tenants is not None:
+            tenant = tenants.keys.get(tenant_name(fairness_key, self._separator))
+            if tenant is not None and tenant.limited and out_of_rate(tenant, self._clock.now()):
+                return _INF
+        return self.order_cost(fairness_key)
 
     def tenant_cost(self, tenant: str) -> float:
         """``tenant``'s accumulated cost here (0 for a tenant not known; two-level keys)."""
