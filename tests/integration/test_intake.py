@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import billiard
 import pytest
 import redis
 from harness import FAST_RESTORE, intervals, wait_until
@@ -27,7 +28,7 @@ from celery_fair.core.lanes import DEFAULT_LANES, HeavyKeys, LaneMap, LaneTable
 from celery_fair.protocol import lane_name
 from celery_fair.redis_broker import redis_broker_client, redis_queue_lists
 from celery_fair.routing import DEFAULT_SHARDS, Lanes, shard_name, shard_of
-from celery_fair.worker.intake import BATCH, RedisIntake
+from celery_fair.worker.intake import BATCH, RedisIntake, plain_consumers
 from celery_fair.worker.intake.amqp import AmqpIntake
 
 SHARDS = DEFAULT_SHARDS
@@ -472,3 +473,43 @@ def test_a_producer_that_gives_a_key_its_lane_first_moves_its_messages_left_in_i
     assert tags(lane_name(run.queue, 0)) == [f"{b}-0", f"{b}-1"]
     assert tags(shard) == ["light"]
     assert lanes.rerouted == 6
+
+
+def _brpop_clients(client: redis.Redis) -> set[int]:
+    return {c["id"] for c in client.client_list() if c.get("cmd") == "brpop"}
+
+
+@pytest.mark.parametrize("broker", ["redis"])
+def test_a_process_the_pool_starts_while_the_intake_asks_for_the_workers_queues_comes_up(
+    make_run,
+):
+    # Given the intake's look for plain workers waiting for their replies on its thread (no
+    # worker answers here, so it waits its whole timeout with a reply read in flight),
+    run = make_run()
+    client = redis.Redis.from_url(run.url)
+    before = _brpop_clients(client)
+    asking = threading.Thread(
+        target=plain_consumers, args=(run.app, [run.queue]), kwargs={"timeout": 3.0}, daemon=True
+    )
+    asking.start()
+    wait_until(lambda: _brpop_clients(client) - before, 10, "the look's reply read")
+    # When the prefork pool starts processes meanwhile, one after another (billiard runs the
+    # after-fork hooks, which close the connections of every Kombu pool in a new process),
+    exits = []
+    for _ in range(3):
+        process = billiard.Process(target=int, daemon=True)
+        process.start()
+        process.join(10)
+        if process.is_alive():
+            process.terminate()
+            process.join(5)
+            exits.append("hung")
+        else:
+            exits.append(process.exitcode)
+    still_asking = asking.is_alive()
+    asking.join(15)
+    # Then each comes up at once: nothing in it waits on a socket the parent reads (when the
+    # look asked over a pooled connection, a new process that lost the race for the reply
+    # hung until it was killed: 9 of 10 in a probe),
+    assert exits == [0, 0, 0]
+    assert still_asking  # all while the look was asking

@@ -25,13 +25,11 @@ def test_capacity_follows_autoscale(make_run, start_worker):
 
 @pytest.mark.parametrize("broker", ["redis"])
 def test_max_tasks_per_child_replaces_processes_and_jobs_keep_flowing(make_run, start_worker):
-    # Celery's prefork pool (plain as well as inside -P fair) reads a new process's "up"
-    # message only at its loop's next wake-up, up to about 5 s later here (plain prefork
-    # takes 5.1 s for these six jobs with nothing else running), and kills a process it has
-    # not heard from within worker_proc_alive_timeout (4 s by default): on a loaded host
-    # every new process was killed in turn and the jobs stopped (CI at 9bac50f). A timeout
-    # above that wake-up keeps this test about the gate (docs/failure-modes.md).
-    run = make_run(conf={"worker_proc_alive_timeout": 30.0})
+    # Each new process must come up while the intake asks the fleet for its queues on a
+    # thread of the worker: asked over a pooled connection, a process started meanwhile hung
+    # in Kombu's after-fork close of that connection and was killed after
+    # worker_proc_alive_timeout (the default here, 4 s), with the pool short of a process.
+    run = make_run()
     worker = start_worker(run, concurrency=2, args=("--max-tasks-per-child=1",))
     for i in range(6):
         run.send("fairapp.clone", f"j{i}", 0.05, headers=fair_headers("clone", "k", f"r{i}"))

@@ -4,6 +4,7 @@ themselves run against the real brokers in tests/integration/test_intake.py)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 
@@ -128,8 +129,11 @@ class SlowReplies:
         self.release = threading.Event()
         self.control = self
 
-    def inspect(self, timeout):
+    def inspect(self, timeout, connection):
         return self
+
+    def connection_for_read(self):
+        return contextlib.nullcontext()
 
     def active_queues(self):
         self.asked.set()

@@ -172,8 +172,16 @@ def plain_consumers(
     ``inspect active_queues``, by (queue, part): ``"shards"`` for those that consume the queue
     but not its shards (plain Celery workers, or fair workers with ``fair_shards = 1``); with
     ``lanes``, ``"lanes"`` for those that consume its shards but not its lanes (fair workers
-    without a shared store, or with ``fair_lanes = 0``)."""
-    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    without a shared store, or with ``fair_lanes = 0``).
+
+    It asks over a connection of its own, never one of the app's pool: the prefork pool closes
+    every pooled connection in each process it starts, and closing a Redis connection whose
+    reply read is in flight here waits on a socket the parent reads: the new process hung
+    before it said it was up, and was killed ``worker_proc_alive_timeout`` later
+    (docs/failure-modes.md)."""
+    with app.connection_for_read() as connection:
+        replies = app.control.inspect(timeout=timeout, connection=connection).active_queues()
+    replies = replies or {}
     found: dict[tuple[str, str], list[str]] = {}
     for queue in queues:
         shard, lane = shard_name(queue, 0), lane_name(queue, 0)
