@@ -46,6 +46,10 @@ costs the worker a little: compare ratios from runs without it. With ``BENCH_GIL
 environment only the thread holding the GIL is sampled (py-spy's ``--gil``): the Python work
 that the main process's threads (the loop, the intake, the lane watch) take turns at.
 
+``--syscalls DIR``: count the worker's main process's system calls (every thread) over the
+same span with ``perf trace -s`` (Linux; root or ``perf_event_paranoid`` low enough), each
+run's summary in ``DIR`` as above: the calls of each kind per thread and the time they took.
+
 ``--pin`` (Linux, two CPUs or more): once the first task has started, the worker's main
 process (every thread) runs on CPU 0 and its pool processes and the local Redis server on
 CPU 1 (Redis gets all CPUs back at the end of each run). On two shared cores the main process
@@ -139,6 +143,7 @@ def measure(
     shards: int = SHARDS,
     profile: Path | None = None,
     pin: bool = False,
+    syscalls: Path | None = None,
 ) -> Measured:
     """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks.
 
@@ -192,6 +197,7 @@ def measure(
         start_new_session=True,
     )
     spy: subprocess.Popen[bytes] | None = None
+    tracer: subprocess.Popen[bytes] | None = None
     try:
         deadline = time.time() + 300
         started, cpu_start, redis_start, preempted_start = 0, None, None, None
@@ -206,6 +212,8 @@ def measure(
                     _pin(proc.pid, redis_pid)
                 if profile is not None:
                     spy = _spy(proc.pid, profile, gil=os.environ.get("BENCH_GIL") == "1")
+                if syscalls is not None:
+                    tracer = _trace(proc.pid, syscalls)
             time.sleep(0.005 if cpu_start is None else 0.05)
         cpu_end = _cpu_seconds(proc.pid)
         redis_end = _cpu_seconds(redis_pid)
@@ -215,9 +223,10 @@ def measure(
     finally:
         if pin:
             os.sched_setaffinity(redis_pid, range(os.cpu_count() or 1))
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled, and exits
-            spy.wait(60)
+        for watcher in (spy, tracer):
+            if watcher is not None:
+                watcher.send_signal(signal.SIGINT)  # it writes what it saw, and exits
+                watcher.wait(60)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
         try:
@@ -271,6 +280,16 @@ def _spy(pid: int, out: Path, gil: bool = False) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     return spy
+
+
+def _trace(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """``perf trace -s`` counting process ``pid``'s system calls (every thread), with the time
+    each kind took, into ``out`` until it gets SIGINT."""
+    return subprocess.Popen(
+        ["perf", "trace", "-s", "-p", str(pid), "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _per_task(
@@ -331,6 +350,12 @@ def main() -> None:
         help="sample each worker's main process with py-spy into DIR (folded stacks)",
     )
     parser.add_argument(
+        "--syscalls",
+        metavar="DIR",
+        default=None,
+        help="count each worker's main process's system calls with perf trace -s into DIR",
+    )
+    parser.add_argument(
         "--pin",
         action="store_true",
         help="the worker's main process on CPU 0, its pool and Redis on CPU 1 (Linux, 2+ CPUs)",
@@ -338,8 +363,10 @@ def main() -> None:
     args = parser.parse_args()
     STATES["redis"] = args.store_url
     profiles = Path(args.profile) if args.profile else None
-    if profiles is not None:
-        profiles.mkdir(parents=True, exist_ok=True)
+    traces = Path(args.syscalls) if args.syscalls else None
+    for out in (profiles, traces):
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
     base = str(Path(args.code).resolve()) if args.code else None
     if base:
         sys.path.insert(0, base)  # bench_app's publishes too
@@ -380,6 +407,7 @@ def main() -> None:
                                 args.shards,
                                 _profile_path(profiles, broker, state, task, name, i),
                                 args.pin,
+                                _profile_path(traces, broker, state, task, name, i),
                             )
                         )
                 plain = [g.rate for g in got["plain"]]
