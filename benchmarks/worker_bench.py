@@ -50,6 +50,10 @@ that the main process's threads (the loop, the intake, the lane watch) take turn
 same span with ``perf trace -s`` (Linux; root or ``perf_event_paranoid`` low enough), each
 run's summary in ``DIR`` as above: the calls of each kind per thread and the time they took.
 
+``--commandstats DIR``: what the local Redis server did over the same span, by command, per
+task (``INFO commandstats`` read at both ends: calls and microseconds), each run's table in
+``DIR`` as above. It counts every client of that server (the broker, the store, the record).
+
 ``--pin`` (Linux, two CPUs or more): once the first task has started, the worker's main
 process (every thread) runs on CPU 0 and its pool processes and the local Redis server on
 CPU 1 (Redis gets all CPUs back at the end of each run). On two shared cores the main process
@@ -144,6 +148,7 @@ def measure(
     profile: Path | None = None,
     pin: bool = False,
     syscalls: Path | None = None,
+    commands: Path | None = None,
 ) -> Measured:
     """Throughput and CPU per task for one fresh worker running ``n`` pre-published tasks.
 
@@ -207,6 +212,7 @@ def measure(
             if count and cpu_start is None:
                 started, cpu_start = count, _cpu_seconds(proc.pid)
                 redis_start = _cpu_seconds(redis_pid)
+                commands_start = record.info("commandstats") if commands else {}
                 preempted_start = _preemptions(proc.pid)
                 if pin:
                     _pin(proc.pid, redis_pid)
@@ -217,6 +223,8 @@ def measure(
             time.sleep(0.005 if cpu_start is None else 0.05)
         cpu_end = _cpu_seconds(proc.pid)
         redis_end = _cpu_seconds(redis_pid)
+        if commands is not None:
+            _write_commands(commands, commands_start, record.info("commandstats"), n - started)
         preempted_end = _preemptions(proc.pid)
         first = float(record.get(f"{key}:first") or 0)
         last = float(record.get(f"{key}:last") or 0)
@@ -284,12 +292,33 @@ def _spy(pid: int, out: Path, gil: bool = False) -> subprocess.Popen[bytes]:
 
 def _trace(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """``perf trace -s`` counting process ``pid``'s system calls (every thread), with the time
-    each kind took, into ``out`` until it gets SIGINT."""
+    each kind took, into ``out`` until it gets SIGINT; with ``BENCH_PERF_RECORD=1`` in the
+    environment, ``perf record`` sampling where its CPU goes instead (``perf report -i out``)."""
+    if os.environ.get("BENCH_PERF_RECORD") == "1":
+        command = ["perf", "record", "-F", "997", "-g", "-p", str(pid), "-o", str(out)]
+    else:
+        command = ["perf", "trace", "-s", "-p", str(pid), "-o", str(out)]
     return subprocess.Popen(
-        ["perf", "trace", "-s", "-p", str(pid), "-o", str(out)],
+        command,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def _write_commands(out: Path, before: dict, after: dict, tasks: int) -> None:
+    """The Redis server's commands over a run (``INFO commandstats``, both readings), per task:
+    calls and microseconds, the most expensive first."""
+    rows = []
+    for name, stats in after.items():
+        was = before.get(name, {"calls": 0, "usec": 0})
+        calls, usec = stats["calls"] - was["calls"], stats["usec"] - was["usec"]
+        if calls:
+            rows.append((usec / tasks, calls / tasks, name.removeprefix("cmdstat_")))
+    lines = [f"{'command':24} {'calls/task':>10} {'µs/task':>8} {'µs/call':>8}"]
+    for usec, calls, name in sorted(rows, reverse=True):
+        lines.append(f"{name:24} {calls:>10.3f} {usec:>8.1f} {usec / calls:>8.1f}")
+    lines.append(f"{'all':24} {sum(r[1] for r in rows):>10.3f} {sum(r[0] for r in rows):>8.1f}")
+    out.write_text("\n".join(lines) + "\n")
 
 
 def _per_task(
@@ -356,6 +385,12 @@ def main() -> None:
         help="count each worker's main process's system calls with perf trace -s into DIR",
     )
     parser.add_argument(
+        "--commandstats",
+        metavar="DIR",
+        default=None,
+        help="the local Redis's commands per task over each run (INFO commandstats) into DIR",
+    )
+    parser.add_argument(
         "--pin",
         action="store_true",
         help="the worker's main process on CPU 0, its pool and Redis on CPU 1 (Linux, 2+ CPUs)",
@@ -364,7 +399,8 @@ def main() -> None:
     STATES["redis"] = args.store_url
     profiles = Path(args.profile) if args.profile else None
     traces = Path(args.syscalls) if args.syscalls else None
-    for out in (profiles, traces):
+    commands = Path(args.commandstats) if args.commandstats else None
+    for out in (profiles, traces, commands):
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
     base = str(Path(args.code).resolve()) if args.code else None
@@ -408,6 +444,7 @@ def main() -> None:
                                 _profile_path(profiles, broker, state, task, name, i),
                                 args.pin,
                                 _profile_path(traces, broker, state, task, name, i),
+                                _profile_path(commands, broker, state, task, name, i),
                             )
                         )
                 plain = [g.rate for g in got["plain"]]
