@@ -21,6 +21,9 @@ rounds, microseconds):
   ``LLEN`` round trip on Redis, two passive ``queue_declare`` on RabbitMQ;
 - ``tracked``: as ``shard``, with ``fair_track_submits``: each submit recorded in the shared
   store first (one script call to the local Redis; on the Redis broker, the broker's Redis);
+- ``plain``: a plain Celery task (``@app.task``, an app with no fair task), to its queue: the
+  baseline of issue 35's goal for a fair task's ``apply_async`` (at most 1.10x this); each other
+  variant's median is also printed over it;
 - ``untrack``: not a publish: what the worker pays per ended fair job with
   ``fair_track_submits`` (one script call forgetting it, in the process that ran it).
 """
@@ -87,7 +90,30 @@ def depth_reader(app: Any, queue: str) -> Any:
     return amqp_depths
 
 
+def measure_plain(broker: str, n: int) -> float:
+    """µs per ``apply_async`` of a plain Celery task to its queue."""
+    queue = f"publish-{uuid.uuid4().hex[:8]}"
+    app = Celery("publish", broker=BROKERS[broker], set_as_current=False)
+    app.conf.update(task_default_queue=queue, task_ignore_result=True)
+
+    @app.task(name="publish.plain")
+    def job(i: int) -> None: ...
+
+    try:
+        job.apply_async([0])  # connections, declarations
+        start = time.perf_counter()
+        for i in range(n):
+            job.apply_async([i])
+        return 1e6 * (time.perf_counter() - start) / n
+    finally:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
+        app.close()
+
+
 def measure(broker: str, variant: str, n: int) -> float:
+    if variant == "plain":
+        return measure_plain(broker, n)
     queue = f"publish-{uuid.uuid4().hex[:8]}"
     tracked = variant in ("tracked", "untrack")
     lanes = variant.startswith("lanes")
@@ -161,7 +187,7 @@ def main() -> None:
     parser.add_argument("--publishes", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
-        "--variants", default="queue,shard,lanes,lanes light,hand of 2,tracked,untrack"
+        "--variants", default="plain,queue,shard,lanes,lanes light,hand of 2,tracked,untrack"
     )
     args = parser.parse_args()
     variants = args.variants.split(",")
@@ -172,6 +198,10 @@ def main() -> None:
             for variant in variants if i % 2 == 0 else variants[::-1]:
                 got[variant].append(measure(broker, variant, args.publishes))
         print(f"{broker:6} " + " ".join(f"{statistics.median(got[v]):>10.0f}" for v in variants))
+        if "plain" in got:
+            base = statistics.median(got["plain"])
+            ratios = " ".join(f"{statistics.median(got[v]) / base:>10.2f}" for v in variants)
+            print(f"{'/plain':6} {ratios}")
 
 
 if __name__ == "__main__":

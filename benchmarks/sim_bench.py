@@ -4,6 +4,12 @@ Run by hand; results go to docs/benchmarks.md with the command:
 
     python benchmarks/sim_bench.py                 # 100,000 jobs, 1,000 keys, 2,000 repositories
     python benchmarks/sim_bench.py --jobs 10000    # to check it runs
+    python benchmarks/sim_bench.py --burst         # issue 35's trace, the command timed whole
+
+``--burst``: issue 35's trace instead: every job arrives at once, 90% of them on 50 job ids of
+one conflict group (the rest on ids of their own), over ``--keys`` keys, capacity 32; and the
+whole ``celery-fair simulate TRACE`` command is timed too (process start, reading, output to a
+file), median of ``--runs``.
 
 It writes a seeded trace (three job types over one conflict group, Poisson arrivals at eight
 jobs a second, 0.1 to 1.5 s each, eight slots), then times each phase of ``celery-fair
@@ -17,7 +23,11 @@ import io
 import json
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from celery_fair.sim import parse_trace, simulate
 
@@ -41,14 +51,55 @@ def make_trace(jobs: int, keys: int, repos: int, seed: int = 7) -> dict[str, obj
     return {"capacity": 8, "types": types, "jobs": out}
 
 
+def make_burst(jobs: int, keys: int, seed: int = 7) -> dict[str, object]:
+    """Issue 35's trace: all at once, 90% on 50 conflicting ids, capacity 32."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(jobs):
+        hot = rng.random() < 0.9
+        out.append({
+            "name": f"j{i}", "type": rng.choice(["clone", "fetch", "repack"]),
+            "job_id": f"repo{rng.randrange(50)}" if hot else f"own{i}",
+            "fairness_key": f"k{rng.randrange(keys)}",
+            "arrival": 0.0, "duration": round(rng.uniform(0.1, 1.5), 4),
+        })  # fmt: skip
+    trace = make_trace(0, keys, 1, seed)
+    return {**trace, "capacity": 32, "jobs": out}
+
+
+def time_command(text: str, runs: int) -> float:
+    """Median seconds of ``celery-fair simulate`` on ``text`` as a file, output to a file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trace, out = Path(tmp) / "trace.json", Path(tmp) / "out.json"
+        trace.write_text(text)
+        took = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            with out.open("w") as sink:
+                subprocess.run(
+                    [sys.executable, "-m", "celery_fair", "simulate", str(trace)],
+                    stdout=sink,
+                    check=True,
+                )
+            took.append(time.perf_counter() - t0)
+        return statistics.median(took)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--repos", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--burst", action="store_true", help="issue 35's trace (module doc)")
     args = parser.parse_args()
-    text = json.dumps(make_trace(args.jobs, args.keys, args.repos))
+    if args.burst:
+        text = json.dumps(make_burst(args.jobs, args.keys))
+        whole = time_command(text, args.runs)
+        rate = args.jobs / whole
+        print(f"celery-fair simulate, the whole command: {whole:.2f} s, {rate:,.0f} jobs/s")
+    else:
+        text = json.dumps(make_trace(args.jobs, args.keys, args.repos))
     phases: dict[str, list[float]] = {}
     for _ in range(args.runs):
         t0 = time.perf_counter()
