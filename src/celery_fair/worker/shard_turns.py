@@ -139,12 +139,12 @@ class ShardTurns:
         catching up would get its next message one read in as many as there are, and so only
         its even share of starts, never the catch-up its cost calls for.
 
-        With ``mapped`` set, a lane held none of whose lane no key has (in the fleet's map as
-        this worker knows it) is left out of every read but one each ``FULL_READ_EVERY``
-        seconds: with 16 lanes and none in use, a read names 36 lists instead of 100, which
-        Kombu builds and redis-py packs for every message. A message published to such a lane
-        (by a producer whose map is newer than this worker's) waits at most that long, plus
-        on an idle worker the timeout of the read in flight."""
+        With ``mapped`` set, a lane that is held none of and that no key has (in the fleet's
+        map as this worker knows it) is left out of every read but one each
+        ``FULL_READ_EVERY`` seconds: with 16 lanes and none in use, a read names 36 lists
+        instead of 100, which Kombu builds and redis-py packs for every message. A message
+        published to such a lane (by a producer whose map is newer than this worker's) waits
+        at most that long, plus on an idle worker the timeout of the read in flight."""
         window = self._window()
         held = self.held
         index = self._index
