@@ -80,8 +80,10 @@ class Reroutes:
         self.plan = dict(plan)
         self.calls: list[str] = []
         self.done = threading.Event()
+        self.drains = 0
 
     def drain(self, queues):
+        self.drains += 1
         return 0
 
     def drain_shards(self, shards):
@@ -113,6 +115,27 @@ def test_stragglers_told_of_are_rerouted_at_once_once_per_shard_and_counted_by_q
         thread.stop()
     assert sorted(intake.calls) == ["q.fair.3", "q.fair.5"]  # one call each, not 51
     assert counters.counts["rerouted"] == 20
+
+
+def test_a_wake_for_stragglers_reroutes_them_and_leaves_the_queues_to_their_interval():
+    # Given an intake thread that drains its queues every minute, started (it drains once),
+    intake = Reroutes({"q.fair.3": 2, "q.fair.5": 1})
+    thread = IntakeThread(intake, lambda: ["q"], 60.0)  # type: ignore[arg-type]
+    thread.start()
+    try:
+        # when the gate tells it of stragglers in one shard, then in another,
+        assert thread.reroute_soon("q.fair.3")
+        for _ in range(500):
+            if intake.calls:
+                break
+            threading.Event().wait(0.01)
+        assert thread.reroute_soon("q.fair.5")
+        assert intake.done.wait(5)
+    finally:
+        thread.stop()
+    # then each is rerouted at its wake, and the queues were drained only the first time.
+    assert intake.calls == ["q.fair.3", "q.fair.5"]
+    assert intake.drains == 1
 
 
 def test_an_intake_that_cannot_reroute_says_so():

@@ -198,12 +198,14 @@ class IntakeThread(threading.Thread):
     """Runs an intake for the queues a worker consumes, until stopped.
 
     It drains every queue, then looks again after ``interval`` seconds (at once after a call
-    that moved a full batch). A broker error is logged once per outage and retried. With
-    ``app``, every ``CHECK_EVERY`` seconds (the first time ``first_check`` seconds after it
-    starts) a thread of its own looks for workers that consume the same queues without their
-    shards (and, with ``lanes``, this worker consuming lanes, without their lanes), and warns
-    about each once: that look waits up to a second for the workers' replies, and on the
-    intake's thread a message published meanwhile would wait for it too.
+    that moved a full batch); told of stragglers, it reroutes them at once and drains the
+    queues only when their interval is up (each drain names every shard and lane of a
+    queue). A broker error is logged once per outage and retried. With ``app``, every
+    ``CHECK_EVERY`` seconds (the first time ``first_check`` seconds after it starts) a thread
+    of its own looks for workers that consume the same queues without their shards (and,
+    with ``lanes``, this worker consuming lanes, without their lanes), and warns about each
+    once: that look waits up to a second for the workers' replies, and on the intake's
+    thread a message published meanwhile would wait for it too.
     """
 
     def __init__(
@@ -254,10 +256,13 @@ class IntakeThread(threading.Thread):
         return True
 
     def _run(self) -> None:
+        drain_at = 0.0  # (monotonic) when the queues are drained next: each interval
         while not self._halt.is_set():
             try:
                 self._reroute()
-                self._drain()
+                if time.monotonic() >= drain_at:  # not at a wake for stragglers
+                    drain_at = time.monotonic() + self.interval
+                    self._drain()
             except Exception as exc:  # a Redis outage or failover: keep trying
                 if not self._failing:
                     logger.warning("celery-fair intake: cannot move messages (%s); retrying.", exc)
@@ -266,8 +271,8 @@ class IntakeThread(threading.Thread):
                 if self._failing:
                     logger.info("celery-fair intake: moving messages again.")
                 self._failing = False
-            if self._wake.wait(self.interval):  # stragglers: let the next few come too
-                self._halt.wait(REROUTE_GAP)
+            if self._wake.wait(max(0.0, drain_at - time.monotonic())):
+                self._halt.wait(REROUTE_GAP)  # stragglers: let the next few come too
             self._wake.clear()
 
     def _reroute(self) -> None:
