@@ -6,7 +6,7 @@ from kombu.utils.scheduling import cycle_by_name
 
 from celery_fair.protocol import shard_of
 from celery_fair.worker.internals import order_redis_reads
-from celery_fair.worker.shard_turns import FULL_READ_EVERY, ShardTurns, slot_of
+from celery_fair.worker.shard_turns import ShardTurns, slot_of
 
 
 class Channel:
@@ -134,29 +134,3 @@ def test_with_two_level_keys_cost_decides_before_whether_a_queue_is_held_none_of
     assert turns.order(queues) == ["q.fair.lane.0", "q.fair.0"]
     cost[2] = 9.0  # a tie: the queue held none of first, as with flat keys
     assert turns.order(queues) == ["q.fair.0", "q.fair.lane.0"]
-
-
-def test_a_lane_no_key_has_is_read_only_in_a_full_read_every_tenth_of_a_second() -> None:
-    # Given a gate on 2 shards and 3 lanes whose map gives lane 1 to a key, holding one
-    # message of lane 2 (its key got it after the worker's map was read), on a clock,
-    turns = ShardTurns(shards=2, window=lambda: 4, lanes=3)
-    clock = [100.0]
-    turns.mapped = lambda slot: slot == 3
-    turns.now = lambda: clock[0]
-    turns.add(4)
-    queues = ["q.fair.0", "q.fair.lane.0", "q.fair.lane.1", "q.fair.lane.2", "q.fair.1", "q"]
-    # the first read lists every lane,
-    assert turns.order(queues) == [
-        "q.fair.0", "q.fair.lane.0", "q.fair.lane.1", "q.fair.1", "q.fair.lane.2", "q"
-    ]  # fmt: skip
-    # the next ones within FULL_READ_EVERY leave out lane 0 (no key has it, none held), not
-    # lane 1 (mapped) nor lane 2 (held), nor any shard or the queue itself,
-    clock[0] += FULL_READ_EVERY / 2
-    assert turns.order(queues) == ["q.fair.0", "q.fair.lane.1", "q.fair.1", "q.fair.lane.2", "q"]
-    # and a read FULL_READ_EVERY after the last full one lists it again.
-    clock[0] += FULL_READ_EVERY / 2
-    assert "q.fair.lane.0" in turns.order(queues)
-    assert "q.fair.lane.0" not in turns.order(queues)
-    # Without the map (no lanes here, or RabbitMQ), every read lists every lane.
-    turns.mapped = None
-    assert "q.fair.lane.0" in turns.order(queues)

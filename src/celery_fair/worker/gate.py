@@ -118,9 +118,6 @@ class Gate:
             # two-level keys, their tenants), those out of their rate last.
             here = self.lanes
             cost = scheduler.read_cost
-            # and list a lane no key has in the map only every tenth of a second (ShardTurns.order)
-            self.windows.turns.mapped = here.mapped
-            self.windows.turns.now = monotonic.now
             if settings.key_separator is None:
                 self.windows.turns.behind = lambda slot: here.behind(slot, cost)
             else:

@@ -137,21 +137,6 @@ class LanesHere:
             return False
         return bool(self.crowding.stragglers())
 
-    def _keys_by_lane(self) -> dict[int, list[str]]:
-        """The fleet's map as this process knows it, keys by lane; built once per version."""
-        lanes = self.lanes.map
-        if self._by_lane[0] is not lanes:
-            by_lane: dict[int, list[str]] = {}
-            for key, j in lanes.lanes.items():
-                by_lane.setdefault(j, []).append(key)
-            self._by_lane = (lanes, by_lane)
-        return self._by_lane[1]
-
-    def mapped(self, slot: int) -> bool:
-        """Whether the fleet's map, as this process knows it, gives the lane of ``slot`` to a
-        key (the Redis read order lists a lane no key has only now and then). O(1)."""
-        return (slot - self.shards) in self._keys_by_lane()
-
     def behind(self, slot: int, cost: Callable[[str], float]) -> float:
         """How far behind the keys of ``slot`` are, for the read order (``ShardTurns.behind``):
         a lane's, the least ``cost`` (``Scheduler.read_cost``: accumulated cost, ``inf`` out
@@ -160,7 +145,13 @@ class LanesHere:
         lane = slot - self.shards
         if lane < 0 or lane >= self.consumed:
             return 0.0
-        keys = self._keys_by_lane().get(lane)
+        lanes = self.lanes.map
+        if self._by_lane[0] is not lanes:
+            by_lane: dict[int, list[str]] = {}
+            for key, j in lanes.lanes.items():
+                by_lane.setdefault(j, []).append(key)
+            self._by_lane = (lanes, by_lane)
+        keys = self._by_lane[1].get(lane)
         return min(map(cost, keys)) if keys else 0.0
 
     def behind_tenants(self, slot: int, cost: Callable[[str], float]) -> float:

@@ -29,9 +29,6 @@ __all__ = ["ShardTurns", "slot_of"]
 _NOT_A_SLOT = float("inf")
 """How far behind a queue that is no shard or lane counts: after every shard and lane."""
 
-#: Seconds between two reads that list every lane, with ``ShardTurns.mapped`` set.
-FULL_READ_EVERY = 0.1
-
 
 def slot_of(routing_key: object, key: str, lane: int | None, shards: int, lanes: int) -> int:
     """The slot (shard i: i; lane j: ``shards + j``; the stragglers of shard i:
@@ -92,12 +89,6 @@ class ShardTurns:
         # Two-level keys: ``behind`` orders the queues held none of and those held less than a
         # window of together (a tenant's cost says more than whether any is held).
         self.behind_first = False
-        # Whether the fleet's map gives a lane slot's lane to a key, and a monotonic clock: a
-        # lane held none of that no key has is listed only in a read every FULL_READ_EVERY
-        # seconds (None: every lane in every read).
-        self.mapped: Callable[[int], bool] | None = None
-        self.now: Callable[[], float] | None = None
-        self._full_at = float("-inf")
 
     def add(self, slot: int) -> None:
         self.held[slot] += 1
@@ -137,27 +128,13 @@ class ShardTurns:
         it would wait for a read of every other backlogged queue. Among them, the lanes of keys
         that just started their held job come and go in every read; in turns with them, a key
         catching up would get its next message one read in as many as there are, and so only
-        its even share of starts, never the catch-up its cost calls for.
-
-        With ``mapped`` set, a lane that is held none of and that no key has (in the fleet's
-        map as this worker knows it) is left out of every read but one each
-        ``FULL_READ_EVERY`` seconds: with 16 lanes and none in use, a read names 36 lists
-        instead of 100, which Kombu builds and redis-py packs for every message. A message
-        published to such a lane (by a producer whose map is newer than this worker's) waits
-        at most that long, plus on an idle worker the timeout of the read in flight."""
+        its even share of starts, never the catch-up its cost calls for."""
         window = self._window()
         held = self.held
         index = self._index
         first: list[str] = []
         middle: list[str] = []
         later: list[str] = []
-        mapped = self.mapped
-        if mapped is not None and self.now is not None:
-            now = self.now()
-            if now >= self._full_at:  # this read lists every lane
-                self._full_at = now + FULL_READ_EVERY
-                mapped = None
-        shards = self.shards
         for name in queues:
             i = index.get(name, -1)
             if i == -1:
@@ -165,8 +142,6 @@ class ShardTurns:
             if i is None or i >= len(held):
                 middle.append(name)
             elif held[i] == 0:
-                if mapped is not None and i >= shards and not mapped(i):
-                    continue  # a lane no key has: in the next full read
                 first.append(name)
             elif held[i] >= window:
                 later.append(name)
