@@ -260,8 +260,9 @@ class IntakeThread(threading.Thread):
         while not self._halt.is_set():
             try:
                 self._reroute()
-                if time.monotonic() >= drain_at:  # not at a wake for stragglers
-                    drain_at = time.monotonic() + self.interval
+                now = time.monotonic()
+                if now >= drain_at:  # not at a wake for stragglers
+                    drain_at = now + self.interval
                     self._drain()
             except Exception as exc:  # a Redis outage or failover: keep trying
                 if not self._failing:
