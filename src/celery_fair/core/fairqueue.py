@@ -623,6 +623,7 @@ def park_on(conflict: Conflict, job: Job) -> None:
         lent_from.lent = None
         job.lent_from = None
     cl.parked.push(job)
+    cl.moved = True
 
 
 def release(conflict: Conflict) -> None:
@@ -636,7 +637,10 @@ def release(conflict: Conflict) -> None:
     conflict.holder = None
     if conflict.lanes:
         for cl in list(conflict.lanes.values()):
-            cl.revalidate()
+            if cl.moved or cl.lent is None or cl.bound_id == 0:
+                cl.revalidate()
+            # else its loan, still in its lane, and the loan's bound are as the hold found
+            # them: nothing its order depends on moved meanwhile, so both are right still.
     conflict.forget_if_idle()
 
 
@@ -646,10 +650,17 @@ class ConflictLane:
     ``parked`` holds them by the lane's order. While the conflict is free, ``lent`` is the best
     of them by that order, moved back into the lane, and no parked job comes before it; the
     loan is registered in the borrower key's ``lent`` heap under a *bound*: a lower bound of the
-    accumulated cost of every parked job of another key.
+    accumulated cost of every parked job of another key (``bound_id`` its id there, 0 when none
+    is registered).
+
+    While the conflict is held nothing is lent, but a loan made before stays in its lane (it is
+    parked when its lane meets it). ``moved`` records that something the loan depends on moved
+    while held (a waiter parked, a place changed, its registration consumed): only then does the
+    release check the loan again. Most loans come through a hold untouched (issue 35: in the
+    simulator's burst, 161,571 of the 235,023 checks at releases found the loan as it was).
     """
 
-    __slots__ = ("bound_id", "conflict", "lane", "lent", "parked")
+    __slots__ = ("bound_id", "conflict", "lane", "lent", "moved", "parked")
 
     def __init__(self, conflict: Conflict, lane: Lane) -> None:
         self.conflict = conflict
@@ -659,11 +670,15 @@ class ConflictLane:
         self.parked: PendingQueue = make(lane, cl=self)
         self.lent: Job | None = None
         self.bound_id = 0
+        self.moved = False
 
     def revalidate(self) -> None:
-        """Make ``lent`` the best waiter again (if the conflict is free). O(log n)."""
+        """Make ``lent`` the best waiter again (if the conflict is free; while it is held,
+        note that the release must). O(log n)."""
         if self.conflict.holder is not None:
+            self.moved = True
             return
+        self.moved = False
         parked = self.parked
         best = parked.best(False)
         lent = self.lent
@@ -752,4 +767,5 @@ def recheck_loans(key: KeyState) -> None:
     # registered again with a bound the key already reached, and must wait for the next charge.
     for _, ident, cl in due:
         if cl.bound_id == ident and cl.lent is not None and _borrows(cl.lent.key, key):
+            cl.bound_id = 0  # consumed: registered again by the check (or by the release)
             cl.revalidate()
