@@ -159,6 +159,34 @@ def test_the_json_output_is_to_json_one_job_per_line():
     assert text.count("\n") >= len(result.jobs) + 3  # a line per job, for diffs and grep
 
 
+def test_each_json_line_is_what_the_json_module_writes_for_that_job():
+    """write_json makes its lines itself (for speed): they must be json.dumps's, byte for byte,
+    for every kind of value a job's outcome holds."""
+    import io
+
+    from celery_fair.sim import JobOutcome, SimResult
+
+    jobs = (
+        JobOutcome("plain", 0.1 + 0.2, 1e-07),
+        JobOutcome('quote " and \\ and é and \n', 0, 3),  # ints: a trace's whole seconds
+        JobOutcome("never", None, None),
+        JobOutcome("aged", 12.5, 1e22, effective_priority=9),
+        JobOutcome("", 1.0, None, effective_priority=0),
+    )
+    for result in (SimResult(jobs, {"makespan": 3}), SimResult((), {"makespan": None})):
+        out = io.StringIO()
+        result.write_json(out)
+        text = out.getvalue()
+        assert json.loads(text) == result.to_json()
+        lines = text.splitlines()
+        assert lines[:2] == ["{", ' "jobs": [']
+        expected = [f"  {json.dumps(j.to_json())}," for j in result.jobs]
+        if expected:
+            expected[-1] = expected[-1][:-1]
+        assert lines[2 : 2 + len(expected)] == expected
+        assert lines[2 + len(expected)] == " ],"
+
+
 def weighted_trace():
     """Weights 3 and 1 on one slot, ``small`` paused from 10 to 20 (docs/simulator.md shows a
     shorter one, which tests/unit/test_doc_references.py runs)."""

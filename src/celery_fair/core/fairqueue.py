@@ -405,9 +405,15 @@ class KeyedQueue:
         entries: O(1 + those entries).
         """
         heap = self.heap
+        if not heap:
+            return None
+        entry = heap[0]
+        kq = entry[6]
+        if kq.key is not key and kq.live:  # the usual case: the least entry is another key's
+            return (entry[0], entry[1], entry[2])
         size = len(heap)
         best: Place | None = None
-        stack = [0] if heap else []
+        stack = [1, 2]
         while stack:
             i = stack.pop()
             if i >= size:
