@@ -345,13 +345,15 @@ def _submit(
         retry = bool(options.get("retries")) and options.get("task_id", task_id) is not None
         inherited_clock = _inherited_submitted(app, retry)
         headers[SUBMITTED] = time.time() if inherited_clock is None else inherited_clock
-    shards = Shards.of(app)
     key = headers.get(FAIRNESS_KEY)
-    if isinstance(key, str) and key and shards.enabled:
-        # To its key's shard of the queue Celery would use (a retry comes with its shard).
-        name, args, kwargs, own = route
-        base = resolve_base(app, name, args, kwargs, {**own, **options})
-        shards.route(options, key, base)
+    if isinstance(key, str) and key:
+        shards = Shards.of(app)
+        count = shards.count  # fair_shards, read once for this publish
+        if count > 1:
+            # To its key's shard of the queue Celery would use (a retry comes with its shard).
+            name, args, kwargs, own = route
+            base = resolve_base(app, name, args, kwargs, {**own, **options})
+            shards.route(options, key, base, count)
     tracking = settings_of(app).tracking
     if idempotency_key is None and not tracking:
         return publish(task_id, headers, options)

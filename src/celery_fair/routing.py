@@ -106,9 +106,11 @@ class Shards:
     def enabled(self) -> bool:
         return self.count > 1
 
-    def queues(self, base: Queue) -> list[Queue]:
-        """The shards of ``base``, registered in ``app.amqp.queues`` (once)."""
-        count = self.count
+    def queues(self, base: Queue, count: int | None = None) -> list[Queue]:
+        """The shards of ``base`` (``count`` of them: ``fair_shards`` unless the caller read
+        it already), registered in ``app.amqp.queues`` (once)."""
+        if count is None:
+            count = self.count
         known = self._known.get((base.name, count))
         if known is None:
             queues = self.app.amqp.queues
@@ -136,23 +138,31 @@ class Shards:
             known = self._lanes[base.name, index] = queues[name]
         return known
 
-    def queue_for(self, base: Queue | str, fairness_key: str) -> Queue:
+    def queue_for(self, base: Queue | str, fairness_key: str, count: int | None = None) -> Queue:
         """Where a fair job of ``fairness_key`` bound for ``base`` (or one of its shards or
-        lanes) goes: its key's lane if it has one now (``Lanes``), else its key's shard.
+        lanes) goes: its key's lane if it has one now (``Lanes``), else its key's shard among
+        ``count`` (``fair_shards`` unless the caller read it already: once a publish).
         Counts the publish (a key that turns heavy asks for a lane)."""
         name = base_name(base if isinstance(base, str) else base.name)
         queue = self.app.amqp.queues[name]
         lane = Lanes.of(self.app).lane_for(fairness_key, name)
         if lane is not None:
             return self.lane(queue, lane)
-        return self.queues(queue)[shard_of(fairness_key, self.count)]
+        if count is None:
+            count = self.count
+        return self.queues(queue, count)[shard_of(fairness_key, count)]
 
-    def route(self, options: dict[str, Any], fairness_key: str | None, base: Any) -> None:
+    def route(
+        self, options: dict[str, Any], fairness_key: str | None, base: Any, count: int | None = None
+    ) -> None:
         """Point ``options`` (of a publish) at the shard of ``fairness_key`` for ``base``;
-        leave them alone for a job without a key, or with sharding off."""
-        if not fairness_key or not self.enabled:
+        leave them alone for a job without a key, or with sharding off (``count``:
+        ``fair_shards`` as the caller read it for this publish, else read here)."""
+        if count is None:
+            count = self.count
+        if not fairness_key or count <= 1:
             return
-        shard = options["queue"] = self.queue_for(base, fairness_key)
+        shard = options["queue"] = self.queue_for(base, fairness_key, count)
         # The shard's own exchange and routing key decide (a route's or the task's would send
         # it to the base): on a direct exchange, the default exchange and the shard's name, as
         # Celery itself publishes to a direct queue.
@@ -433,12 +443,15 @@ class _FairRouter:
     ) -> Any:
         route = self._inner(name, args, kwargs, options, task)
         key = (options.get("headers") or {}).get(FAIRNESS_KEY)
+        if not isinstance(key, str) or not key:
+            return route
         shards = Shards.of(self.app)
-        if not isinstance(key, str) or not key or not shards.enabled:
+        count = shards.count  # fair_shards, read once for this publish
+        if count <= 1:
             return route
         check_text(FAIRNESS_KEY, key)  # refused here: the shard hash cannot read it
         base = options.get("queue") or (route or {}).get("queue")
-        shard = shards.queue_for(base or self.app.conf.task_default_queue, key)
+        shard = shards.queue_for(base or self.app.conf.task_default_queue, key, count)
         if "queue" in options:  # an explicit queue beats what a router returns: replace it too
             options["queue"] = shard
         return {**(route or {}), "queue": shard}

@@ -37,6 +37,9 @@ local dedupe = tonumber(ARGV[H_DEDUPE]) > 0
 if now >= maint_at then reclaim(now, 8) end  -- with the housekeeping, as throttled
 maintain(now, optnum(ARGV[H_COST_TTL]), est_ttl, optnum(ARGV[H_RESET_INTERVAL]), 64, MAINTAIN_EVERY)
 renew(now, lease, false)
+-- Pauses are fields of POLICIES beside its 'version' and 'doc' (policies.lua writes those two
+-- with any pause): with two fields or fewer nothing is paused, and no ask looks.
+local pauses = redis.call('HLEN', POLICIES) > 2
 
 local d = tonumber(ARGV[HEAD + 1])
 local finished = finish_jobs(HEAD + 2, d, now, snow)
@@ -69,9 +72,9 @@ for i = 0, n - 1 do
     status = V_RUNNING
   elseif dedupe and redis.call('ZSCORE', DONE, uid) then
     status = V_DONE
-  elseif redis.call('HEXISTS', POLICIES, 'pk:' .. k) == 1
+  elseif pauses and (redis.call('HEXISTS', POLICIES, 'pk:' .. k) == 1
       or redis.call('HEXISTS', POLICIES, 'pt:' .. jtype) == 1
-      or (t and redis.call('HEXISTS', POLICIES, 'pn:' .. t) == 1) then
+      or (t and redis.call('HEXISTS', POLICIES, 'pn:' .. t) == 1)) then
     status = V_PAUSED  -- a fleet-wide pause (celery_fair/policies.py), whatever the worker knows
   elseif tier_cap and (tiers[prio] or 0) + claimed('p:' .. prio, uid) >= tier_cap then
     status = V_TIER_CAP
