@@ -689,15 +689,19 @@ class ConflictLane:
         best = parked.best(False)
         lent = self.lent
         if lent is not None:
-            if not key_blocks(lent) and (best is None or comes_before(lent, best)):
+            blocks = key_blocks(lent)
+            if not blocks and (best is None or comes_before(lent, best)):
                 self._register(lent)
                 return
-            # A parked job now comes first: take the loan back.
+            # A parked job now comes first, or its key blocks it: take the loan back.
             discard(lent)
             lent.lent_from = None
             self.lent = None
             parked.push(lent)
-            best = parked.best(False)
+            if blocks or best is None:
+                best = parked.best(False)
+            # else ``best`` comes before the loan and stays first: its key's other parked
+            # jobs come after it, and the loan after it too (most moves in a burst).
         if best is None:
             self._forget_if_empty()
             return
