@@ -409,9 +409,14 @@ class KeyedQueue:
             return None
         entry = heap[0]
         kq = entry[6]
-        if kq.key is not key and kq.live:  # the usual case: the least entry is another key's
+        if kq.key is not key and kq.live:  # the least entry is another key's
             return (entry[0], entry[1], entry[2])
         size = len(heap)
+        if size > 2:  # the usual case in a burst: it is the borrower's; its children are not
+            left, right = heap[1], heap[2]
+            lq, rq = left[6], right[6]
+            if lq.key is not key and lq.live and rq.key is not key and rq.live:
+                return min((left[0], left[1], left[2]), (right[0], right[1], right[2]))
         best: Place | None = None
         stack = [1, 2]
         while stack:
