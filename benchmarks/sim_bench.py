@@ -5,11 +5,17 @@ Run by hand; results go to docs/benchmarks.md with the command:
     python benchmarks/sim_bench.py                 # 100,000 jobs, 1,000 keys, 2,000 repositories
     python benchmarks/sim_bench.py --jobs 10000    # to check it runs
     python benchmarks/sim_bench.py --burst         # issue 35's trace, the command timed whole
+    python benchmarks/sim_bench.py --burst --rules # the same with issue 34's rules configured
 
 ``--burst``: issue 35's trace instead: every job arrives at once, 90% of them on 50 job ids of
 one conflict group (the rest on ids of their own), over ``--keys`` keys, capacity 32; and the
 whole ``celery-fair simulate TRACE`` command is timed too (process start, reading, output to a
 file), median of ``--runs``.
+
+``--rules`` (with ``--burst``): issue 34's rules configured as well, none of them binding, to
+see what their bookkeeping costs: two-level keys (each key ``t<n>/k<m>`` in one of 100
+tenants, ``key_separator`` ``/``), a rate on every key and on every tenant, and one on each type,
+each far above what the trace can start.
 
 It writes a seeded trace (three job types over one conflict group, Poisson arrivals at eight
 jobs a second, 0.1 to 1.5 s each, eight slots), then times each phase of ``celery-fair
@@ -51,8 +57,9 @@ def make_trace(jobs: int, keys: int, repos: int, seed: int = 7) -> dict[str, obj
     return {"capacity": 8, "types": types, "jobs": out}
 
 
-def make_burst(jobs: int, keys: int, seed: int = 7) -> dict[str, object]:
-    """Issue 35's trace: all at once, 90% on 50 conflicting ids, capacity 32."""
+def make_burst(jobs: int, keys: int, seed: int = 7, rules: bool = False) -> dict[str, object]:
+    """Issue 35's trace: all at once, 90% on 50 conflicting ids, capacity 32; with ``rules``,
+    issue 34's rules too (the module's doc)."""
     rng = random.Random(seed)
     out = []
     for i in range(jobs):
@@ -64,7 +71,17 @@ def make_burst(jobs: int, keys: int, seed: int = 7) -> dict[str, object]:
             "arrival": 0.0, "duration": round(rng.uniform(0.1, 1.5), 4),
         })  # fmt: skip
     trace = make_trace(0, keys, 1, seed)
-    return {**trace, "capacity": 32, "jobs": out}
+    if not rules:
+        return {**trace, "capacity": 32, "jobs": out}
+    for job in out:  # k<m> becomes t<m % 100>/k<m>: 100 tenants of about ten keys each
+        key = job["fairness_key"]
+        job["fairness_key"] = f"t{int(key[1:]) % 100}/{key}"
+    types = {name: {**spec, "rate": 1e6, "burst": 1e6} for name, spec in trace["types"].items()}
+    never = {"rate": "1000000/s", "burst": 1000000}
+    return {
+        **trace, "capacity": 32, "jobs": out, "types": types, "key_separator": "/",
+        "keys": {"t*/*": never, "t*": never},
+    }  # fmt: skip
 
 
 def time_command(text: str, runs: int) -> float:
@@ -92,9 +109,10 @@ def main() -> None:
     parser.add_argument("--repos", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--burst", action="store_true", help="issue 35's trace (module doc)")
+    parser.add_argument("--rules", action="store_true", help="with --burst: issue 34's rules too")
     args = parser.parse_args()
     if args.burst:
-        text = json.dumps(make_burst(args.jobs, args.keys))
+        text = json.dumps(make_burst(args.jobs, args.keys, rules=args.rules))
         whole = time_command(text, args.runs)
         rate = args.jobs / whole
         print(f"celery-fair simulate, the whole command: {whole:.2f} s, {rate:,.0f} jobs/s")

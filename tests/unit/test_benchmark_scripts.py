@@ -47,3 +47,27 @@ def test_sim_bench_times_every_phase():
     for phase in ("read JSON", "check the trace", "simulate (core + summary)", "write JSON"):
         assert phase in out
     assert "jobs per second" in out
+
+
+def test_sim_bench_burst_with_issue_34s_rules_runs_them_all():
+    """--burst --rules: two-level keys, rates on keys, tenants and types, none binding."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from sim_bench import make_burst
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    from celery_fair.sim import parse_trace, simulate
+
+    data = make_burst(400, 40, rules=True)
+    trace = parse_trace(data)
+    assert trace.config.key_separator == "/"
+    assert all(job.fairness_key.startswith("t") and "/" in job.fairness_key for job in trace.jobs)
+    assert all(t.rate is not None for t in trace.types)
+    result = simulate(trace)
+    assert all(outcome.finish is not None for outcome in result.jobs)  # no rate held one back
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "sim_bench.py"), "--burst", "--rules", "--jobs", "300",
+         "--runs", "1"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "the whole command" in out
