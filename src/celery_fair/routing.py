@@ -158,9 +158,11 @@ class Shards:
         """Point ``options`` (of a publish) at the shard of ``fairness_key`` for ``base``;
         leave them alone for a job without a key, or with sharding off (``count``:
         ``fair_shards`` as the caller read it for this publish, else read here)."""
+        if not fairness_key:
+            return
         if count is None:
             count = self.count
-        if not fairness_key or count <= 1:
+        if count <= 1:
             return
         shard = options["queue"] = self.queue_for(base, fairness_key, count)
         # The shard's own exchange and routing key decide (a route's or the task's would send

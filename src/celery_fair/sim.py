@@ -152,8 +152,9 @@ class SimResult:
                 line += f', "effective_priority": {effective}'
             lines.append(line + "}")
         out.write(",\n".join(lines))
+        end = "\n ]," if lines else " ],"
         summary = dumps(self.summary, indent=1).replace("\n", "\n ")
-        out.write(f'{chr(10) if lines else ""} ],\n "summary": {summary}\n}}\n')
+        out.write(f'{end}\n "summary": {summary}\n}}\n')
 
 
 def _json_number(value: float) -> str:
