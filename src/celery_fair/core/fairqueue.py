@@ -412,11 +412,6 @@ class KeyedQueue:
         if kq.key is not key and kq.live:  # the least entry is another key's
             return (entry[0], entry[1], entry[2])
         size = len(heap)
-        if size > 2:  # the usual case in a burst: it is the borrower's; its children are not
-            left, right = heap[1], heap[2]
-            lq, rq = left[6], right[6]
-            if lq.key is not key and lq.live and rq.key is not key and rq.live:
-                return min((left[0], left[1], left[2]), (right[0], right[1], right[2]))
         best: Place | None = None
         stack = [1, 2]
         while stack:
@@ -703,7 +698,7 @@ class ConflictLane:
             lent.lent_from = None
             self.lent = None
             parked.push(lent)
-            if blocks or best is None:
+            if blocks:  # (with no parked waiter it returned above unless the key blocks)
                 best = parked.best(False)
             # else ``best`` comes before the loan and stays first: its key's other parked
             # jobs come after it, and the loan after it too (most moves in a burst).
