@@ -190,6 +190,7 @@ def pool_info(
         **{f"fair-running-tier-{p}": n[1] for p, n in by_tier},
         "fair-held-peak": held.peak,
         "fair-held-limit": windows.limit(),
+        "fair-window-raised": windows.prefetch.raised,
         **({"fair-shard-windows": windows.shards.prefetch.info()} if windows.shards else {}),
         **(lanes_info(parts.lanes) if parts.lanes is not None else {}),
         "fair-key-allocation": dict(
