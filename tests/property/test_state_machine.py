@@ -21,7 +21,7 @@ from celery_fair.core import (
     SchedulerConfig,
     SimClock,
 )
-from celery_fair.core.policy import comes_before, key_blocks
+from celery_fair.core.policy import key_blocks
 from reference import RefScheduler, RefType
 from strategies import (
     GROUPS,
@@ -421,24 +421,22 @@ class SchedulerMachineWithStructures(SchedulerMachine):
         for key, conflict in self.core._conflicts.items():
             assert conflict.key == key
             assert conflict.holder is not None or conflict.lanes, conflict
-            if conflict.holder is None:
-                # While free, every conflict lane has lent its best waiter back to the lane,
-                # unless every waiter's key is blocked (at its cap, or paused).
-                for cl in conflict.lanes.values():
-                    if cl.lent is None:
-                        waiting = [kq for kq in _key_queues(cl.parked) if kq.live]
-                        assert waiting, (conflict, cl)
-                        assert all(_blocked(kq.key) for kq in waiting), cl
-                        continue
-                    assert cl.lent.state is JobState.PENDING
-                    assert cl.lent.home is not None
-                    owner = cl.lent.home.owner
-                    assert (owner.parent or owner) is cl.lane.queue
-                    # and the loan is the best waiter: no waiter whose key (and tenant) may
-                    # start comes before it, and it may start unless none may.
-                    free = [j for j in cl.parked.jobs() if not key_blocks(j)]
-                    assert not any(comes_before(j, cl.lent) for j in free), (cl, free)
-                    assert not key_blocks(cl.lent) or not free, (cl, free)
+            for cl in conflict.lanes.values():
+                # Each waiter whose key (and tenant) may start comes no earlier than the place
+                # its conflict lane's entry in its lane's waiters records; while the conflict
+                # is free, there is such an entry if there is such a waiter.
+                free = [j for j in cl.parked.jobs() if not key_blocks(j)]
+                if not free:
+                    assert cl.parked.size or conflict.holder is not None, (conflict, cl)
+                    continue
+                first = min(free, key=lambda j: j.lane.order(j))
+                if cl.ver < 0:
+                    assert conflict.holder is not None, (conflict, cl, first)
+                    continue
+                entries = [e for e in cl.lane.queue.waiters if e[-1] is cl and e[-2] == cl.ver]
+                assert len(entries) == 1, (cl, entries)
+                assert entries[0][:-2] == cl.rec
+                assert cl.rec <= first.lane.order(first), (cl, cl.rec, first)
 
     @invariant()
     def a_blocked_key_is_at_its_cap_and_its_queues_have_no_entry(self):
@@ -494,6 +492,19 @@ def _key_queues(queue):
             yield inner
         else:  # a tenant queue (two-level keys)
             yield from inner.queues.values()
+
+
+def first_waiters(core):
+    """The first waiter whose key (and tenant) may start of each conflict lane of a free
+    conflict: the jobs a decision may admit from the conflicts."""
+    out = []
+    for conflict in core._conflicts.values():
+        if conflict.holder is None:
+            for cl in conflict.lanes.values():
+                free = [j for j in cl.parked.jobs() if not key_blocks(j)]
+                if free:
+                    out.append(min(free, key=lambda j: j.lane.order(j)))
+    return out
 
 
 def _blocked(key):

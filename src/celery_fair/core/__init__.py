@@ -28,9 +28,9 @@ Structures and what they index
   with a side heap for the rare job that arrives out of order.
 - A ``Conflict`` (group, job_id) exists while a job holds it or jobs wait for it. A job whose
   conflict is held is *parked* in the conflict's keyed queue for its lane, on submit or when it
-  first reaches the front; when the conflict is released, only the best waiter of each lane is
-  *lent* back to the lane, and the loan is re-checked if its key is charged past the next
-  waiter's cost.
+  first reaches the front. A lane's queue also keeps a lazy heap of *waiters*: for each conflict
+  that is free, the place of its first waiter in that lane, the only one of them that can be
+  admitted next; a charge moves none of it, a stale entry is fixed when it comes to the top.
 - ``Accounts`` holds each key's accumulated cost and counts; ``Estimates`` the learned costs.
 - With two-level keys (``SchedulerConfig.key_separator``), a lane's queue is a
   ``tenants.TenantedQueue``: a lazy heap of *tenant queues* by the tenant's rank and cost,
@@ -48,11 +48,11 @@ its waiters (``hold_elsewhere``/``release_elsewhere``), costs and estimates beco
 
 Complexity
 ----------
-submit O(log n); cancel O(1) (O(log n) for a lent job); an admission O(T + L + (1 + k) log n)
+submit O(log n); cancel O(1); an admission O(T + L + (1 + k) log n)
 amortised, where T is the number of tiers, L the lanes of the chosen tier and k the held
 conflicts its key has jobs waiting on, independent of how many jobs are blocked; completion
-O(log n) plus one loan per lane of a released conflict; snapshot O(n log n); status of one job
-O(n).
+O(log n) plus one waiter's entry per lane of a released conflict; snapshot O(n log n); status
+of one job O(n).
 
 Modules
 -------

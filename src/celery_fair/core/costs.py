@@ -177,9 +177,6 @@ class KeyState:
       - ``acc`` is the sum of the estimates charged at each admission of this key's jobs since
         it was created, last reset, or advanced;
       - ``pending`` / ``running`` count this key's jobs in each state;
-      - ``lent`` is a heap of ``(bound, id, conflict_lane)``: the conflict lanes that lent one
-        of this key's jobs (see ``fairqueue.ConflictLane``), each with the ``(rank, acc)`` at
-        or above which the loan must be checked again;
       - ``rank`` is 0 while the key runs fewer than ``min_slots`` jobs (here and, as a store
         says, elsewhere), else 1 while it runs fewer than ``share`` here, else 2: the order's
         first component within a tier, so a key below its minimum goes before the keys at or
@@ -204,9 +201,9 @@ class KeyState:
         itself a ``KeyState`` (``is_tenant``) whose ``acc`` sums what its keys' admissions
         charged it (``estimate / tenant weight``), ``pending``/``running`` count its keys'
         jobs, ``cap`` bounds them together, ``queues``/``blocked`` list its tenant queues
-        (``fairqueue.KeyedQueue`` with a ``parent``), ``lent`` holds the loans to any of its
-        keys' jobs (``fairqueue.lender``), and ``members`` its active keys' costs (the lazy
-        heap ``Accounts`` takes a returning key's floor from, with ``advance_idle``).
+        (``fairqueue.KeyedQueue`` with a ``parent``), and ``members`` its active keys' costs
+        (the lazy heap ``Accounts`` takes a returning key's floor from, with
+        ``advance_idle``).
     """
 
     __slots__ = (
@@ -217,7 +214,6 @@ class KeyState:
         "elsewhere",
         "halted",
         "is_tenant",
-        "lent",
         "limit",
         "limited",
         "max_priority",
@@ -246,7 +242,6 @@ class KeyState:
         self.acc = acc
         self.pending = 0
         self.running = 0
-        self.lent: list[tuple[tuple[float, float], int, Any]] = []
         self.queues: list[Any] | None = None
         self.weight = 1.0
         self.limit = self.cap = UNLIMITED

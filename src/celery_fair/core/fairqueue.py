@@ -12,37 +12,42 @@ queue's true position *earlier* (a new head, a lower cost) pushes a fresh entry 
 entries of that queue are recognised by their id and skipped.
 
 A job whose conflict (group, job_id) is held is *parked* the first time it reaches the head of
-its key queue: it moves into the conflict's own keyed queue for that lane, where it costs
-nothing until the conflict is released. On release the conflict does not wake every waiter:
-within one lane all its waiters are equally admissible, so only the best of them can be the
-lane's next admission. The conflict *lends* that one job back to its lane and records a
-bound: the accumulated cost of the next waiter. While the borrower's cost stays below the
-bound the loan is right; when the borrower's key is charged past it, the loan is checked again
-and possibly moved to the new best waiter (``KeyState.lent`` indexes loans by bound).
+its key queue: it moves into the conflict's own keyed queue for that lane (a
+``ConflictLane``), where it costs nothing until the conflict is released. A free conflict's
+waiters in one lane are equally admissible, and only the first of them can be the lane's next
+admission (the first admitted holds the conflict again). So a lane's queue keeps, beside its
+heap of key queues, a heap of *waiters*: one entry per conflict lane, recording the place of
+its first waiter. It is lazy in the same way: a recorded place is never later than the truth,
+a stale entry is pushed again at its true place when it comes to the top, and an entry of a
+conflict that is held again is dropped there (its release enters it anew). A charge moves
+nothing; whatever makes a waiter's place earlier (a cost or rank gone down, a rise, a key
+below its cap again, a job parked ahead of the recorded one) lifts its conflict lane's entry
+(``ConflictLane.lift``), as a key queue's new head lifts its entry.
 
 Costs can also go *down* (a shared store says so, or an admission is reverted). Each key knows
-its key queues (``KeyState.queues``), so ``reposition`` pushes a fresh entry for each and
-re-checks the loans of the conflict lanes it waits in: O(q log n) for its q queues, never a scan.
+its key queues (``KeyState.queues``), parked ones included, so ``reposition`` pushes a fresh
+entry for each and lifts the conflict lanes they wait in: O(q log n) for its q queues, never a
+scan.
 
 A conflict may be held by a job on another worker (``Conflict.elsewhere``): its holder is then
 the ``ELSEWHERE`` sentinel, and waiters park on it exactly as on a local holder.
 
 The records these structures hold (jobs, tiers, lanes, conflicts) are ``jobs.py``'s; this
 module keeps them in order, books their rises on the agenda (``aging.py``), parks them on
-conflicts and lends them back (``park_on``, ``release``).
+conflicts and enters their first waiters when they are free (``park_on``, ``release``).
 
 A conflict blocks jobs; a *key* can block too: a key at its ``max_concurrency``, or paused,
 runs nothing more until one of its jobs ends or it resumes. Its key queues are taken out of
 their heaps whole the first time a decision meets one (``KeyQueue.blocked``, listed in
-``KeyState.blocked``), and loans it holds are taken back; ``unblock`` pushes them back with
-fresh entries when the key is below its cap again. O(q log n) for its q key queues, and no
-decision in between ever looks at them.
+``KeyState.blocked``), parked ones too; ``unblock`` pushes them back with fresh entries (and
+lifts the conflict lanes they wait in) when the key is below its cap again. O(q log n) for its
+q key queues, and no decision in between ever looks at them.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from heapq import heapify, heappop, heappush, heapreplace
+from heapq import heappop, heappush, heapreplace
 from itertools import count
 from math import inf as _INF
 from math import nextafter
@@ -50,30 +55,26 @@ from typing import TYPE_CHECKING, Any
 
 from .aging import URGENT
 from .jobs import ELSEWHERE
-from .policy import comes_before, key_blocks, key_holds
+from .policy import key_holds
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .costs import KeyState
-    from .jobs import Conflict, ConflictKey, Job, Lane, PendingQueue, Place
+    from .jobs import Conflict, ConflictKey, Job, Lane, PendingQueue
 
 _NEG_URGENT = -URGENT
-_NO_BOUND = (3, 0.0)
-"""A loan's bound that no charge reaches (a key's rank is 0, 1 or 2)."""
 
 __all__ = [
     "ConflictLane",
     "KeyQueue",
     "KeyedQueue",
-    "lender",
+    "best_waiter",
     "park_on",
-    "recheck_loans",
     "release",
     "reposition",
     "resume_aging",
     "rise",
-    "take_back_loans",
     "unblock",
 ]
 
@@ -86,8 +87,9 @@ class KeyQueue:
 
     Jobs of one key nearly always come in order, so they go to ``fifo``, a deque of jobs sorted
     by ``(arrival, seq)`` because a job is appended only if it comes after the last one appended
-    (``last_*``). A job that comes earlier than that (a message redelivered late, a job lent back
-    by a conflict) goes to ``early``, a heap of ``(arrival, seq, id, job)`` made on first use.
+    (``last_*``). A job that comes earlier than that (a message redelivered late, a job parked
+    after a younger one) goes to ``early``, a heap of ``(arrival, seq, id, job)`` made on first
+    use.
     The head is the first live job of either. At a million pending jobs this keeps tuple
     comparisons off the common path, and the deque holds the jobs themselves, so a pending job
     costs the garbage collector one object, not two.
@@ -211,7 +213,8 @@ class KeyedQueue:
     live jobs. ``conflicts`` is the scheduler's registry, where a lane looks up whether a
     head's conflict is held. ``lane`` is the lane whose jobs these are; ``cl`` the conflict
     lane whose waiters this queue holds, ``None`` for a lane's queue. Every key queue in
-    ``queues`` is also listed in its key's ``KeyState.queues``.
+    ``queues`` is also listed in its key's ``KeyState.queues``. ``waiters`` (a lane's queue
+    only) holds the free conflicts' first waiters (``best_waiter``).
     """
 
     __slots__ = (
@@ -226,6 +229,7 @@ class KeyedQueue:
         "tenant",
         "trec",
         "tver",
+        "waiters",
     )
 
     def __init__(
@@ -240,6 +244,7 @@ class KeyedQueue:
         self.conflicts: dict[ConflictKey, Conflict] = {} if conflicts is None else conflicts
         self.lane = lane
         self.cl = cl
+        self.waiters: list[tuple[Any, ...]] = []
         # With two-level keys (tenants.py): the tenant queue this is, in ``parent`` (a
         # ``tenants.TenantedQueue``) for ``tenant``: the id of its one current entry there
         # (``tver``, -1: none), what that entry recorded (``trec``), and whether its tenant
@@ -364,6 +369,10 @@ class KeyedQueue:
                     _book(lane, kq, job, True)
                 continue
             if t2 == p2 and job.seq == seq and t1 == p1 and t0 == p0:
+                if self.waiters:  # a free conflict's first waiter may come first
+                    found = best_waiter(self)
+                    if found is not None and found[0] < heap[0]:
+                        return found[1]
                 return job
             kq.ver = ver = _next_id()
             kq.rec_arrival = job.arrival
@@ -371,6 +380,10 @@ class KeyedQueue:
             heapreplace(heap, (t0, t1, t2, job.arrival, job.seq, ver, kq))
             if ages:
                 _book(lane, kq, job, False)
+        if self.waiters:
+            found = best_waiter(self)
+            if found is not None:
+                return found[1]
         return None
 
     def refresh(self) -> None:
@@ -396,39 +409,9 @@ class KeyedQueue:
         if not self.queues and self.parent is not None:  # a tenant queue left empty
             self.parent.drop(self)
 
-    def min_place_excluding(self, key: KeyState) -> Place | None:
-        """A lower bound of the place ``(-level, rank, acc)`` of every key but ``key`` with
-        jobs here.
-
-        Every entry's recorded place is at most its key's current one, so the least entry of
-        another key with live jobs is such a bound. Walks only past ``key``'s own and empty
-        entries: O(1 + those entries).
-        """
-        heap = self.heap
-        if not heap:
-            return None
-        entry = heap[0]
-        kq = entry[6]
-        if kq.key is not key and kq.live:  # the least entry is another key's
-            return (entry[0], entry[1], entry[2])
-        size = len(heap)
-        best: Place | None = None
-        stack = [1, 2]
-        while stack:
-            i = stack.pop()
-            if i >= size:
-                continue
-            entry = heap[i]
-            place = (entry[0], entry[1], entry[2])
-            if best is not None and place >= best:
-                continue
-            kq = entry[6]
-            if kq.key is key or kq.live == 0:
-                stack.append(2 * i + 1)
-                stack.append(2 * i + 2)
-            else:
-                best = place
-        return best
+    def queue_of(self, key: KeyState) -> KeyQueue | None:
+        """``key``'s key queue here, if it has one. O(1)."""
+        return self.queues.get(key)
 
     def jobs(self) -> Iterator[Job]:
         """Every live job, in no particular order. O(n)."""
@@ -461,7 +444,8 @@ def take(job: Job) -> None:
 
 
 def discard(job: Job) -> None:
-    """Remove ``job`` from wherever it waits; its entry is dropped lazily. O(1)."""
+    """Remove ``job`` from wherever it waits; its entry is dropped lazily. O(1), amortised
+    O(log n) for the last waiter of a free conflict (its conflict lane is forgotten)."""
     kq: KeyQueue | None = job.home
     if kq is not None:
         kq.live -= 1
@@ -474,7 +458,10 @@ def discard(job: Job) -> None:
             for emptied in list(owner.queues.values()):
                 owner._drop(emptied)  # (the last one drops the tenant queue from its parent)
             if owner.cl is not None:  # the last waiter of a conflict may have gone with it
-                owner.cl._forget_if_empty()
+                owner.cl.forget_if_empty()
+        cl = owner.cl
+        if cl is not None and cl.parked.size == 0 and cl.conflict.holder is None:
+            cl.enter()  # none waits: forgotten (a held one's release does it)
 
 
 def _forget_blocked(kq: KeyQueue) -> None:
@@ -489,15 +476,15 @@ def _forget_blocked(kq: KeyQueue) -> None:
     owner = kq.owner
     owner._drop(kq)
     if owner.cl is not None:  # the last waiter of a conflict may have gone with it
-        owner.cl._forget_if_empty()
+        owner.cl.forget_if_empty()
 
 
 def reposition(key: KeyState) -> None:
     """``key``'s accumulated cost went down: move its key queues back to their true places.
 
     Each key queue of ``key`` gets a fresh heap entry (older ones die by their id), and each
-    conflict lane it waits in checks its loan again, since a bound recorded with the old cost
-    may now be too high. An empty key queue gets none: its entry dies, and the next job pushed
+    conflict lane it waits in is lifted, since an entry recorded with the old cost may now be
+    too late. An empty key queue gets none: its entry dies, and the next job pushed
     there records one at the new cost. O(q log n) for the q key queues of ``key``.
     """
     for kq in list(key.queues or ()):
@@ -508,26 +495,21 @@ def reposition(key: KeyState) -> None:
 def resume_aging(key: KeyState) -> None:
     """``key`` resumed (or its bound moved): its jobs wait, and rise, again. Each of its key
     queues gets a fresh entry and booking (a blocked one, the booking for when it turns
-    urgent), and each conflict that lent one of its jobs checks the loan again: a lowered
-    bound may put the loan behind another key's waiter. O(q log n + loans log n)."""
+    urgent), and lifts the conflict lane it waits in, if any. O(q log n)."""
     for kq in list(key.queues or ()):
         _push_fresh(kq)
-    for _, ident, cl in list(lender(key).lent):
-        if cl.bound_id == ident and cl.lent is not None and _borrows(cl.lent.key, key):
-            cl.revalidate()
 
 
 def _push_fresh(kq: KeyQueue) -> None:
     """Give ``kq`` a fresh entry at its true place (older ones die by their id), unless its
-    key blocks it, and let the conflict lane it waits in, if any, check its loan again.
-    O(log n)."""
+    key blocks it, and lift the conflict lane it waits in, if any. O(log n)."""
     job = kq.head(False)
     if job is None:
         kq.ver = -1
         return
     owner = kq.owner
     if owner.enter(kq, job) and owner.cl is not None:
-        owner.cl.revalidate()
+        owner.cl.lift(job)
 
 
 def rise(kq: KeyQueue) -> None:
@@ -551,7 +533,7 @@ def block(kq: KeyQueue) -> None:
 
 def unblock(key: KeyState) -> None:
     """``key`` is below its cap again: put its blocked key queues back, each with a fresh
-    entry, and let the conflict lanes it waits in lend again. O(q log n), q its key queues."""
+    entry, lifting the conflict lanes they wait in. O(q log n), q its key queues."""
     queues = key.blocked
     if queues is None:
         return
@@ -559,28 +541,6 @@ def unblock(key: KeyState) -> None:
     for kq in queues:
         kq.blocked = False
         _push_fresh(kq)
-
-
-def take_back_loans(key: KeyState) -> None:
-    """``key`` (or tenant) just became blocked: the conflict lanes that lent it a job lend
-    another key's waiter instead. Only loans registered with a bound can have another key to
-    lend to. With two-level keys a key's loans are registered with its tenant
-    (``lender``). O(loans of the key, or of its tenant · log n)."""
-    for _, ident, cl in list(lender(key).lent):
-        if cl.bound_id == ident and cl.lent is not None and _borrows(cl.lent.key, key):
-            cl.revalidate()
-
-
-def lender(key: KeyState) -> KeyState:
-    """Where the loans to ``key``'s jobs are registered: its tenant's ``lent`` with two-level
-    keys (a charge to any of the tenant's keys moves them all), else its own."""
-    tenant = key.tenant
-    return key if tenant is None else tenant
-
-
-def _borrows(borrower: KeyState, holder: KeyState) -> bool:
-    """Whether a loan to a job of ``borrower`` is ``holder``'s: its key's or its tenant's."""
-    return borrower is holder or borrower.tenant is holder
 
 
 def _book(lane: Lane, kq: KeyQueue, job: Job, urgent_only: bool) -> None:
@@ -620,22 +580,24 @@ def _book(lane: Lane, kq: KeyQueue, job: Job, urgent_only: bool) -> None:
 
 
 def park_on(conflict: Conflict, job: Job) -> None:
-    """Park ``job`` (just removed from its lane) until ``conflict`` is released."""
-    cl = conflict.lanes.get(job.lane)
+    """Park ``job`` (just removed from its lane) until ``conflict``, which is held, is
+    released. O(log n)."""
+    lane = job.lane
+    cl = conflict.lanes.get(lane)
     if cl is None:
-        cl = conflict.lanes[job.lane] = ConflictLane(conflict, job.lane)
-    lent_from: ConflictLane | None = job.lent_from
-    if lent_from is not None:
-        lent_from.lent = None
-        job.lent_from = None
+        cl = conflict.lanes[lane] = ConflictLane(conflict, lane)
     cl.parked.push(job)
-    cl.moved = True
+    if cl.ver >= 0 and lane.order(job) < cl.rec:
+        cl.ver = -1  # it comes before the place its lane has: the release enters it anew
 
 
 def release(conflict: Conflict) -> None:
-    """``conflict``'s holder is done: lend the best waiter of each lane to its lane.
+    """``conflict``'s holder is done: its first waiter in each lane may be admitted again.
 
-    While another worker holds it too (``elsewhere``), it stays held by ``ELSEWHERE``.
+    A conflict lane whose entry in its lane's waiters is still there keeps it (nothing made a
+    waiter's place earlier than it records meanwhile, or it would have been lifted or
+    dropped); the others are entered at their first waiter's place. While another worker
+    holds it too (``elsewhere``), it stays held by ``ELSEWHERE``. O(lanes · log n).
     """
     if conflict.elsewhere:
         conflict.holder = ELSEWHERE
@@ -643,30 +605,59 @@ def release(conflict: Conflict) -> None:
     conflict.holder = None
     if conflict.lanes:
         for cl in list(conflict.lanes.values()):
-            if cl.moved or cl.lent is None or cl.bound_id == 0:
-                cl.revalidate()
-            # else its loan, still in its lane, and the loan's bound are as the hold found
-            # them: nothing its order depends on moved meanwhile, so both are right still.
+            if cl.ver < 0 or cl.parked.size == 0:
+                cl.enter()  # (forgets it if none waits)
     conflict.forget_if_idle()
+
+
+def best_waiter(queue: Any) -> tuple[tuple[Any, ...], Job] | None:
+    """The first of the free conflicts' first waiters in ``queue`` (a lane's queue), with its
+    entry in ``queue.waiters``; fixing stale entries on the way. Amortised O(log n).
+
+    An entry ``(*order, id, conflict_lane)`` is current while its id is the conflict lane's
+    ``ver``; its ``order`` (``Lane.order``) is never later than that of the conflict lane's
+    first waiter whose key may start. One of a conflict held again is dropped (its release
+    enters it anew), as is one whose waiters' keys all block (their unblocking lifts it).
+    """
+    waiters = queue.waiters
+    lane = queue.lane
+    while waiters:
+        entry = waiters[0]
+        cl = entry[-1]
+        if entry[-2] != cl.ver:
+            heappop(waiters)
+            continue
+        if cl.conflict.holder is not None:
+            heappop(waiters)
+            cl.ver = -1
+            continue
+        job = cl.parked.best(False)
+        if job is None:
+            heappop(waiters)
+            cl.ver = -1
+            if cl.parked.size == 0:
+                cl.forget()
+            continue
+        rec = lane.order(job)
+        if rec == entry[:-2]:
+            return entry, job
+        cl.ver = ver = _next_id()
+        cl.rec = rec
+        heapreplace(waiters, (*rec, ver, cl))
+    return None
 
 
 class ConflictLane:
     """The jobs of one lane waiting for one conflict.
 
-    ``parked`` holds them by the lane's order. While the conflict is free, ``lent`` is the best
-    of them by that order, moved back into the lane, and no parked job comes before it; the
-    loan is registered in the borrower key's ``lent`` heap under a *bound*: a lower bound of the
-    accumulated cost of every parked job of another key (``bound_id`` its id there, 0 when none
-    is registered).
-
-    While the conflict is held nothing is lent, but a loan made before stays in its lane (it is
-    parked when its lane meets it). ``moved`` records that something the loan depends on moved
-    while held (a waiter parked, a place changed, its registration consumed): only then does the
-    release check the loan again. Most loans come through a hold untouched (issue 35: in the
-    simulator's burst, 161,571 of the 235,023 checks at releases found the loan as it was).
+    ``parked`` holds them by the lane's order. ``ver`` is the id of its one current entry in
+    its lane's ``waiters`` (-1: none), and ``rec`` the order that entry records: never later
+    than that of its first waiter whose key may start. While the conflict is free and such a
+    waiter exists, it has an entry; while the conflict is held, an entry it kept stays
+    right, so its release has nothing to do for it (issue 35: most holds move nothing).
     """
 
-    __slots__ = ("bound_id", "conflict", "lane", "lent", "moved", "parked")
+    __slots__ = ("conflict", "lane", "parked", "rec", "ver")
 
     def __init__(self, conflict: Conflict, lane: Lane) -> None:
         self.conflict = conflict
@@ -674,108 +665,51 @@ class ConflictLane:
         # Ordered as its lane's queue is (flat, or two levels deep: tenants.TenantedQueue).
         make: Any = type(lane.queue)
         self.parked: PendingQueue = make(lane, cl=self)
-        self.lent: Job | None = None
-        self.bound_id = 0
-        self.moved = False
+        self.ver = -1
+        self.rec: tuple[Any, ...] = ()
 
-    def revalidate(self) -> None:
-        """Make ``lent`` the best waiter again (if the conflict is free; while it is held,
-        note that the release must). O(log n)."""
-        if self.conflict.holder is not None:
-            self.moved = True
+    def enter(self) -> None:
+        """Give this free conflict lane an entry at its first waiter's place, if a waiter's
+        key may start (older entries die by their id); forget it if none waits. O(log n)."""
+        job = self.parked.best(False)
+        if job is None:
+            self.ver = -1
+            if self.parked.size == 0:
+                self.forget()
             return
-        self.moved = False
-        parked = self.parked
-        best = parked.best(False)
-        lent = self.lent
-        if lent is not None:
-            blocks = key_blocks(lent)
-            if not blocks and (best is None or comes_before(lent, best)):
-                self._register(lent)
-                return
-            # A parked job now comes first, or its key blocks it: take the loan back.
-            discard(lent)
-            lent.lent_from = None
-            self.lent = None
-            parked.push(lent)
-            if blocks:  # (with no parked waiter it returned above unless the key blocks)
-                best = parked.best(False)
-            # else ``best`` comes before the loan and stays first: its key's other parked
-            # jobs come after it, and the loan after it too (most moves in a burst).
-        if best is None:
-            self._forget_if_empty()
-            return
-        take(best)
-        self.lane.queue.push(best)
-        best.lent_from = self
-        self.lent = best
-        self._register(best)
+        self.ver = ver = _next_id()
+        self.rec = rec = self.lane.order(job)
+        heappush(self.lane.queue.waiters, (*rec, ver, self))
 
-    def _register(self, lent: Job) -> None:
-        # Parked jobs of the borrower's own key come after the loan by (arrival, seq) for
-        # good (the older a job of a lane and key, the higher it has risen), so only the
-        # other keys' places can ever overtake it: by the borrower's key being charged past
-        # them within one level (registered here), or by rising (the agenda revalidates).
-        self.bound_id = ident = _next_id()
-        bound = self.parked.min_place_excluding(lent.key)
-        if bound is None:
-            return
-        holder = lender(lent.key)
-        loans = holder.lent
-        if len(loans) > 64:  # drop loans long moved on, which no charge may ever reach
-            holder.lent = loans = [e for e in loans if e[2].bound_id == e[1]]
-            heapify(loans)
-        lane = self.lane
-        if lane.by_key:  # (rank, acc, -level): a charge moves it past the others' (rank, acc)
-            mine = lane.place(lent)[0]
-            if mine == _NEG_URGENT or bound[0] == _NEG_URGENT:
-                # It is urgent and goes by age, or they are: no charge can move the loan.
-                heappush(loans, (_NO_BOUND if mine == _NEG_URGENT else (-1, 0.0), ident, self))
-            else:
-                heappush(loans, ((bound[0], bound[1]), ident, self))
-            return
-        level = bound[0] if lane.aging is None else lane.place(lent)[0]
-        if bound[0] == level and level != _NEG_URGENT:
-            heappush(loans, ((bound[1], bound[2]), ident, self))
-        elif bound[0] > level:
-            # They are a level below, or it is urgent and goes by age: no charge can move the
-            # loan (rising can: the agenda revalidates), but a block must find it.
-            heappush(loans, (_NO_BOUND, ident, self))
-        else:  # a stale entry of a higher level: check again at the next charge
-            heappush(loans, ((-1, 0.0), ident, self))
+    def lift(self, job: Job) -> None:
+        """Parked ``job``'s place just moved earlier (a new head, a lower cost or rank, a
+        rise, its key below its cap): keep the entry no later than it. O(log n)."""
+        if self.ver >= 0:
+            rec = self.lane.order(job)
+            if rec < self.rec:
+                self.ver = ver = _next_id()
+                self.rec = rec
+                heappush(self.lane.queue.waiters, (*rec, ver, self))
+        elif self.conflict.holder is None:
+            self.enter()
 
-    def on_lent_gone(self) -> None:
-        """The lent job left (admitted or cancelled); lend the next one if still free."""
-        self.lent = None
-        self.bound_id = 0
-        self.revalidate()
+    def renew(self) -> None:
+        """Its waiters' places were all made again (``refresh``): a fresh entry if the
+        conflict is free, else none until its release. O(log n)."""
+        self.ver = -1
+        if self.conflict.holder is None:
+            self.enter()
 
-    def _forget_if_empty(self) -> None:
-        if self.lent is None and self.parked.size == 0:
-            conflict = self.conflict
-            if conflict.lanes.get(self.lane) is self:
-                del conflict.lanes[self.lane]
-                conflict.forget_if_idle()
+    def forget_if_empty(self) -> None:
+        """``forget`` if no job waits here. O(1)."""
+        if self.parked.size == 0:
+            self.forget()
 
-
-def recheck_loans(key: KeyState) -> None:
-    """``key`` (or tenant) was charged: re-examine the loans whose bound its cost has reached.
-
-    Amortised O(log n) per loan examined; a loan is examined only when its borrower's cost
-    crossed the recorded bound, i.e. when the loan may really have to move. With two-level
-    keys the bounds are a tenant's ``(rank, acc)``; a loan whose next waiter is of the same
-    tenant has a bound its tenant always reaches, and is examined at each of its tenant's
-    charges (O(such loans)).
-    """
-    key = lender(key)
-    lent = key.lent
-    due = []
-    place = (key.rank, key.acc)
-    while lent and lent[0][0] <= place:
-        due.append(heappop(lent))
-    # Each loan is examined once per charge: a loan still right after a tie on cost is
-    # registered again with a bound the key already reached, and must wait for the next charge.
-    for _, ident, cl in due:
-        if cl.bound_id == ident and cl.lent is not None and _borrows(cl.lent.key, key):
-            cl.bound_id = 0  # consumed: registered again by the check (or by the release)
-            cl.revalidate()
+    def forget(self) -> None:
+        """No job waits here any more: leave the conflict (which leaves the registry if nobody
+        holds it or waits for it either). O(1)."""
+        self.ver = -1
+        conflict = self.conflict
+        if conflict.lanes.get(self.lane) is self:
+            del conflict.lanes[self.lane]
+            conflict.forget_if_idle()

@@ -3,7 +3,7 @@
 ``fairqueue.py`` keeps these in order and in its wait lists, and ``policy.py`` reads them to
 decide what is admissible; both import them from here, and this module imports neither, so the
 index depends on the rule and the rule on the records, never the other way round. What a record
-holds of the index itself (the key queue a job waits in, the conflict lane that lent it, a
+holds of the index itself (the key queue a job waits in, a lane queue's waiters, a
 conflict's lanes) is ``fairqueue``'s, typed here only as far as the records and the rule use it
 (``PendingQueue``, ``Any``). A lane also says where its jobs stand in the order (``Lane.place``):
 their effective priority as they age, their key's rank and accumulated cost.
@@ -60,6 +60,7 @@ class PendingQueue(Protocol):
     use it: ``size`` live jobs, the best of them, and the ways jobs come in and order returns."""
 
     size: int
+    waiters: list[tuple[Any, ...]]  # (a lane's queue) free conflicts' first waiters
 
     def best(self, park: bool) -> Job | None:
         """The first job in order (with ``park``, parking heads whose conflict is held)."""
@@ -70,8 +71,8 @@ class PendingQueue(Protocol):
     def refresh(self) -> None:
         """Put every key queue back at its true place (costs went down)."""
 
-    def min_place_excluding(self, key: KeyState) -> tuple[float, ...] | None:
-        """A lower bound of the place of every key but ``key`` with jobs here."""
+    def queue_of(self, key: KeyState) -> Any:
+        """``key``'s key queue here (a ``fairqueue.KeyQueue``), or ``None``."""
 
 
 class Job:
@@ -80,8 +81,7 @@ class Job:
     ``ckey`` is its ``(conflict group, job_id)``, or ``None`` when it can conflict with nothing.
     ``home`` is the key queue holding it (``None`` once admitted or cancelled); a queue entry is
     valid only while the job's ``home`` is that queue, so leaving a queue is O(1) and entries
-    left behind are dropped when they reach the front. ``lent_from`` is the conflict lane that
-    lent it to its lane, if any.
+    left behind are dropped when they reach the front.
     """
 
     __slots__ = (
@@ -96,7 +96,6 @@ class Job:
         "job_id",
         "key",
         "lane",
-        "lent_from",
         "seq",
         "state",
         "tcharge",
@@ -124,7 +123,6 @@ class Job:
         self.cost = cost
         self.ckey = ckey
         self.home: Any = None  # a fairqueue.KeyQueue, or None
-        self.lent_from: Any = None  # a fairqueue.ConflictLane, or None
         self.state = JobState.PENDING
         # estimate, charge, token, admitted_at and effective (its effective priority and
         # urgency then) are set at admission and read only after it.
@@ -378,7 +376,7 @@ class Conflict:
     ``holder`` is the running job that holds it, if any, or ``ELSEWHERE`` while only a job on
     another worker does; ``elsewhere`` says a shared store reported it held by another worker
     (it stays held after a local holder is released, until the store says it is free);
-    ``lanes`` maps each lane to the conflict lane of jobs parked (or lent) there. Parking a
+    ``lanes`` maps each lane to the conflict lane of jobs parked there. Parking a
     job on it and releasing it are the index's (``fairqueue.park_on``, ``fairqueue.release``).
     """
 

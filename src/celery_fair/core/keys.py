@@ -4,7 +4,7 @@
 workers run of each key) and gives each ``KeyState`` its terms from them: when the key appears,
 and again when a term changes. A key's terms move its place in the order (its *rank*, from its
 minimum and share) and whether it may run (its *cap*); every change here keeps the pending
-index right at once (``fairqueue``: ``reposition``, ``unblock``, ``take_back_loans``). The
+index right at once (``fairqueue``: ``reposition``, ``unblock``). The
 allocation (``allocation.shares``) is computed again only when a key's demand crossed its share
 (``reshare_due``), before the next decision. What a term means for admission is
 ``policy.py``'s to say; this module only keeps the terms and their indexes true.
@@ -20,7 +20,7 @@ from ..errors import ConfigurationError
 from .aging import Agenda, PauseLog
 from .allocation import Allocation, KeyDemand, redistributed, shares, two_levels, usable
 from .costs import UNLIMITED, Accounts, KeyState
-from .fairqueue import lender, recheck_loans, resume_aging, take_back_loans
+from .fairqueue import resume_aging
 from .rates import level_at, may_start, refill_at, start_charge
 from .tenants import reposition, resume, tenant_name, unblock
 from .types import DEFAULT_KEY_POLICY, KeyPolicies, KeyPolicy, lower_bound
@@ -323,7 +323,7 @@ class KeyRules:
         """``holder`` ran out of its rate, or refilled: its cap follows. A key refilled at its
         cap has its urgent heads (which pass a cap, never a rate limit) get their entries
         back. A type's lane is skipped (or not) by the next decision, as a paused one. O(1) for
-        a type; O(loans) or O(q log n) for a key."""
+        a type; O(q log n) for a key."""
         if not isinstance(holder, KeyState):
             holder.recap()
             return
@@ -495,8 +495,8 @@ class KeyRules:
     # -- pauses --------------------------------------------------------------------------
 
     def pause_key(self, name: str, paused: bool) -> None:
-        """Pause (or resume) key ``name`` at ``agenda.now``, known or not yet. O(1) plus its
-        loans to pause; O(q log n) to resume."""
+        """Pause (or resume) key ``name`` at ``agenda.now``, known or not yet. O(1) to pause;
+        O(q log n) to resume."""
         if (name in self.paused_keys) == paused:
             return
         (self.paused_keys.add if paused else self.paused_keys.discard)(name)
@@ -516,7 +516,7 @@ class KeyRules:
     def pause_tenant(self, name: str, paused: bool) -> None:
         """Pause (or resume) tenant ``name`` (two-level keys) at ``agenda.now``, known or not
         yet: none of its keys' jobs start, and none of them ages, while it is paused. O(1)
-        plus its loans to pause; O(q log n) for its keys' queues to resume."""
+        to pause; O(q log n) for its keys' queues to resume."""
         if (name in self.paused_tenants) == paused:
             return
         (self.paused_tenants.add if paused else self.paused_tenants.discard)(name)
@@ -575,7 +575,7 @@ def pause_lane(
                 cl = conflict.lanes.get(each)
                 if cl is not None:
                     cl.parked.refresh()
-                    cl.revalidate()
+                    cl.renew()
 
 
 def rerank(key: KeyState) -> None:
@@ -586,10 +586,8 @@ def rerank(key: KeyState) -> None:
     if rank == old:
         return
     key.rank = rank
-    if rank < old:  # earlier in the order: fresh entries, and the lanes it waits in lend
+    if rank < old:  # earlier in the order: fresh entries (later: caught up lazily)
         reposition(key)
-    elif lender(key).lent:  # later: loans it holds (its tenant's) may have to move
-        recheck_loans(key)
 
 
 def _rate_of(
@@ -611,11 +609,9 @@ def tenant_room(tenant: KeyState) -> int:
 
 
 def limits_changed(key: KeyState) -> None:
-    """``key``'s cap inputs changed: block or unblock it. O(loans) or O(q log n)."""
+    """``key``'s cap inputs changed: unblock it if it is below its cap (a key at its cap is
+    blocked lazily, when a decision meets it). O(q log n)."""
     rerank(key)
     key.recap()
-    if key.running >= key.cap:
-        if lender(key).lent:  # (with two-level keys, its loans are its tenant's)
-            take_back_loans(key)
-    elif key.blocked is not None:
+    if key.running < key.cap and key.blocked is not None:
         unblock(key)

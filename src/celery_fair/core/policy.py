@@ -125,7 +125,7 @@ def select(
         best: Job | None = None
         for lane in tier.lanes:
             queue = lane.queue
-            if queue.size == 0 or lane.running >= lane.cap:
+            if (queue.size == 0 and not queue.waiters) or lane.running >= lane.cap:
                 continue
             job = queue.best(True)
             if job is not None and (best is None or comes_before(job, best)):
@@ -146,7 +146,7 @@ def _select_aged(tiers: list[Tier], urgent_passes: bool) -> Job | None:
             continue
         for lane in tier.lanes:
             queue = lane.queue
-            if queue.size == 0:
+            if queue.size == 0 and not queue.waiters:
                 continue
             full = tier_full or lane.running >= lane.cap
             if full and (not urgent_passes or lane.halted or lane.running >= lane.limit):

@@ -175,7 +175,7 @@ class Scheduler(Shared):
         return None if job is None else job.lane.tier.priority
 
     def cancel(self, uid: Hashable) -> CancelOutcome:
-        """Withdraw a pending job. O(log n) (O(1) unless it was lent by a conflict)."""
+        """Withdraw a pending job. O(1)."""
         job = self._jobs.get(uid)
         if job is None:
             return CancelOutcome.UNKNOWN
@@ -414,8 +414,7 @@ class Scheduler(Shared):
 
     def pause_key(self, fairness_key: str) -> None:
         """Run nothing more of ``fairness_key`` until ``resume_key``: its pending jobs stay,
-        in order, and cost no decision anything. Jobs already running go on. O(1), plus the
-        loans the key holds."""
+        in order, and cost no decision anything. Jobs already running go on. O(1)."""
         self._age(self._clock.now())
         self._keys.pause_key(fairness_key, True)
 
@@ -428,7 +427,7 @@ class Scheduler(Shared):
         """With two-level keys, run nothing more of any of ``tenant``'s keys until
         ``resume_tenant``, as ``pause_key`` for each (their jobs do not age meanwhile). A
         tenant not known yet is paused when it appears; with flat keys, nothing runs under
-        this name as a tenant. O(1), plus the loans the tenant holds."""
+        this name as a tenant. O(1)."""
         self._age(self._clock.now())
         self._keys.pause_tenant(tenant, True)
 
@@ -655,21 +654,25 @@ class Scheduler(Shared):
         home = job.home
         if home is not None:
             waits_on = home.owner.cl
-            if waits_on is not None:  # parked on a held conflict
+            if waits_on is None:  # in its lane: behind no earlier job of its key there
+                first = home.head(False)
+            elif waits_on.conflict.holder is None:  # its conflict is free: as its first waiter
+                if waits_on.parked.best(False) is not job:
+                    return False
+                mine = job.lane.queue.queue_of(job.key)
+                first = None if mine is None else mine.head(False)
+                if first is not None and (first.arrival, first.seq) > (job.arrival, job.seq):
+                    first = None
+            else:  # parked on a held conflict, which one of ``admitted`` must hold
                 holder = waits_on.conflict.holder
-                if holder is None or holder is ELSEWHERE:
+                if holder is ELSEWHERE:
                     return False
                 admitted = list(admitted)
                 if not any(a.uid == holder.uid for a in admitted):
                     return False
-            else:
-                first = home.head(False)
-                if (
-                    first is not None
-                    and first is not job
-                    and not conflict_held(self._conflicts, first)
-                ):
-                    return False
+                first = None
+            if first is not None and first is not job and not conflict_held(self._conflicts, first):
+                return False
         self._age(self._clock.now())
         cost = job.cost
         if cost is None:

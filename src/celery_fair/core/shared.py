@@ -64,7 +64,7 @@ class Shared(State):
                 conflict.holder = ELSEWHERE
                 self._elsewhere[conflict.key] = conflict
                 park_on(conflict, job)
-            else:  # back into the lane first, so that the release lends it like any waiter
+            else:  # back into the lane, where it waits as it did before its admission
                 lane.queue.push(job)
                 release(conflict)
         elif conflict is not None and conflict.holder is not None:
@@ -88,8 +88,8 @@ class Shared(State):
         """Make ``fairness_key``'s accumulated cost ``value`` (the fleet's, from a store).
 
         Unknown keys are ignored: the core tracks only keys with pending or running jobs, or
-        idle ones not yet forgotten. O(1) when the cost grows (plus the loans it crosses);
-        O(q log n) when it shrinks, q the key queues of the key.
+        idle ones not yet forgotten. O(1) when the cost grows; O(q log n) when it shrinks, q
+        the key queues of the key.
         """
         if not (_type_of(value) in _NUMBER and 0 <= value < _INF):
             raise SchedulerError(f"accumulated cost must be a finite number >= 0, got {value!r}")

@@ -20,17 +20,7 @@ from . import inspect
 from .aging import Agenda, PauseLog
 from .clock import Clock
 from .costs import UNLIMITED, Accounts, Estimates, KeyState, cap_left
-from .fairqueue import (
-    KeyedQueue,
-    discard,
-    lender,
-    park_on,
-    recheck_loans,
-    release,
-    rise,
-    take,
-    take_back_loans,
-)
+from .fairqueue import KeyedQueue, discard, park_on, release, rise, take
 from .jobs import Conflict, Job, Lane, PendingQueue, SideLane, Tier
 from .keys import KeyRules, rerank
 from .tenants import TenantedQueue, reposition, tenant_name, unblock
@@ -211,13 +201,8 @@ class State:
 
     @staticmethod
     def _unqueue(job: Job) -> None:
-        """Take pending ``job`` out of wherever it waits; a conflict that lent it lends its
-        next waiter. O(1), O(log n) if it was lent."""
+        """Take pending ``job`` out of wherever it waits. O(1)."""
         discard(job)
-        lent_from = job.lent_from
-        if lent_from is not None:
-            job.lent_from = None
-            lent_from.on_lent_gone()
 
     def _enqueue(self, job: Job) -> None:
         """Put pending ``job`` where it waits: on its conflict if that is held (so no decision
@@ -251,17 +236,13 @@ class State:
         key = job.key
         self._start(job, 1)
         if key.rank != 2 and (key.min_slots or key.share != UNLIMITED):
-            key.rank = key.rank_now()  # later, if so: entries catch up lazily, loans below
+            key.rank = key.rank_now()  # later, if so: entries catch up lazily
         ckey = job.ckey
         if ckey is not None:
             conflict = self._conflicts.get(ckey)
             if conflict is None:
                 conflict = self._conflicts[ckey] = Conflict(ckey, self._conflicts)
             conflict.holder = job
-        lent_from = job.lent_from
-        if lent_from is not None:
-            job.lent_from = None
-            lent_from.on_lent_gone()
         jtype = lane.type
         estimate = job.cost
         if estimate is None:
@@ -278,11 +259,6 @@ class State:
             self._keys.charge_rate(lane, estimate)
             if lane.limited:
                 self._woken_by()
-        if key.lent:
-            if key.running >= key.cap:
-                take_back_loans(key)
-            elif key.lent[0][0] <= (key.rank, key.acc):
-                recheck_loans(key)
         tenant = key.tenant
         if tenant is not None:
             self._charge_tenant(job, key, tenant, estimate)
@@ -310,20 +286,12 @@ class State:
     @staticmethod
     def _charge_tenant(job: Job, key: KeyState, tenant: KeyState, estimate: float) -> None:
         """``job`` of ``key`` was just admitted (two-level keys): its tenant is charged
-        ``estimate / weight`` too, and the loans to its keys move if they must (each key's
-        loans are its tenant's: ``fairqueue.lender``)."""
+        ``estimate / weight`` too (entries catch up lazily)."""
         weight = tenant.weight
         job.tcharge = charge = estimate if weight == 1.0 else estimate / weight
         tenant.acc += charge
         if tenant.rank != 2 and (tenant.min_slots or tenant.share != UNLIMITED):
             tenant.rank = tenant.rank_now()
-        if tenant.lent:
-            if key.running >= key.cap:
-                take_back_loans(key)
-            if tenant.running >= tenant.cap:
-                take_back_loans(tenant)
-            elif tenant.lent and tenant.lent[0][0] <= (tenant.rank, tenant.acc):
-                recheck_loans(tenant)
 
     def _start(self, job: Job, n: int) -> None:
         """Move ``job`` from pending to running (``n = 1``) or back (``n = -1``) in every count."""
@@ -400,11 +368,7 @@ class State:
         """Set a key's accumulated cost, keeping every order that uses it right."""
         old = key.acc
         key.acc = value
-        if value > old:
-            holder = lender(key)  # (with two-level keys, a key's loans are its tenant's)
-            if holder.lent and holder.lent[0][0] <= (holder.rank, holder.acc):
-                recheck_loans(key)
-        elif value < old:
+        if value < old:  # (a rise is caught up lazily)
             reposition(key)
             accounts = self._tenants if key.is_tenant else self._accounts
             assert accounts is not None
@@ -451,21 +415,14 @@ class State:
             self._due = now + ttl
 
     def _reorder(self) -> None:
-        """Accumulated costs went down: rebuild every order that used them. O(keys + loans)."""
+        """Accumulated costs went down: rebuild every order that used them. O(keys +
+        conflict lanes)."""
         for lane in self._all_lanes():
             lane.queue.refresh()
-        for key in self._accounts.keys.values():
-            key.lent.clear()
-            if key.tenant is not None:
-                key.tenant.lent.clear()
-        for conflict in self._conflicts.values():
-            for cl in conflict.lanes.values():
-                cl.parked.refresh()
-                cl.bound_id = 0
         for conflict in list(self._conflicts.values()):
-            if conflict.holder is None:
-                for cl in list(conflict.lanes.values()):
-                    cl.revalidate()
+            for cl in list(conflict.lanes.values()):
+                cl.parked.refresh()
+                cl.renew()
 
     def _view(self, job: Job, place: int | None, place_in_key: int | None) -> JobView:
         free = self._capacity - self._running

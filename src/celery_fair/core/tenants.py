@@ -20,8 +20,8 @@ that one comes earlier. A charge makes one entry stale per lane at each level.
 A tenant at its cap (``max_concurrency`` over all its keys) leaves the lanes' heaps as a whole,
 as a key at its cap does (``block``), and comes back when it is below it (``unblock``). A
 tenant whose cost or rank went down has fresh entries pushed for each of its tenant queues
-(``reposition``). Loans of a conflict lane to a key's job are registered with its tenant
-(``fairqueue.lender``).
+(``reposition``). A free conflict's first waiter is offered to a tenanted lane as to a flat one
+(``fairqueue.best_waiter``), at its widened place.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from heapq import heappop, heappush, heapreplace
 from typing import TYPE_CHECKING, Any
 
 from .aging import URGENT
-from .fairqueue import KeyedQueue, _next_id, resume_aging
+from .fairqueue import KeyedQueue, _next_id, best_waiter, resume_aging
 from .fairqueue import reposition as _reposition_key
 from .fairqueue import unblock as _unblock_key
 from .jobs import widen
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .costs import KeyState
-    from .fairqueue import ConflictLane
+    from .fairqueue import ConflictLane, KeyQueue
     from .jobs import Conflict, ConflictKey, Job, Lane, Place
 
 __all__ = ["TenantedQueue", "reposition", "resume", "tenant_name", "unblock"]
@@ -60,10 +60,11 @@ class TenantedQueue:
     current when its id equals the tenant queue's ``tver``, and a current entry is never later
     than the true order of the tenant queue's best job. ``queues`` maps each tenant with jobs
     here to its tenant queue (also listed in the tenant's ``KeyState.queues``); ``size`` counts
-    live jobs of all of them. ``conflicts``, ``lane`` and ``cl`` as for ``KeyedQueue``.
+    live jobs of all of them. ``conflicts``, ``lane``, ``cl`` and ``waiters`` as for
+    ``KeyedQueue``.
     """
 
-    __slots__ = ("cl", "conflicts", "heap", "lane", "queues", "size")
+    __slots__ = ("cl", "conflicts", "heap", "lane", "queues", "size", "waiters")
 
     def __init__(
         self,
@@ -77,6 +78,7 @@ class TenantedQueue:
         self.conflicts: dict[ConflictKey, Conflict] = {} if conflicts is None else conflicts
         self.lane = lane
         self.cl = cl
+        self.waiters: list[tuple[Any, ...]] = []
 
     def push(self, job: Job) -> None:
         """Add ``job`` to its tenant's queue; O(log n)."""
@@ -137,10 +139,18 @@ class TenantedQueue:
                 continue
             rec = (*widen(place, tenant.rank, tenant.acc, by_key), job.arrival, job.seq)
             if rec == entry[:-2]:
+                if self.waiters:  # a free conflict's first waiter may come first
+                    found = best_waiter(self)
+                    if found is not None and found[0] < entry:
+                        return found[1]
                 return job
             tq.tver = ver = _next_id()
             tq.trec = rec
             heapreplace(heap, (*rec, ver, tq))
+        if self.waiters:
+            found = best_waiter(self)
+            if found is not None:
+                return found[1]
         return None
 
     def refresh(self) -> None:
@@ -172,45 +182,10 @@ class TenantedQueue:
             if not blocked:
                 tenant.blocked = None
 
-    def min_place_excluding(self, key: KeyState) -> tuple[float, ...] | None:
-        """A lower bound of the widened place of every key but ``key`` with jobs here.
-
-        As ``KeyedQueue.min_place_excluding``, a level deeper: an entry of another tenant is
-        such a bound; one of ``key``'s own tenant is, with its key part taken from that
-        tenant queue's keys other than ``key``. O(1 + the entries walked past)."""
-        heap = self.heap
-        size = len(heap)
-        by_key = self.lane.by_key
-        mine = key.tenant
-        best: tuple[float, ...] | None = None
-        stack = [0] if heap else []
-        while stack:
-            i = stack.pop()
-            if i >= size:
-                continue
-            entry = heap[i]
-            place = entry[:5]
-            if best is not None and place >= best:
-                continue
-            tq = entry[-1]
-            if tq.size == 0 or tq.tenant is mine:
-                if tq.size and tq.tenant is mine:
-                    inner = tq.min_place_excluding(key)
-                    if inner is not None:
-                        if entry[0] == _NEG_URGENT:
-                            rank, acc = 0, 0.0
-                        elif by_key:
-                            rank, acc = entry[0], entry[1]
-                        else:
-                            rank, acc = entry[1], entry[2]
-                        bound = widen(inner, rank, acc, by_key)
-                        if best is None or bound < best:
-                            best = bound
-                stack.append(2 * i + 1)
-                stack.append(2 * i + 2)
-            else:
-                best = place
-        return best
+    def queue_of(self, key: KeyState) -> KeyQueue | None:
+        """``key``'s key queue here (in its tenant's queue), if it has one. O(1)."""
+        tq = self.queues.get(key.tenant)  # type: ignore[arg-type]
+        return None if tq is None else tq.queues.get(key)
 
     def jobs(self) -> Iterator[Job]:
         """Every live job, in no particular order. O(n)."""
@@ -231,15 +206,15 @@ def block(tq: KeyedQueue) -> None:
 
 def _lift_best(tq: KeyedQueue) -> None:
     """Give ``tq`` a fresh entry at the true place of its best job (older ones die by their
-    id), unless its tenant blocks it, and let its conflict lane, if any, check its loan again.
-    O(log n) amortised."""
+    id), unless its tenant blocks it, and lift its conflict lane, if any. O(log n)
+    amortised."""
     tq.tver = -1
     job = tq.best(False)
     if job is None:
         return
     tq.parent.lift(tq, tq.lane.place(job), job)
     if tq.cl is not None:
-        tq.cl.revalidate()
+        tq.cl.lift(job)
 
 
 def reposition(key: KeyState) -> None:

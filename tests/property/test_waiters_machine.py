@@ -1,22 +1,23 @@
-"""The scheduler's state machine made to lend (a file of its own, so that a parallel run
-spreads it beside tests/property/test_state_machine.py): the oracle and the structures'
-invariants as there."""
+"""The scheduler's state machine made to keep jobs waiting on free conflicts (a file of its own,
+so that a parallel run spreads it beside tests/property/test_state_machine.py): the oracle and
+the structures' invariants as there."""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
-from test_state_machine import SchedulerMachineWithStructures
+from test_state_machine import SchedulerMachineWithStructures, first_waiters
 
 from celery_fair.core import KeyPolicies
 from strategies import TENANT_KEYS, costs, job_types, key_policies
 
 
-class LoansMachine(SchedulerMachineWithStructures):
-    """The same machine made to lend: two-level keys, every type in one conflict group and
-    every job on one of two repositories, so that jobs wait on held conflicts and are lent back
-    when they end; and what the fleet says of a key a conflict has just lent to (other workers
-    run its cap, or it has used more), after which the loan must move."""
+class WaitersMachine(SchedulerMachineWithStructures):
+    """The same machine made to wait on conflicts: two-level keys, every type in one conflict
+    group and every job on one of two repositories, so that jobs park on held conflicts and
+    wait as their conflict's first waiter once it is free; and what the fleet says of such a
+    waiter's key (other workers run its cap, or it has used more), after which another waiter
+    may come first."""
 
     @initialize(
         types=job_types().map(
@@ -54,29 +55,23 @@ class LoansMachine(SchedulerMachineWithStructures):
     )
     def crowd(self, data, job_id, keys, cost):
         """Several keys (often of one tenant) ask for one repository at once: when its holder
-        ends, the conflict lends one of several waiters, and the others stay parked."""
+        ends, one of several waiters comes first, and the others stay parked behind it."""
         for key in keys:
             self.submit.__wrapped__(self, data, job_id, key, cost)  # type: ignore[attr-defined]
 
     def _arrive(self, data, job_id, key, cost):
         """One job of ``churn``, on one of the two repositories."""
         repo = data.draw(st.sampled_from(["r1", "r2"]))
-        LoansMachine.submit.__wrapped__(self, data, repo, key, cost)  # type: ignore[attr-defined]
+        WaitersMachine.submit.__wrapped__(self, data, repo, key, cost)  # type: ignore[attr-defined]
 
-    def _borrowers(self):
-        return sorted(
-            {
-                cl.lent.key.name
-                for conflict in self.core._conflicts.values()
-                for cl in conflict.lanes.values()
-                if cl.lent is not None
-            }
-        )
+    def _first(self):
+        """The keys of the free conflicts' first waiters."""
+        return sorted({job.key.name for job in first_waiters(self.core)})
 
-    @precondition(lambda self: hasattr(self, "core") and bool(self._borrowers()))
+    @precondition(lambda self: hasattr(self, "core") and bool(self._first()))
     @rule(data=st.data(), n=st.integers(1, 3), value=st.sampled_from([5, 40]))
-    def cap_or_charge_a_borrower(self, data, n, value):
-        key = data.draw(st.sampled_from(self._borrowers()))
+    def cap_or_charge_a_first_waiter(self, data, n, value):
+        key = data.draw(st.sampled_from(self._first()))
         how = data.draw(st.sampled_from(["elsewhere", "capped", "charged"]))
         if how == "elsewhere":  # other workers run n of its jobs (it may have a cap)
             keys = {**self.ref.elsewhere_keys, key: n}
@@ -95,4 +90,4 @@ class LoansMachine(SchedulerMachineWithStructures):
             self.ref.set_accumulated(key, value)
 
 
-TestLoansMachine = LoansMachine.TestCase
+TestWaitersMachine = WaitersMachine.TestCase
