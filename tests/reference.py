@@ -385,22 +385,36 @@ class RefScheduler:
         jt = self.types[type]
         return _replay(parse_rate(jt.rate), jt.burst, None, self.type_charges.get(type, []), now)
 
+    def _rated(self) -> tuple[set[str], set[str], set[str]]:
+        """The keys, tenants and types that may be out of their rate: those with pending jobs
+        and those charged (a key out of its rate stays so until it refills, pending jobs or
+        not, as the core's ``next_rise`` counts it)."""
+        keys = {j.key for j in self.pending} | set(self.charges)
+        tenants = {self.tenant(j.key) for j in self.pending} | set(self.tcharges)
+        types = {j.type for j in self.pending} | set(self.type_charges)
+        return keys, tenants, types
+
+    def refills(self, now: float) -> list[float]:
+        """When each key, tenant or type out of its rate at ``now`` refills to a start."""
+        keys, tenants, types = self._rated()
+        times = []
+        for key in keys:
+            terms = self.rate(key)
+            if terms is not None and (level := self.bucket(key, now)) < 1:
+                times.append(now + (1 - level) / terms[0])
+        for tenant in tenants:
+            terms = self.tenant_rate(tenant)
+            if terms is not None and (level := self.tenant_bucket(tenant, now)) < 1:
+                times.append(now + (1 - level) / terms[0])
+        for type in types:
+            jt = self.types[type]
+            if jt.rate is not None and (level := self.type_bucket(type, now)) < 1:
+                times.append(now + (1 - level) / parse_rate(jt.rate))
+        return times
+
     def refill_due(self, now: float) -> bool:
-        """Whether a key or type with pending jobs waits for its bucket to refill to a start."""
-        return (
-            any(
-                self.rate(key) is not None and self.bucket(key, now) < 1
-                for key in {j.key for j in self.pending}
-            )
-            or any(
-                self.tenant_rate(t) is not None and self.tenant_bucket(t, now) < 1
-                for t in {self.tenant(j.key) for j in self.pending}
-            )
-            or any(
-                self.types[t].rate is not None and self.type_bucket(t, now) < 1
-                for t in {j.type for j in self.pending}
-            )
-        )
+        """Whether a key, tenant or type waits for its bucket to refill to a start."""
+        return bool(self.refills(now))
 
     def charge_rate(self, job: RefJob, now: float, sign: float = 1.0) -> None:
         terms = self.rate(job.key)
@@ -484,20 +498,8 @@ class RefScheduler:
 
     def next_rise(self, now: float) -> float | None:
         """The next time any pending job's effective priority or urgency changes (frozen
-        while paused), or a key with pending jobs refills its rate to a start."""
-        times = []
-        for key in {j.key for j in self.pending}:
-            terms = self.rate(key)
-            if terms is not None and (level := self.bucket(key, now)) < 1:
-                times.append(now + (1 - level) / terms[0])
-        for tenant in {self.tenant(j.key) for j in self.pending}:
-            terms = self.tenant_rate(tenant)
-            if terms is not None and (level := self.tenant_bucket(tenant, now)) < 1:
-                times.append(now + (1 - level) / terms[0])
-        for type in {j.type for j in self.pending}:
-            jt = self.types[type]
-            if jt.rate is not None and (level := self.type_bucket(type, now)) < 1:
-                times.append(now + (1 - level) / parse_rate(jt.rate))
+        while paused), or a key, tenant or type out of its rate refills to a start."""
+        times = self.refills(now)
         for job in self.pending:
             aging = self.aging_of(job.type)
             if aging is None or job.key in self.paused_keys or job.type in self.paused_types:
@@ -793,7 +795,7 @@ def reference_simulate(trace: dict) -> list[dict]:
         times += [start[i] + jobs[i]["duration"] for i in start if i not in finish]
         if ref.pending:  # a paused job may wait for a resume
             times += [c[0][0] for i, c in enumerate(changes) if i not in applied]
-        if not times and not (rated and ref.refill_due(t)):
+        if not times and not (rated and ref.pending and ref.refill_due(t)):
             break
         # A capped job may turn urgent and pass its key's cap, and a key out of its rate may
         # refill, while nothing else goes on.

@@ -325,3 +325,26 @@ def test_a_tenant_returning_starts_from_the_least_active_tenants_cost_by_hand():
     ref.submit("a1", "t", None, "acme/x", 0, 1.0, now=0)
     assert ref.tacc["acme"] == 5.0
     assert ref.acc["acme/x"] == 0.0
+
+
+def test_a_key_out_of_its_rate_keeps_the_trace_going_until_it_refills_pending_jobs_or_not():
+    # As the simulator's loop (and the core's next_rise): key "a" is out of its rate from 13.0
+    # to 14.0, though none of its jobs waits; meanwhile key "" 's job, whose key may run
+    # nothing, turns urgent at 1 + 14 / 2 = 8 and passes its cap (found by the state machine
+    # in a CI run: the oracle stopped at 13.0, counting only the refills of keys with pending
+    # jobs). With nothing out of its rate the trace ends when nothing else goes on.
+    trace = {
+        "capacity": 1,
+        "types": {"t0": {"priority": 1}},
+        "jobs": [
+            {"name": "a1", "type": "t0", "fairness_key": "a", "arrival": 13.0, "duration": 0.0},
+            {"name": "x", "type": "t0", "fairness_key": "", "arrival": 0.0, "duration": 0.0},
+        ],
+        "keys": {"": {"max_concurrency": 0}, "a": {"rate": "1/s"}},
+        "aging": {"interval": 2, "urgent": 8},
+    }
+    runs = {r["name"]: r["start"] for r in reference_simulate(trace)}
+    assert runs == {"a1": 13.0, "x": 14.0}
+    trace["jobs"][0]["arrival"] = 12.0  # refilled at 13.0, before x turns urgent
+    runs = {r["name"]: r["start"] for r in reference_simulate(trace)}
+    assert runs == {"a1": 12.0, "x": None}
