@@ -242,9 +242,9 @@ def test_caps_count_against_the_base_tier_while_the_order_uses_the_effective_one
     )
 
 
-def test_an_older_waiter_on_a_conflict_is_lent_first_once_it_has_risen_higher():
+def test_an_older_waiter_on_a_conflict_comes_first_once_it_has_risen_higher():
     # Two keys wait on one repository. The younger key has used less, but the older job
-    # rose a level first, so the conflict lends it when freed.
+    # rose a level first, so it is the conflict's first waiter when freed.
     s, clock = make(
         capacity=2,
         aging=Aging(interval=4),

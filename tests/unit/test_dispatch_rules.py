@@ -221,7 +221,7 @@ def test_waiters_on_a_conflict_are_released_in_dispatch_order():
     assert order == ["b1", "a1", "a2"]
 
 
-def test_a_loan_moves_when_the_borrower_is_charged_past_another_waiter():
+def test_a_freed_conflicts_first_waiter_changes_when_its_key_is_charged_past_another():
     # Given a repack holding linux, and two keys' clones of linux parked behind it,
     s, _ = make(8, [("clone", 8, 1, "git"), ("repack", 4, None, "git"), ("other", 8)])
     s.submit("holder", "repack", "linux", "z")
@@ -232,7 +232,7 @@ def test_a_loan_moves_when_the_borrower_is_charged_past_another_waiter():
     assert refs(s.schedule()) == ["filler"]  # both linux clones parked; clone type now full
     s.submit("b-other", "other", None, "b", cost=1)
     assert refs(s.schedule()) == ["b-other"]  # b is at 1, a at 0
-    # When linux is freed, a-linux is lent to the (full) clone lane: a comes first.
+    # When linux is freed, a-linux is its first waiter in the (full) clone lane: a is at 0.
     s.complete("holder", 1)
     # When a is charged 5 by another job, b-linux (b at 1) must come first instead.
     s.submit("a-other", "other", None, "a", cost=5)
@@ -241,7 +241,7 @@ def test_a_loan_moves_when_the_borrower_is_charged_past_another_waiter():
     assert refs(s.schedule()) == ["b-linux"]
 
 
-def test_cancelling_a_lent_job_passes_the_loan_on():
+def test_cancelling_a_freed_conflicts_first_waiter_lets_the_next_one_run():
     s, _ = make(8, [("clone", 8, 1, "git")])
     s.submit("holder", "clone", "linux", "z")
     s.schedule()
@@ -251,6 +251,44 @@ def test_cancelling_a_lent_job_passes_the_loan_on():
     s.complete("holder", 1)
     assert s.cancel("a") is CancelOutcome.CANCELLED
     assert refs(s.schedule()) == ["b"]
+
+
+def test_a_type_whose_only_jobs_waited_on_a_conflict_runs_them_once_it_is_freed():
+    # Given fetches of linux, all parked behind a clone of linux (another type),
+    s, _ = make(8, [("clone", 8, None, "git"), ("fetch", 8, None, "git")])
+    s.submit("clone", "clone", "linux", "z")
+    s.schedule()
+    for i in range(3):
+        s.submit(f"f{i}", "fetch", "linux", f"k{i}")
+    assert refs(s.schedule()) == []
+    # when the clone ends, the fetch type has no job of its own in line, only waiters:
+    # one of them runs, and each of the others after the one before it.
+    s.complete("clone", 1)
+    assert refs(s.schedule()) == ["f0"]
+    s.complete("f0", 1)
+    assert refs(s.schedule()) == ["f1"]
+
+
+def test_a_job_parked_while_the_conflict_is_held_may_come_first_at_its_release():
+    # Given linux and repo3 held, b's clone of linux and w's of repo3 parked behind them, b
+    # having used 5 and w 3,
+    s, _ = make(2, [("clone", 8, None, "git")])
+    s.submit("holder1", "clone", "linux", "z1")
+    s.submit("holder2", "clone", "repo3", "z2")
+    assert refs(s.schedule()) == ["holder1", "holder2"]
+    s.submit("b-linux", "clone", "linux", "b")
+    s.submit("w-repo3", "clone", "repo3", "w")
+    s.set_accumulated("b", 5.0)
+    s.set_accumulated("w", 3.0)
+    # linux is freed and b-linux takes it (repo3 still held),
+    s.complete("holder1", 1)
+    assert refs(s.schedule()) == ["b-linux"]
+    # c, which has used nothing, parks a clone of linux behind b-linux, and repo3 is freed:
+    s.submit("c-linux", "clone", "linux", "c")
+    s.complete("holder2", 1)
+    # when b-linux ends, c-linux (c at 0) goes before w-repo3 (w at 3).
+    s.complete("b-linux", 1)
+    assert refs(s.schedule()) == ["c-linux", "w-repo3"]
 
 
 # -- cancel, capacity, errors ------------------------------------------------------------

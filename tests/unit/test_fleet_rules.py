@@ -124,8 +124,8 @@ def test_a_lower_cost_also_reorders_the_waiters_of_a_conflict():
     s.submit("b", "clone", "linux", "b", cost=1)
     s.set_accumulated("a", 9.0)
     s.set_accumulated("b", 4.0)
-    s.complete("holder", 1.0)  # the conflict lends its best waiter, b, back to the lane
-    s.set_accumulated("a", 1.0)  # a is lowered while parked: the loan must move to a
+    s.complete("holder", 1.0)  # the freed conflict's first waiter: b
+    s.set_accumulated("a", 1.0)  # a is lowered while parked: a comes first now
     assert refs(s.schedule()) == ["a"]
 
 
@@ -154,6 +154,20 @@ def test_a_newcomer_outranks_an_admission_only_by_at_least_its_own_cost():
     assert not s.outranks("c1", [b1])
     assert not s.outranks("nobody", [a1])  # pending jobs only
     assert not s.outranks("a1", [b1])
+
+
+def test_a_waiter_on_a_conflict_outranks_an_admission_only_as_its_first_once_it_is_freed():
+    s, _ = make(4, [("clone", 8, None, "git", 1)])
+    s.submit("holder", "clone", "linux", "z", cost=1)
+    s.submit("b1", "clone", "x2", "b", cost=3)
+    [_, b1] = s.schedule()
+    s.submit("c-linux", "clone", "linux", "c", cost=1)  # both parked behind holder
+    s.submit("d-linux", "clone", "linux", "d", cost=1)
+    s.set_accumulated("b", 5.0)  # b had used 2 before b1: c or d, charged 1, goes first
+    assert not s.outranks("c-linux", [b1])  # linux is held, and not by b1
+    s.complete("holder", 1)
+    assert s.outranks("c-linux", [b1])  # linux's first waiter
+    assert not s.outranks("d-linux", [b1])  # behind c-linux on linux: it cannot go next
 
 
 def test_a_newcomer_outranks_admissions_only_if_they_hold_at_least_the_tolerance():

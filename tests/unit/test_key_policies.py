@@ -124,7 +124,7 @@ def test_a_blocked_key_leaves_the_heap_whole_and_no_decision_looks_at_it_again()
     assert refs(s.schedule()) == ["a1"]
 
 
-def test_a_capped_key_gives_its_conflict_loan_to_another_keys_waiter():
+def test_a_capped_keys_waiter_gives_way_to_another_keys_on_a_freed_conflict():
     s, _ = make(4, [GIT], keys=keys({"a": {"max_concurrency": 1}}))
     s.submit("hold", "fetch", "repo", "c")
     s.submit("a-other", "fetch", "elsewhere", "a")
@@ -263,7 +263,7 @@ def test_the_last_waiter_of_a_paused_key_cancelled_on_a_free_conflict_leaves_not
     assert [a.uid for a in s.schedule()] == ["a"]
     s.pause_key("")
     s.submit("b", "t", "r1")  # parked on the held conflict
-    s.release("a")  # the conflict is free, its only waiter's key paused: nothing lent
+    s.release("a")  # the conflict is free, its only waiter's key paused: nothing may start
     s.cancel("b")
     assert s._conflicts == {}
 

@@ -254,9 +254,9 @@ def test_each_change_of_a_keys_allocation_is_told_once_per_sweep_and_levels_are_
     assert w.gate.scheduler.running_by_key() == {"a": 2}  # t1, and a0 delivered before b0
 
 
-def test_a_bound_lowered_under_a_loan_passes_the_loan_to_the_waiter_now_first():
+def test_a_bound_lowered_under_a_first_waiter_puts_the_waiter_now_first_before_it():
     # Given one conflict ("r1") free again with two waiters: B's job, aged the highest and
-    # lent to its lane, and C's, younger but aged above priority 1 too (found by the state
+    # so its first waiter, and C's, younger but aged above priority 1 too (found by the state
     # machine in a CI run),
     from celery_fair.core import Aging, JobType
 
@@ -273,7 +273,7 @@ def test_a_bound_lowered_under_a_loan_passes_the_loan_to_the_waiter_now_first():
     s._clock.advance(3.0)  # B at 1 + 4, C at 1 + 3
     s.complete("x", 1.0)
     assert s.status("b").effective_priority > s.status("c").effective_priority > 1
-    # when B's bound is lowered to 1 while its job is lent,
+    # when B's bound is lowered to 1 while its job is the first waiter,
     s.set_key_policies(KeyPolicies.from_mapping({"B": {"max_priority": 1}}))
-    # then the loan goes to C's job, now first, and C's starts before B's.
+    # then C's job comes first, and starts before B's.
     assert [a.uid for a in s.schedule()] == ["c"]

@@ -132,7 +132,7 @@ def test_the_lower_of_a_keys_and_its_tenants_max_priority_bounds_its_jobs():
     assert s.priority_for("job", "T/a", 8) == 8
 
 
-def test_a_conflict_lends_its_best_waiter_by_tenant_then_key():
+def test_a_freed_conflicts_first_waiter_is_by_tenant_then_key():
     s, _ = tenants(capacity=2)
     s.submit("holder", "clone", "linux", "S/a")
     assert refs(s.schedule()) == ["holder"]
@@ -353,7 +353,7 @@ def test_the_engine_asks_the_store_with_each_keys_tenant_and_its_terms():
     assert flat.tenant_terms("acme/alice") is None
 
 
-def test_a_loan_to_a_key_that_other_workers_cap_goes_to_the_next_waiter():
+def test_a_first_waiter_whose_key_other_workers_cap_gives_way_to_the_next():
     # Tenant T has used more than S; S/b and T/x wait for repository linux, which S/a holds,
     s, _ = tenants(capacity=3, keys={"S/b": {"max_concurrency": 1}})
     s.submit("t0", "job", None, "T/y", cost=5.0)
@@ -363,20 +363,20 @@ def test_a_loan_to_a_key_that_other_workers_cap_goes_to_the_next_waiter():
     assert refs(s.schedule()) == ["holder"]
     s.submit("sb", "clone", "linux", "S/b")
     s.submit("tx", "clone", "linux", "T/x")
-    # so when S/a is done, the repository goes to S (the tenant that has used less) and waits
-    # lent to S/b; then other workers run S/b's cap: the loan goes to T/x, which starts.
+    # so when S/a is done, the repository goes to S (the tenant that has used less): S/b is
+    # its first waiter; then other workers run S/b's cap: T/x comes first, and starts.
     s.complete("holder", 1.0)
     s.set_running_elsewhere({}, {}, {"S/b": 1})
     assert refs(s.schedule()) == ["tx"]
 
 
-def test_a_loan_moves_within_a_tenant_when_the_store_raises_the_borrowers_cost():
+def test_the_first_waiter_changes_within_a_tenant_when_the_store_raises_its_keys_cost():
     s, _ = tenants(capacity=3)
     s.submit("holder", "clone", "linux", "T/h")
     assert refs(s.schedule()) == ["holder"]
     s.submit("sb", "clone", "linux", "S/b")
     s.submit("sc", "clone", "linux", "S/c")
-    s.complete("holder", 1.0)  # the repository is lent to S/b, first of S's equal keys
+    s.complete("holder", 1.0)  # the repository's first waiter: S/b, first of S's equal keys
     s.set_accumulated("S/b", 10.0)  # the fleet says S/b has used more: S/c goes first
     assert refs(s.schedule())[0] == "sc"
 
@@ -409,7 +409,7 @@ def test_the_last_waiter_of_a_free_conflict_leaving_a_capped_tenant_leaves_no_co
     s.submit("held", "clone", "r1", "solo")
     assert refs(s.schedule()) == ["held"]
     s.submit("waits", "clone", "r1", "a/x")
-    # once the conflict is free (its waiter is not lent: its tenant may run nothing),
+    # once the conflict is free (its waiter may not run: its tenant may run nothing),
     s.release("held")
     assert list(s._conflicts) == [("git", "r1")]
     # the waiter leaving takes the conflict's record with it (no tenant queue, no lane left).
