@@ -425,11 +425,10 @@ class SchedulerMachineWithStructures(SchedulerMachine):
                 # Each waiter whose key (and tenant) may start comes no earlier than the place
                 # its conflict lane's entry in its lane's waiters records; while the conflict
                 # is free, there is such an entry if there is such a waiter.
-                free = [j for j in cl.parked.jobs() if not key_blocks(j)]
-                if not free:
+                first = first_free(cl)
+                if first is None:
                     assert cl.parked.size or conflict.holder is not None, (conflict, cl)
                     continue
-                first = min(free, key=lambda j: j.lane.order(j))
                 if cl.ver < 0:
                     assert conflict.holder is not None, (conflict, cl, first)
                     continue
@@ -485,29 +484,19 @@ class SchedulerMachineWithStructures(SchedulerMachine):
 TestSchedulerMachineWithStructures = SchedulerMachineWithStructures.TestCase
 
 
-def _key_queues(queue):
-    """The key queues of a lane's or conflict lane's queue, one level deep or two."""
-    for inner in queue.queues.values():
-        if hasattr(inner, "key"):  # a key queue
-            yield inner
-        else:  # a tenant queue (two-level keys)
-            yield from inner.queues.values()
+def first_free(cl):
+    """The first waiter of conflict lane ``cl`` whose key (and tenant) may start, or None."""
+    free = [j for j in cl.parked.jobs() if not key_blocks(j)]
+    return min(free, key=lambda j: j.lane.order(j)) if free else None
 
 
 def first_waiters(core):
     """The first waiter whose key (and tenant) may start of each conflict lane of a free
     conflict: the jobs a decision may admit from the conflicts."""
-    out = []
-    for conflict in core._conflicts.values():
-        if conflict.holder is None:
-            for cl in conflict.lanes.values():
-                free = [j for j in cl.parked.jobs() if not key_blocks(j)]
-                if free:
-                    out.append(min(free, key=lambda j: j.lane.order(j)))
-    return out
-
-
-def _blocked(key):
-    """Whether ``key``, or its tenant, is at its cap."""
-    tenant = key.tenant
-    return key.running >= key.cap or (tenant is not None and tenant.running >= tenant.cap)
+    firsts = (
+        first_free(cl)
+        for conflict in core._conflicts.values()
+        if conflict.holder is None
+        for cl in conflict.lanes.values()
+    )
+    return [job for job in firsts if job is not None]

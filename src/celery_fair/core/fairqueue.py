@@ -70,6 +70,7 @@ __all__ = [
     "KeyQueue",
     "KeyedQueue",
     "best_waiter",
+    "or_waiter",
     "park_on",
     "release",
     "reposition",
@@ -370,9 +371,7 @@ class KeyedQueue:
                 continue
             if t2 == p2 and job.seq == seq and t1 == p1 and t0 == p0:
                 if self.waiters:  # a free conflict's first waiter may come first
-                    found = best_waiter(self)
-                    if found is not None and found[0] < heap[0]:
-                        return found[1]
+                    return or_waiter(self, job, heap[0])
                 return job
             kq.ver = ver = _next_id()
             kq.rec_arrival = job.arrival
@@ -380,11 +379,7 @@ class KeyedQueue:
             heapreplace(heap, (t0, t1, t2, job.arrival, job.seq, ver, kq))
             if ages:
                 _book(lane, kq, job, False)
-        if self.waiters:
-            found = best_waiter(self)
-            if found is not None:
-                return found[1]
-        return None
+        return or_waiter(self, None, None) if self.waiters else None
 
     def refresh(self) -> None:
         """Rebuild the heap from the true positions; needed after costs went down. O(keys)."""
@@ -452,16 +447,16 @@ def discard(job: Job) -> None:
         owner = kq.owner
         owner.shrink()
         job.home = None
+        cl = owner.cl
         if kq.blocked and kq.live == 0:  # no entry will ever meet it: forget it now
             _forget_blocked(kq)
         elif owner.tblocked and owner.size == 0:  # nor its blocked tenant's queue here
             for emptied in list(owner.queues.values()):
                 owner._drop(emptied)  # (the last one drops the tenant queue from its parent)
-            if owner.cl is not None:  # the last waiter of a conflict may have gone with it
-                owner.cl.forget_if_empty()
-        cl = owner.cl
-        if cl is not None and cl.parked.size == 0 and cl.conflict.holder is None:
-            cl.enter()  # none waits: forgotten (a held one's release does it)
+            if cl is not None:  # the last waiter of a conflict may have gone with it
+                cl.forget_if_empty()
+        elif cl is not None and cl.parked.size == 0 and cl.conflict.holder is None:
+            cl.enter()  # none waits: forgotten (a held conflict's release does it)
 
 
 def _forget_blocked(kq: KeyQueue) -> None:
@@ -635,8 +630,7 @@ def best_waiter(queue: Any) -> tuple[tuple[Any, ...], Job] | None:
         if job is None:
             heappop(waiters)
             cl.ver = -1
-            if cl.parked.size == 0:
-                cl.forget()
+            cl.forget_if_empty()
             continue
         rec = lane.order(job)
         if rec == entry[:-2]:
@@ -645,6 +639,15 @@ def best_waiter(queue: Any) -> tuple[tuple[Any, ...], Job] | None:
         cl.rec = rec
         heapreplace(waiters, (*rec, ver, cl))
     return None
+
+
+def or_waiter(queue: Any, job: Job | None, entry: tuple[Any, ...] | None) -> Job | None:
+    """``job``, the first of ``queue``'s own jobs (``entry`` its current entry; both ``None``
+    when it has none), or the waiters' first (``best_waiter``) if that comes first."""
+    found = best_waiter(queue)
+    if found is None or (entry is not None and entry < found[0]):
+        return job
+    return found[1]
 
 
 class ConflictLane:
@@ -674,8 +677,7 @@ class ConflictLane:
         job = self.parked.best(False)
         if job is None:
             self.ver = -1
-            if self.parked.size == 0:
-                self.forget()
+            self.forget_if_empty()
             return
         self.ver = ver = _next_id()
         self.rec = rec = self.lane.order(job)
@@ -694,8 +696,10 @@ class ConflictLane:
             self.enter()
 
     def renew(self) -> None:
-        """Its waiters' places were all made again (``refresh``): a fresh entry if the
-        conflict is free, else none until its release. O(log n)."""
+        """Costs went down or waiting resumed: put its waiters back at their true places
+        (``refresh``), then a fresh entry if the conflict is free, else none until its
+        release. O(waiting keys)."""
+        self.parked.refresh()
         self.ver = -1
         if self.conflict.holder is None:
             self.enter()

@@ -574,7 +574,6 @@ def pause_lane(
             for conflict in list(conflicts.values()):
                 cl = conflict.lanes.get(each)
                 if cl is not None:
-                    cl.parked.refresh()
                     cl.renew()
 
 

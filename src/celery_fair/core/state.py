@@ -421,7 +421,6 @@ class State:
             lane.queue.refresh()
         for conflict in list(self._conflicts.values()):
             for cl in list(conflict.lanes.values()):
-                cl.parked.refresh()
                 cl.renew()
 
     def _view(self, job: Job, place: int | None, place_in_key: int | None) -> JobView:

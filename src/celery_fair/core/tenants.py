@@ -30,7 +30,7 @@ from heapq import heappop, heappush, heapreplace
 from typing import TYPE_CHECKING, Any
 
 from .aging import URGENT
-from .fairqueue import KeyedQueue, _next_id, best_waiter, resume_aging
+from .fairqueue import KeyedQueue, _next_id, or_waiter, resume_aging
 from .fairqueue import reposition as _reposition_key
 from .fairqueue import unblock as _unblock_key
 from .jobs import widen
@@ -140,18 +140,12 @@ class TenantedQueue:
             rec = (*widen(place, tenant.rank, tenant.acc, by_key), job.arrival, job.seq)
             if rec == entry[:-2]:
                 if self.waiters:  # a free conflict's first waiter may come first
-                    found = best_waiter(self)
-                    if found is not None and found[0] < entry:
-                        return found[1]
+                    return or_waiter(self, job, entry)
                 return job
             tq.tver = ver = _next_id()
             tq.trec = rec
             heapreplace(heap, (*rec, ver, tq))
-        if self.waiters:
-            found = best_waiter(self)
-            if found is not None:
-                return found[1]
-        return None
+        return or_waiter(self, None, None) if self.waiters else None
 
     def refresh(self) -> None:
         """Rebuild both levels from the true positions (costs went down). O(keys)."""
