@@ -67,12 +67,13 @@ def _sentinel_master(
         raise ConfigurationError(f"fair_store_url: the database must be a number, got {db!r}")
     own = {k[len("sentinel_") :]: query[k] for k in ("sentinel_username", "sentinel_password")
            if k in query}  # fmt: skip
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    # (redis-py typed ``Sentinel`` in 8.2; called through ``Any`` for the versions before.)
+    sentinel = _untyped(Sentinel)(
         sentinels,
         sentinel_kwargs={**client_options, **own, **(sentinel_kwargs or {})},
         **client_options,
     )
-    client: redis_py.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis_py.Redis = _untyped(sentinel.master_for)(
         master,
         db=int(db or 0),
         username=unquote(first.username) if first.username else None,
@@ -155,3 +156,9 @@ def script_reply_error(message: str) -> Exception:
     if message.startswith(("LOADING", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "MASTERDOWN")):
         return StoreUnavailable(f"Redis store cannot answer now: {message}")
     return RuntimeError(f"a celery-fair script failed in Redis: {message}")
+
+
+def _untyped(function: Any) -> Any:
+    """``function``, typed ``Any``: a call of a library's function that some of its supported
+    versions type and some do not."""
+    return function
