@@ -237,3 +237,67 @@ def test_a_redis_channel_names_its_lists_as_kombu_does_and_only_once_per_queue()
             channel._q_for_pri(f"reply-{i}", 0)
         assert channel._q_for_pri("q", 3) == kombus(channel, "q", 3)
         assert len(calls) == len(queues) * 10 + LIST_NAMES_KEPT + 2
+
+
+def test_a_brpop_packed_from_its_names_packed_once_is_the_bytes_redis_py_packs():
+    # Kombu's real Redis channel, its names as its _brpop_start builds them:
+    from kombu import Connection
+
+    from celery_fair.worker.internals import LIST_NAMES_KEPT, _ReadPacker
+
+    for url, options in (
+        ("redis://127.0.0.1:6379/15", {}),
+        ("redis://127.0.0.1:6379/15", {"global_keyprefix": "pre:"}),
+    ):
+        with Connection(url, transport_options=options) as conn:
+            channel = conn.default_channel
+            connection = channel.client.connection_pool.get_connection()
+            redis_pys = connection._command_packer
+            packer = _ReadPacker(redis_pys, connection.encoder.encode)
+            queues = ["q", "ünï", *(f"q.fair.{i}" for i in range(8)), "q.fair.lane.3"]
+            keys = [channel._q_for_pri(q, p) for p in channel.priority_steps for q in queues]
+            for timeout in (1, 1.0, 0, 2.5):
+                args = ["BRPOP", *keys, timeout]
+                if channel.global_keyprefix:
+                    args = channel.client._prefix_args(args)
+                for _ in range(2):  # packing the names, then from the names packed
+                    assert b"".join(packer.pack(*args)) == b"".join(redis_pys.pack(*args))
+            assert len(packer.names) == len(keys)
+            # every other command is redis-py's own packing,
+            other = ("LPUSH", keys[0], b"\x00payload")
+            assert packer.pack(*other) == redis_pys.pack(*other)
+            odd = ("BRPOP", keys[0], memoryview(b"x"), 1)  # not a str
+            assert b"".join(packer.pack(*odd)) == b"".join(map(bytes, redis_pys.pack(*odd)))
+            # and a reader of ever new lists starts again rather than grow without end.
+            for i in range(LIST_NAMES_KEPT + 1):
+                packer.pack("BRPOP", f"reply-{i}", 1)
+            assert len(packer.names) <= LIST_NAMES_KEPT
+            connection.disconnect()
+
+
+def test_a_redis_channel_reads_with_its_names_packed_once_on_each_connection_it_polls():
+    import kombu
+
+    from celery_fair.worker.internals import _ReadPacker, pack_reads_once
+
+    got: list[object] = []
+    queue = kombu.Queue("fair-pack-test", routing_key="fair-pack-test")
+    with kombu.Connection("redis://127.0.0.1:6379/15") as conn:
+        channel = conn.channel()
+        assert pack_reads_once(channel)
+        assert not pack_reads_once(channel)  # once
+        assert not pack_reads_once(object())  # not a Redis channel
+        queue(channel).declare()
+        channel.queue_purge("fair-pack-test")  # (a run stopped before its end)
+        with kombu.Consumer(channel, [queue], callbacks=[lambda body, m: got.append(body)]):
+            producer = kombu.Producer(conn.channel())
+            for n in range(2):
+                producer.publish({"n": n}, routing_key="fair-pack-test", declare=[queue])
+                conn.drain_events(timeout=5)
+                polled = channel.client.connection
+                assert type(polled._command_packer) is _ReadPacker
+                assert any("fair-pack-test" in name for name in polled._command_packer.names)
+                # Kombu gives the channel a new connection after this one drops: it packs so too.
+                polled.disconnect()
+        assert got == [{"n": 0}, {"n": 1}]
+        channel.queue_delete("fair-pack-test")

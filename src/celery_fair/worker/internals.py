@@ -30,6 +30,7 @@ __all__ = [
     "hit_time_limit",
     "message_of",
     "order_redis_reads",
+    "pack_reads_once",
     "pool_size",
     "reconsume",
     "remember_list_names",
@@ -155,7 +156,8 @@ def order_redis_reads(channel: Any, order: Callable[[list[str]], list[str]]) -> 
     """Make the Redis transport's ``BRPOP`` list ``channel``'s queues in ``order(turns)``.
     Kombu's ``Channel._queue_cycle`` (kombu.transport.redis), which ``_brpop_start`` consumes
     and ``_brpop_read`` rotates. False if the channel has none (another transport). The
-    channel's list names are remembered too (``remember_list_names``)."""
+    channel's list names are remembered too (``remember_list_names``), and packed once
+    (``pack_reads_once``)."""
     cycle = getattr(channel, "_queue_cycle", None)
     if cycle is None or not all(hasattr(cycle, m) for m in ("update", "consume", "rotate")):
         return False
@@ -164,6 +166,7 @@ def order_redis_reads(channel: Any, order: Callable[[list[str]], list[str]]) -> 
     else:
         channel._queue_cycle = _OrderedCycle(cycle, order)
     remember_list_names(channel)
+    pack_reads_once(channel)
     return True
 
 
@@ -197,6 +200,65 @@ def remember_list_names(channel: Any) -> bool:
 
     q_for_pri.remembers = True  # type: ignore[attr-defined]
     channel._q_for_pri = q_for_pri
+    return True
+
+
+class _ReadPacker:
+    """A redis-py command packer (``Connection._command_packer``: ``pack(*args)`` gives the
+    list of bytes ``send_packed_command`` writes) that packs a ``BRPOP``'s list names from a
+    dictionary of their packed forms, and gives every other command to the packer it wraps.
+
+    redis-py encodes each argument of a command in Python (``Encoder.encode``, then a
+    generator over the arguments): for a ``BRPOP`` of 100 names, 170 µs a read on a slow
+    host, against 8 µs to join the names packed once. The protocol is RESP's request, an
+    array of bulk strings, the same bytes for every connection of one encoder."""
+
+    def __init__(self, inner: Any, encode: Callable[[Any], bytes]) -> None:
+        self.inner = inner
+        self.encode = encode
+        self.names: dict[str, bytes] = {}
+
+    def pack(self, *args: Any) -> list[bytes]:
+        if args[0] != "BRPOP":
+            return self.inner.pack(*args)  # type: ignore[no-any-return]
+        names = self.names
+        parts = [b"*%d\r\n$5\r\nBRPOP\r\n" % len(args)]
+        for name in args[1:-1]:
+            try:
+                packed = names.get(name)
+            except TypeError:  # unhashable (a memoryview): as redis-py packs it
+                return self.inner.pack(*args)  # type: ignore[no-any-return]
+            if packed is None:
+                if len(names) >= LIST_NAMES_KEPT:
+                    names.clear()
+                packed = names[name] = self._bulk(name)
+            parts.append(packed)
+        parts.append(self._bulk(args[-1]))  # the timeout (1 and 1.0 are one key to a dict)
+        return [b"".join(parts)]
+
+    def _bulk(self, value: Any) -> bytes:
+        data = self.encode(value)
+        return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def pack_reads_once(channel: Any) -> bool:
+    """Let ``channel``'s ``BRPOP``s pack each list name once (``_ReadPacker``). Kombu's Redis
+    ``_brpop_start`` sends the command on ``channel.client.connection``, which Kombu replaces
+    after a disconnect, so the packer goes on whichever connection it is about to use. False
+    if ``channel`` has no ``_brpop_start`` (another transport), or packs so already."""
+    start = getattr(channel, "_brpop_start", None)
+    if start is None or getattr(start, "packs_once", False):
+        return False
+
+    def _brpop_start(timeout: Any = None) -> Any:
+        connection: Any = getattr(channel.client, "connection", None)
+        packer = getattr(connection, "_command_packer", None)
+        if packer is not None and type(packer) is not _ReadPacker:
+            connection._command_packer = _ReadPacker(packer, connection.encoder.encode)
+        return start(timeout)
+
+    _brpop_start.packs_once = True  # type: ignore[attr-defined]
+    channel._brpop_start = _brpop_start
     return True
 
 
