@@ -249,7 +249,16 @@ def test_a_call_looks_at_no_more_than_its_batch_and_the_rest_waits_for_the_next(
             assert intake.move(run.queue, batch=10) == (10, 10)
             assert intake.move(run.queue, batch=10) == (10, 10)
             assert intake.move(run.queue, batch=10) == (5, 5)
+            # An empty queue costs no call of the script (it names every shard and lane),
+            calls: list[int] = []
+            script = intake._move
+            intake._move = lambda **kw: calls.append(1) or script(**kw)
             assert intake.move(run.queue, batch=10) == (0, 0)
+            assert calls == []
+            # and what is published next is moved by the next call.
+            run.send("fairapp.clone", "k-late", headers=fair_headers("clone", "k-late"))
+            assert intake.move(run.queue, batch=10) == (1, 1)
+            assert calls == [1]
             return
         # RabbitMQ: a pass works on the deliveries that reached it within DELIVERY_WAIT of
         # each other, so a loaded host may see fewer per pass, never more than the batch.
