@@ -79,3 +79,15 @@ def test_the_old_name_of_a_jobs_uid_still_reads_it():
     assert admission is not None
     assert (view.ref, admission.ref, release.ref) == ("1f0c/retry-2",) * 3
     assert (view.uid, admission.uid, release.uid) == ("1f0c/retry-2",) * 3
+
+
+def test_a_type_is_read_by_its_name_as_the_types_map_holds_it():
+    from celery_fair.core import Scheduler
+
+    s = Scheduler(SchedulerConfig(capacity=2), clock=SimClock())
+    s.register_type(JobType("clone", priority=3, max_concurrency=2))
+    s.register_type(JobType("push", priority=5))
+    for name in ("clone", "push"):
+        assert s.type_of(name) is s.types[name]
+    with pytest.raises(KeyError):
+        s.type_of("nope")

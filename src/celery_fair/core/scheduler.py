@@ -67,6 +67,11 @@ class Scheduler(Shared):
     def types(self) -> dict[str, JobType]:
         return {name: lane.type for name, lane in self._lanes.items()}
 
+    def type_of(self, name: str) -> JobType:
+        """The job type ``name`` (``KeyError`` if none): ``types[name]`` without building
+        the dictionary. O(1)."""
+        return self._lanes[name].type
+
     @property
     def capacity(self) -> int:
         return self._capacity

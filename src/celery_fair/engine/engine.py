@@ -220,7 +220,7 @@ class Engine:
         core.submit(uid, type, job_id, fairness_key, arrival=arrival, cost=cost, priority=priority)
         if self.store is None:
             return
-        jtype = core.types[type]
+        jtype = core.type_of(type)
         ask = self._ask(uid, jtype, job_id, fairness_key, cost, priority)
         job = self._jobs[uid] = _Tracked(ask, jtype.conflict_group, job_id, arrival, cost, priority)
         if self.state.mode is Mode.LOCAL:
@@ -255,7 +255,7 @@ class Engine:
             job.arrival = core.now()  # as the core took it: a new arrival
             priority = core.priority_for(job.ask.type, job.ask.fairness_key, priority)
             job.priority = priority
-            jtype = core.types[job.ask.type]
+            jtype = core.type_of(job.ask.type)
             own = jtype.priority if priority is None else priority
             job.ask = job.ask._replace(priority=own, tier_cap=core.config.tier_cap(own))
             if self.state.mode is Mode.LOCAL:  # a tier this worker had no share of yet
@@ -284,7 +284,7 @@ class Engine:
                 release = core.complete(uid, elapsed)
         except UnknownJob:
             return
-        self.observer.finished(release.type, core.types[release.type].priority, elapsed)
+        self.observer.finished(release.type, core.type_of(release.type).priority, elapsed)
         job = self._jobs.pop(uid, None)
         if job is not None:
             self._report(job, elapsed, final, unstarted)
