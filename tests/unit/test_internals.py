@@ -243,7 +243,7 @@ def test_a_brpop_packed_from_its_names_packed_once_is_the_bytes_redis_py_packs()
     # Kombu's real Redis channel, its names as its _brpop_start builds them:
     from kombu import Connection
 
-    from celery_fair.worker.internals import LIST_NAMES_KEPT, _ReadPacker
+    from celery_fair.worker.internals import LIST_NAMES_KEPT, _NamesPacker
 
     for url, options in (
         ("redis://127.0.0.1:6379/15", {}),
@@ -253,7 +253,7 @@ def test_a_brpop_packed_from_its_names_packed_once_is_the_bytes_redis_py_packs()
             channel = conn.default_channel
             connection = channel.client.connection_pool.get_connection()
             redis_pys = connection._command_packer
-            packer = _ReadPacker(redis_pys, connection.encoder.encode)
+            packer = _NamesPacker(redis_pys, connection.encoder.encode, ["BRPOP"])
             queues = ["q", "ünï", *(f"q.fair.{i}" for i in range(8)), "q.fair.lane.3"]
             keys = [channel._q_for_pri(q, p) for p in channel.priority_steps for q in queues]
             for timeout in (1, 1.0, 0, 2.5):
@@ -262,7 +262,7 @@ def test_a_brpop_packed_from_its_names_packed_once_is_the_bytes_redis_py_packs()
                     args = channel.client._prefix_args(args)
                 for _ in range(2):  # packing the names, then from the names packed
                     assert b"".join(packer.pack(*args)) == b"".join(redis_pys.pack(*args))
-            assert len(packer.names) == len(keys)
+            assert len(packer.names) == len(keys) + 1  # and BRPOP itself
             # every other command is redis-py's own packing,
             other = ("LPUSH", keys[0], b"\x00payload")
             assert packer.pack(*other) == redis_pys.pack(*other)
@@ -278,7 +278,7 @@ def test_a_brpop_packed_from_its_names_packed_once_is_the_bytes_redis_py_packs()
 def test_a_redis_channel_reads_with_its_names_packed_once_on_each_connection_it_polls():
     import kombu
 
-    from celery_fair.worker.internals import _ReadPacker, pack_reads_once
+    from celery_fair.worker.internals import _NamesPacker, pack_reads_once
 
     got: list[object] = []
     queue = kombu.Queue("fair-pack-test", routing_key="fair-pack-test")
@@ -295,9 +295,37 @@ def test_a_redis_channel_reads_with_its_names_packed_once_on_each_connection_it_
                 producer.publish({"n": n}, routing_key="fair-pack-test", declare=[queue])
                 conn.drain_events(timeout=5)
                 polled = channel.client.connection
-                assert type(polled._command_packer) is _ReadPacker
+                assert type(polled._command_packer) is _NamesPacker
                 assert any("fair-pack-test" in name for name in polled._command_packer.names)
                 # Kombu gives the channel a new connection after this one drops: it packs so too.
                 polled.disconnect()
         assert got == [{"n": 0}, {"n": 1}]
         channel.queue_delete("fair-pack-test")
+
+
+def test_the_intakes_script_calls_pack_their_names_once_and_answer_as_before():
+    import redis
+
+    from celery_fair.redis_broker import MOVE_SCRIPT
+    from celery_fair.worker.internals import _NamesPacker, pack_scripts_once
+
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/15")
+    assert pack_scripts_once(client)
+    echo = client.register_script("return {#KEYS, KEYS[#KEYS], ARGV[1], ARGV[#ARGV]}")
+    keys = [f"q.fair.{i}\x06\x16{p}" for p in range(4) for i in range(25)]
+    for last in (7, 2.5, "ünï", b"raw"):
+        reply = echo(keys=keys, args=["queue", 0, last])
+        assert reply == [100, keys[-1].encode(), b"queue", str(last).encode()
+                         if not isinstance(last, bytes) else last]  # fmt: skip
+    connection = client.connection_pool.get_connection()
+    try:
+        packer = connection._command_packer
+        assert type(packer) is _NamesPacker
+        assert keys[0] in packer.names  # the names were packed once, and kept
+        sha = client.script_load(MOVE_SCRIPT)
+        args = ("EVALSHA", sha, len(keys), *keys, "h", 8, 4, 100, 16, 0.5, "queue", "")
+        assert b"".join(packer.pack(*args)) == b"".join(packer.inner.pack(*args))
+        assert packer.pack("GET", "x") == packer.inner.pack("GET", "x")  # not a script
+    finally:
+        client.connection_pool.release(connection)
+        client.close()

@@ -32,7 +32,7 @@ from .consumer_prefetch import ShardWindows
 from .gate import Gate
 from .intake import Intake, IntakeThread, RedisIntake
 from .intake.amqp import AmqpIntake
-from .internals import order_redis_reads
+from .internals import order_redis_reads, pack_scripts_once
 from .lane_watch import LaneWatch, amqp_ready, redis_ready
 from .reserve import RESERVE_MAX, plan_reserve, slots_of
 
@@ -125,6 +125,7 @@ def start_intake(
     if driver == "redis":
         channel = c.connection.default_channel
         client = redis_broker_client(channel)
+        pack_scripts_once(client)  # its script names every shard and lane of a queue
         lanes = Lanes.of(c.app) if shards.consumed_lanes else None
         intake = RedisIntake(
             client, redis_queue_lists(channel), shards.count, lanes, shards.consumed_lanes
