@@ -430,7 +430,7 @@ def _inherited_submitted(app: Celery, retry: bool) -> float | None:
     it publishes: its own retry (the clock goes on across retries), or, with
     ``fair_inherit_aging``, any fair task (which then starts where its caller has risen to).
     ``None`` otherwise: a new job's clock starts now."""
-    if not retry and not app.conf.get("fair_inherit_aging"):
+    if not retry and not settings_of(app).inherit_aging:  # (a missing key: 14 µs in conf)
         return None
     from celery import current_task
 

@@ -414,14 +414,19 @@ _LANES: weakref.WeakKeyDictionary[Any, Lanes] = weakref.WeakKeyDictionary()
 def resolve_base(app: Any, name: str, args: Any, kwargs: Any, options: dict[str, Any]) -> Queue:
     """The queue Celery would publish to with ``options`` (a shard counts as its base):
     an explicit ``queue``, else ``task_routes``, else the default queue."""
-    options = dict(options)
     queue = options.get("queue")
     if isinstance(queue, Queue):
         queue = queue.name
+    router = app.amqp.router
+    if not router.routes:  # no task_routes: the queue named, else the default (as Celery)
+        name_of = base_name(queue) if isinstance(queue, str) and queue else None
+        destination = router.expand_destination(name_of or app.conf.task_default_queue)
+        return destination["queue"]  # type: ignore[no-any-return]
+    options = dict(options)
     if isinstance(queue, str):
         options["queue"] = base_name(queue)
     task = app.tasks.get(name)
-    route: Mapping[str, Any] = app.amqp.router.route(options, name, args, kwargs, task)
+    route: Mapping[str, Any] = router.route(options, name, args, kwargs, task)
     return route["queue"]  # type: ignore[no-any-return]
 
 

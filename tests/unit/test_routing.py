@@ -163,3 +163,33 @@ def test_a_fair_worker_consumes_the_shards_of_every_queue_it_consumes(app):
     app.amqp.queues.select(["q", "git"])
     assert sorted(consume_shards(app)) == ["git", "q"]
     assert sorted(app.amqp.queues.consume_from) == sorted([*all_of("q"), *all_of("git")])
+
+
+@pytest.mark.parametrize("routes", [None, {"other.*": {"queue": "elsewhere"}}])
+def test_the_base_queue_is_the_one_celerys_router_gives_with_routes_or_without(app, routes):
+    from celery.exceptions import QueueNotFound
+
+    from celery_fair.routing import resolve_base
+
+    app.conf.task_routes = routes
+    app.conf.task_queues = [Queue("q"), Queue("hi", Exchange("hi", type="topic"), "hi.#")]
+    clone_task(app)
+    for option, expected in [
+        (None, "q"),  # the default queue
+        ("", "q"),
+        ("hi", "hi"),
+        (Queue("hi"), "hi"),
+        (shard_name("hi", 3), "hi"),  # a retry comes with its shard
+        ("q.fair.lane.2", "q"),
+        ("new", "new"),  # created, as Celery creates a missing queue
+    ]:
+        options = {} if option is None else {"queue": option}
+        base = resolve_base(app, "repos.clone", ["x"], {}, options)
+        assert base.name == expected, option
+        assert base is app.amqp.queues[expected]  # Celery's own Queue, with its bindings
+        assert options == ({} if option is None else {"queue": option})  # left as it was
+    # Celery's refusal of a queue it may not create is the same.
+    app.conf.task_create_missing_queues = False
+    app.amqp.queues.create_missing = False
+    with pytest.raises(QueueNotFound):
+        resolve_base(app, "repos.clone", ["x"], {}, {"queue": "nowhere"})
