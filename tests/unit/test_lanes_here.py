@@ -235,3 +235,63 @@ def test_stragglers_are_read_past_only_while_their_keys_lane_has_messages_here()
     jobs.take("H-6", starts=True)
     jobs.take("H-7", starts=True)
     assert here.read_past() == {}
+
+
+def test_a_message_counts_in_the_list_the_transport_read_it_from_not_its_routing_key():
+    fleet = FleetLanes()
+    here = LanesHere(fleet, shards=8, consumed=4, window=lambda: 6, now=lambda: 0.0)
+    jobs = HeldJobs(crowding=here.crowding)
+    fleet.learn("H", 2)
+    shard = f"q.fair.{shard_of('H', 8)}"
+    # A message of H read from its shard, its key with a lane: a straggler, to be rerouted;
+    here.read_from(shard)
+    slot = here.slot(message(shard), "H")
+    assert here.straggler(slot)
+    assert here.shard_queue(message(shard), "H") == shard
+    here.read_from(None)
+    # one the intake moved to H's lane names the shard still (moved unchanged) but was read
+    # from the lane: it counts there, and sends nobody to look for stragglers,
+    here.read_from("q.fair.lane.2")
+    slot = here.slot(message(shard), "H")
+    assert slot == 8 + 2
+    jobs.add("h-1", held_of("H"), slot)
+    assert not here.held(jobs, slot, "H")
+    # and once that delivery is over, a message handed over later (an ETA task's) counts by
+    # its routing key again.
+    here.read_from(None)
+    assert here.straggler(here.slot(message(shard), "H"))
+
+
+def test_the_redis_transport_says_which_list_it_delivers_each_message_from():
+    import kombu
+
+    from celery_fair.worker.internals import note_redis_sources
+
+    seen: list[tuple[object, object]] = []
+    told: list[str | None] = []
+    queues = [kombu.Queue(name, routing_key=name) for name in ("src-a", "src-b")]
+    with kombu.Connection("redis://127.0.0.1:6379/15") as conn:
+        channel = conn.channel()
+        assert note_redis_sources(channel, told.append)
+        assert not note_redis_sources(channel, told.append)  # once (the new callback kept)
+        assert not note_redis_sources(object(), told.append)  # not a Redis channel
+        for queue in queues:
+            queue(channel).declare()
+            channel.queue_purge(queue.name)  # (a run stopped before its end)
+
+        def got(body: Any, msg: Any) -> None:
+            seen.append((body, told[-1]))  # what the transport said during this delivery
+            msg.ack()
+
+        with kombu.Consumer(channel, queues, callbacks=[got]):
+            producer = kombu.Producer(conn.channel())
+            # The message says src-a, but lies in src-b (as one the intake moved).
+            producer.publish("moved", routing_key="src-a", declare=queues)
+            channel.client.lpush("src-b", channel.client.rpop("src-a"))
+            producer.publish("plain", routing_key="src-a")
+            for _ in range(2):
+                conn.drain_events(timeout=5)
+        assert sorted(seen) == [("moved", "src-b"), ("plain", "src-a")]
+        assert told[-1] is None  # and nothing is said between deliveries
+        for queue in queues:
+            channel.queue_delete(queue.name)

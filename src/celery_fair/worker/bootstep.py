@@ -32,7 +32,7 @@ from .consumer_prefetch import ShardWindows
 from .gate import Gate
 from .intake import Intake, IntakeThread, RedisIntake
 from .intake.amqp import AmqpIntake
-from .internals import order_redis_reads, pack_scripts_once
+from .internals import note_redis_sources, order_redis_reads, pack_scripts_once
 from .lane_watch import LaneWatch, amqp_ready, redis_ready
 from .reserve import RESERVE_MAX, plan_reserve, slots_of
 
@@ -302,6 +302,8 @@ class FairGateStep(bootsteps.StartStopStep):
             windows = ShardWindows.install(c, gate.windows.shard_window)
             if gate.windows.turns is not None and c.task_consumer is not None:
                 order_redis_reads(c.task_consumer.channel, gate.windows.turns.order)
+                if gate.lanes is not None:  # a message counts in the list it was read from
+                    note_redis_sources(c.task_consumer.channel, gate.lanes.read_from)
         # Everything the gate acts through on this connection, given before it starts: the
         # step never sets the gate's attributes.
         gate.attach(

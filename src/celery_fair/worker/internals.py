@@ -29,6 +29,7 @@ __all__ = [
     "ends_on_loop",
     "hit_time_limit",
     "message_of",
+    "note_redis_sources",
     "order_redis_reads",
     "pack_reads_once",
     "pack_scripts_once",
@@ -267,6 +268,35 @@ def pack_reads_once(channel: Any) -> bool:
 
     _brpop_start.packs_once = True  # type: ignore[attr-defined]
     channel._brpop_start = _brpop_start
+    return True
+
+
+def note_redis_sources(channel: Any, on_read: Callable[[str | None], None]) -> bool:
+    """Tell ``on_read`` the queue each message of ``channel``'s transport is delivered from,
+    during its delivery (then ``None``). Kombu's Redis ``_brpop_read`` hands the message and
+    the list it popped it from to ``Transport._deliver(message, queue)``, which calls the
+    consumer (Celery's strategy, and the gate) before it returns; the message itself says
+    only the routing key it was published with. False if ``channel`` has no such transport,
+    or notes already (then ``on_read`` is the new one)."""
+    transport: Any = getattr(channel, "connection", None)
+    deliver = getattr(transport, "_deliver", None)
+    if deliver is None or not hasattr(channel, "_brpop_read"):
+        return False
+    if getattr(deliver, "notes", None) is not None:
+        deliver.notes[0] = on_read
+        return False
+    notes = [on_read]
+
+    def _deliver(message: Any, queue: str) -> Any:
+        tell = notes[0]
+        tell(queue)
+        try:
+            return deliver(message, queue)
+        finally:
+            tell(None)
+
+    _deliver.notes = notes  # type: ignore[attr-defined]
+    transport._deliver = _deliver
     return True
 
 

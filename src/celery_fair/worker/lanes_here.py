@@ -54,12 +54,29 @@ class LanesHere:
         self._by_lane: tuple[Any, dict[int, list[str]]] = (None, {})
         # The key of the last message held from each shard (``behind_tenants``).
         self._last: dict[int, str] = {}
+        # The list the Redis transport is delivering a message from, during the delivery.
+        self._source: str | None = None
+
+    def read_from(self, queue: str | None) -> None:
+        """The Redis transport delivers a message it read from ``queue`` now (``None``: that
+        delivery is over; ``internals.note_redis_sources``). The message counts in the queue
+        it was read from, whatever routing key it was published with: the intake moves a
+        message unchanged, so one it moved from its shard to its lane still names the shard,
+        and counted as a straggler it would send the intake to look for stragglers in a shard
+        that has none left, once for each. On the loop's thread: one assignment."""
+        self._source = queue
+
+    def _came_from(self, req: Any) -> Any:
+        """The queue ``req`` was read from, if the transport said; else its routing key."""
+        if self._source is not None:
+            return self._source
+        return (getattr(req, "delivery_info", None) or {}).get("routing_key")
 
     def slot(self, req: Any, key: str) -> int:
         """The slot ``req`` (of fairness key ``key``) counts in. A message that came from a
         lane says that its key has that lane: the worker knows it from then on, without
         waiting for its next read of the fleet's map (``routing.Lanes.learn``)."""
-        routing_key = (getattr(req, "delivery_info", None) or {}).get("routing_key")
+        routing_key = self._came_from(req)
         lane = self.lanes.map.lane_of(key)
         named = lane_index(routing_key) if isinstance(routing_key, str) else None
         if named is not None and named < self.consumed and named != lane:
@@ -80,7 +97,7 @@ class LanesHere:
     def shard_queue(self, req: Any, key: str) -> str:
         """The name of the shard ``req``'s stragglers of ``key`` wait in: its key's shard of
         the queue ``req`` came from."""
-        routing_key = (getattr(req, "delivery_info", None) or {}).get("routing_key")
+        routing_key = self._came_from(req)
         return shard_name(base_name(str(routing_key)), shard_of(key, self.shards))
 
     def held(self, jobs: HeldJobs, slot: int, key: str) -> bool:
