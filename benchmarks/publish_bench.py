@@ -107,8 +107,23 @@ def measure_plain(broker: str, n: int) -> float:
         return 1e6 * (time.perf_counter() - start) / n
     finally:
         with app.connection_for_write() as conn:
-            conn.default_channel.queue_delete(queue)
+            delete_queues(conn, broker, [queue])
         app.close()
+
+
+def delete_queues(conn: Any, broker: str, names: list[str]) -> None:
+    """Delete the queues ``names`` and what they hold. On Redis their lists too: Kombu's
+    ``queue_delete`` deletes only the queues this connection bound, and a fresh one bound
+    none (the runs' messages stayed in Redis before)."""
+    for name in names:
+        conn.default_channel.queue_delete(name)
+    if broker == "redis":
+        from celery_fair.redis_broker import redis_broker_client, redis_queue_lists
+
+        lists = redis_queue_lists(conn.default_channel)
+        client = redis_broker_client(conn.default_channel)
+        client.delete(*(list_name for name in names for list_name in lists(name)))
+        client.close()
 
 
 def measure(broker: str, variant: str, n: int) -> float:
@@ -158,8 +173,7 @@ def measure(broker: str, variant: str, n: int) -> float:
             parts = [shard_name(queue, i) for i in range(8)] + [
                 lane_name(queue, j) for j in range(16)
             ]
-            for name in (queue, *parts):
-                conn.default_channel.queue_delete(name)
+            delete_queues(conn, broker, [queue, *parts])
         if lanes:
             import redis
 
