@@ -14,6 +14,7 @@ moves fair messages that producers published to ``q`` into their shards. Its nam
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -122,7 +123,15 @@ def shard_of(fairness_key: str, shards: int) -> int:
     >>> shard_of("10.0.0.7", 8), shard_of("10.0.0.7", 1)
     (2, 0)
     """
-    return int(hashlib.sha1(fairness_key.encode()).hexdigest()[:8], 16) % shards
+    return _key_hash(fairness_key) % shards
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_hash(fairness_key: str) -> int:
+    """``shard_of``'s hash of a key, remembered for the last 4,096 keys: a worker reads a
+    message's shard three times or more (its slot, its events, its stragglers), a producer
+    once a publish, and SHA-1 in Python is a few µs each time."""
+    return int(hashlib.sha1(fairness_key.encode()).hexdigest()[:8], 16)
 
 
 def shard_name(base: str, index: int) -> str:
