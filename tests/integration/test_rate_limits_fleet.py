@@ -30,9 +30,11 @@ def test_a_key_or_type_at_5_a_second_starts_no_more_than_its_bucket_pays_for_in_
     clone = run.app.tasks["fairapp.clone"]
     export = run.app.tasks["fairapp.export"]
     # when A publishes 65 short jobs (clones of key A, exports of keys A0-A9, or clones of
-    # keys A/0-A/9) and B 220
-    # clones of 0.3 s (more than the 4 slots run while A does), before any worker runs (both
-    # wait from the first start),
+    # keys A/0-A/9) and B 130 clones of 0.6 s (more than the 4 slots run while A does), before
+    # any worker runs (both wait from the first start). (B's jobs are long enough that the
+    # store's round trip before each start, which a loaded host stretches, is not what the
+    # slots' idle time measures: 0.3 s jobs read 0.89 busy in one CI run beside the
+    # property tests, 0.93-0.97 on the same host with six of these tests at once.)
     for i in range(65):
         if limited == "key":
             clone.apply_async([f"A{i}", 0.02], fairness_key="A", job_id=f"a{i}")
@@ -40,10 +42,10 @@ def test_a_key_or_type_at_5_a_second_starts_no_more_than_its_bucket_pays_for_in_
             clone.apply_async([f"A{i}", 0.02], fairness_key=f"A/{i % 10}", job_id=f"a{i}")
         else:
             export.apply_async([f"A{i}", 0.02], fairness_key=f"A{i % 10}", job_id=f"a{i}")
-    for i in range(220):
-        clone.apply_async([f"B{i}", 0.3], fairness_key="B", job_id=f"b{i}")
+    for i in range(130):
+        clone.apply_async([f"B{i}", 0.6], fairness_key="B", job_id=f"b{i}")
     start_fleet(run, start_worker, n=2)
-    wait_until(lambda: len(run.recorder.done_counts()) == 285, 120, "all 285 jobs")
+    wait_until(lambda: len(run.recorder.done_counts()) == 195, 120, "all 195 jobs")
     spans = intervals(run.recorder.events())
     a = sorted(s for tag, (s, _) in spans.items() if tag.startswith("A"))
     # then in any 10 s window the fleet started at most 5 x 10 + 5 of A's jobs (+1: a start is
